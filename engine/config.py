@@ -1,0 +1,48 @@
+"""Engine configuration from ENGINE_* environment variables (never from Django settings)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+def _env_path(name: str, default: Path) -> Path:
+    value = os.environ.get(name)
+    return Path(value).expanduser() if value else default
+
+
+def _env_int(name: str, default: int) -> int:
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"{name} must be a whole number, got {value!r}") from None
+
+
+def default_cache_dir() -> Path:
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return Path(xdg) / "gemmforge" if xdg else Path.home() / ".cache" / "gemmforge"
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    cache_dir: Path = field(default_factory=lambda: _env_path("ENGINE_CACHE_DIR", default_cache_dir()))
+    nvcc: str = field(default_factory=lambda: os.environ.get("ENGINE_NVCC", "nvcc"))
+    compile_jobs: int = field(
+        default_factory=lambda: _env_int("ENGINE_COMPILE_JOBS", max(1, os.cpu_count() or 1))
+    )
+
+    @property
+    def kernel_cache(self) -> Path:
+        return self.cache_dir / "kernels"
+
+    @property
+    def baseline_cache(self) -> Path:
+        return self.cache_dir / "baselines"
+
+
+def load() -> EngineConfig:
+    return EngineConfig()
