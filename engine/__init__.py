@@ -1,4 +1,4 @@
-"""gemmforge engine: a library (no Django) that proposes, compiles, verifies and times HGEMM kernels."""
+"""gemmforge engine: a library (no Django) that proposes, compiles, verifies and times kernels."""
 
 from engine.problem import Layout, Problem, ProblemError
 

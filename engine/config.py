@@ -29,7 +29,9 @@ def default_cache_dir() -> Path:
 
 @dataclass(frozen=True)
 class EngineConfig:
-    cache_dir: Path = field(default_factory=lambda: _env_path("ENGINE_CACHE_DIR", default_cache_dir()))
+    cache_dir: Path = field(
+        default_factory=lambda: _env_path("ENGINE_CACHE_DIR", default_cache_dir())
+    )
     nvcc: str = field(default_factory=lambda: os.environ.get("ENGINE_NVCC", "nvcc"))
     compile_jobs: int = field(
         default_factory=lambda: _env_int("ENGINE_COMPILE_JOBS", max(1, os.cpu_count() or 1))

@@ -73,12 +73,15 @@ class Problem:
     def parse(cls, shape: str, layout: str | Layout = Layout.NN) -> Problem:
         """Parse ``"MxNxK"`` (plain ASCII digits, no signs, separators or decimals)."""
         if not isinstance(shape, str):
-            raise ProblemError(f"shape must be text like 4096x4096x4096, got {type(shape).__name__}")
+            raise ProblemError(
+                f"shape must be text like 4096x4096x4096, got {type(shape).__name__}"
+            )
         text = shape.strip().lower()
         match = _SHAPE_RE.match(text) if text.isascii() else None
         if match is None:
             raise ProblemError(
-                f"cannot read shape {shape!r}: write it as MxNxK with plain digits, e.g. 4096x4096x1024"
+                f"cannot read shape {shape!r}: write it as MxNxK with plain digits, "
+                "e.g. 4096x4096x1024"
             )
         m, n, k = (int(g) for g in match.groups())
         return cls(m, n, k, Layout.parse(layout) if isinstance(layout, str) else layout)
