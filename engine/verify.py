@@ -1,0 +1,124 @@
+"""Verification of a compiled kernel library, in a separate process per candidate.
+
+A crash, a hang or an illegal address ends the child (engine.verify_child), never the caller.
+Every rejection carries a reason from REASONS and a message.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from engine import toolchain
+from engine.problem import Problem
+
+REASONS = {
+    "ok": "passed every check",
+    "load": "the library cannot be loaded, lacks an ABI symbol or has another ABI version",
+    "workspace": "asks for an unreasonable workspace",
+    "launch": "gemmforge_hgemm returned an error",
+    "runtime_error": "a CUDA fault during the call (illegal address, trap, misaligned access)",
+    "crash": "the verifier process died without a verdict",
+    "timeout": "did not finish in time (hang or far too slow)",
+    "unwritten": "left elements of C unwritten or not finite",
+    "wrong": "wrong values",
+    "precision": "error beyond fp32 accumulation (e.g. fp16 accumulation)",
+    "guard_band": "wrote outside its buffers",
+    "input_modified": "changed its inputs",
+    "stream": "work escaped the caller's stream (wrong or late when called as a user would)",
+    "c_dependent": "the result depends on C's previous contents",
+    "threads": "started host threads",
+}
+
+
+@dataclass(frozen=True)
+class VerifyResult:
+    ok: bool
+    reason: str
+    message: str
+    checks: list[dict[str, Any]] = field(default_factory=list)
+    seconds: float = 0.0
+    deterministic: bool | None = None
+    stderr_tail: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "reason": self.reason,
+            "message": self.message,
+            "checks": self.checks,
+            "seconds": self.seconds,
+            "deterministic": self.deterministic,
+            "stderr_tail": self.stderr_tail,
+        }
+
+
+def verify(
+    library: Path,
+    problem: Problem,
+    *,
+    timeout: float = toolchain.Timeout.VERIFY,
+    seed: int | None = None,
+    python: str = sys.executable,
+) -> VerifyResult:
+    """Runs every check on ``library`` for ``problem`` in a child process."""
+    with tempfile.TemporaryDirectory(prefix="gemmforge-verify-") as workdir:
+        spec_path = Path(workdir) / "spec.json"
+        verdict_path = Path(workdir) / "verdict.json"
+        spec = {
+            "library": str(Path(library).resolve()),
+            "m": problem.m,
+            "n": problem.n,
+            "k": problem.k,
+            "layout": problem.layout.value,
+        }
+        spec_path.write_text(json.dumps(spec))
+        env = dict(os.environ)
+        env["GEMMFORGE_SEED"] = str(seed if seed is not None else secrets.randbits(63))
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(Path(__file__).resolve().parent.parent), env.get("PYTHONPATH")) if p
+        )
+        result = toolchain.run(
+            [python, "-m", "engine.verify_child", spec_path, verdict_path],
+            timeout=timeout,
+            cwd=Path(workdir),
+            env=env,
+        )
+        return interpret(result, verdict_path, timeout)
+
+
+def interpret(result: toolchain.ProcessResult, verdict_path: Path, timeout: float) -> VerifyResult:
+    """Turns the child's exit and side-channel verdict into a result record."""
+    tail = result.stderr[-4000:]
+    if result.timed_out:
+        return VerifyResult(
+            False,
+            "timeout",
+            f"no verdict within {timeout:.0f} s",
+            seconds=result.seconds,
+            stderr_tail=tail,
+        )
+    if result.returncode != 0 or not verdict_path.exists():
+        return VerifyResult(
+            False,
+            "crash",
+            f"verifier exited with status {result.returncode} and no verdict",
+            seconds=result.seconds,
+            stderr_tail=tail,
+        )
+    verdict = json.loads(verdict_path.read_text())
+    return VerifyResult(
+        ok=bool(verdict["ok"]),
+        reason=str(verdict["reason"]),
+        message=str(verdict["message"]),
+        checks=list(verdict.get("checks", [])),
+        seconds=float(verdict.get("seconds", result.seconds)),
+        deterministic=verdict.get("deterministic"),
+        stderr_tail=tail,
+    )

@@ -1,0 +1,308 @@
+"""The verifier's child process: loads one candidate and runs every check on the GPU.
+
+Run as ``python -m engine.verify_child SPEC.json VERDICT.json`` by engine.verify, never in a
+worker: a crash, a hang or an illegal address ends this process only. The seed arrives in
+GEMMFORGE_SEED and is removed from the environment before the candidate is loaded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from engine import numerics
+from engine.problem import Layout, Problem
+from engine.runtime import KernelLibrary, LoadError
+
+GUARD_ELEMENTS = 16384  # fp16 elements of random guard band before and after every buffer
+MAX_WORKSPACE_BYTES = 8 << 30
+BUSY_CYCLES = 20_000_000  # ~10 ms: keeps the caller's stream busy while inputs are written
+
+
+@dataclass
+class Check:
+    name: str
+    ok: bool
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+class Rejected(Exception):
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
+class Guarded:
+    """A device buffer with random guard bands on both sides."""
+
+    def __init__(self, numel: int, gen: torch.Generator, dtype: torch.dtype = torch.float16):
+        self.numel = numel
+        self.storage = torch.empty(numel + 2 * GUARD_ELEMENTS, dtype=dtype, device="cuda")
+        self.storage.view(torch.int16 if dtype == torch.float16 else dtype).random_(generator=gen)
+        self.guards = (self.front.clone(), self.back.clone())
+
+    @property
+    def front(self) -> torch.Tensor:
+        return self.storage[:GUARD_ELEMENTS]
+
+    @property
+    def back(self) -> torch.Tensor:
+        return self.storage[GUARD_ELEMENTS + self.numel :]
+
+    @property
+    def body(self) -> torch.Tensor:
+        return self.storage[GUARD_ELEMENTS : GUARD_ELEMENTS + self.numel]
+
+    def guards_intact(self) -> bool:
+        return torch.equal(self.front, self.guards[0]) and torch.equal(self.back, self.guards[1])
+
+
+@dataclass
+class Buffers:
+    a: Guarded
+    b: Guarded
+    c: Guarded
+
+    @classmethod
+    def allocate(cls, problem: Problem, gen: torch.Generator) -> Buffers:
+        return cls(
+            a=Guarded(problem.m * problem.k, gen),
+            b=Guarded(problem.k * problem.n, gen),
+            c=Guarded(problem.m * problem.n, gen),
+        )
+
+
+def fill(tensor: torch.Tensor, distribution: str, gen: torch.Generator) -> None:
+    if distribution == "normal":
+        tensor.normal_(generator=gen)
+    elif distribution == "uniform":
+        tensor.uniform_(0.0, 1.0, generator=gen)
+    elif distribution == "exact01":
+        tensor.random_(0, 2, generator=gen)
+    else:
+        raise ValueError(f"unknown distribution {distribution}")
+
+
+class Session:
+    def __init__(self, library: KernelLibrary, problem: Problem, seed: int) -> None:
+        self.library = library
+        self.problem = problem
+        self.gen = torch.Generator(device="cuda")
+        self.gen.manual_seed(seed)
+        self.stream = torch.cuda.Stream()
+        self.checks: list[Check] = []
+        workspace_bytes = library.workspace_size(problem.m, problem.n, problem.k)
+        if workspace_bytes < 0 or workspace_bytes > MAX_WORKSPACE_BYTES:
+            raise Rejected("workspace", f"asks for {workspace_bytes} bytes of workspace")
+        self.workspace = Guarded((workspace_bytes + 1) // 2, self.gen) if workspace_bytes else None
+        self.primary = Buffers.allocate(problem, self.gen)
+        self.secondary = Buffers.allocate(problem, self.gen)
+
+    def reference(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        p = self.problem
+        a2 = a.view(p.m, p.k).float()
+        b2 = b.view(*p.b_shape).float()
+        return a2 @ (b2 if p.layout is Layout.NN else b2.t())
+
+    def library_result(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        """cuBLAS's own fp16 answer with fp32 compute, for tolerance calibration."""
+        p = self.problem
+        a2, b2 = a.view(p.m, p.k), b.view(*p.b_shape)
+        return a2 @ (b2 if p.layout is Layout.NN else b2.t())
+
+    def call(
+        self,
+        buffers: Buffers,
+        *,
+        fill_inputs: Callable[[Buffers], None],
+        c_prefill: str,
+        busy: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, int]:
+        """One call as a user makes it: (C, C as the stream saw it at return, A, B, status)."""
+        p = self.problem
+        if not busy:
+            torch.cuda.synchronize()
+        with torch.cuda.stream(self.stream):
+            if busy:
+                torch.cuda._sleep(BUSY_CYCLES)
+            fill_inputs(buffers)
+            if c_prefill == "nan":
+                buffers.c.body.fill_(float("nan"))
+            else:
+                fill(buffers.c.body, "normal", self.gen)
+            a_copy, b_copy = buffers.a.body.clone(), buffers.b.body.clone()
+        if not busy:
+            torch.cuda.synchronize()
+        ws = self.workspace.body.data_ptr() if self.workspace else 0
+        status = self.library.launch(
+            buffers.a.body.data_ptr(),
+            buffers.b.body.data_ptr(),
+            buffers.c.body.data_ptr(),
+            p.m,
+            p.n,
+            p.k,
+            ws,
+            self.stream.cuda_stream,
+        )
+        with torch.cuda.stream(self.stream):
+            at_return = buffers.c.body.clone()
+        torch.cuda.synchronize()
+        if status != 0:
+            raise Rejected("launch", f"gemmforge_hgemm returned error {status}")
+        return buffers.c.body.view(p.m, p.n), at_return.view(p.m, p.n), a_copy, b_copy, status
+
+    def trial(
+        self,
+        name: str,
+        distribution: str,
+        *,
+        reason: str | None = None,
+        c_prefill: str = "nan",
+        busy: bool = True,
+        buffers: Buffers | None = None,
+        refill: bool = True,
+    ) -> torch.Tensor:
+        """Runs one call and every check on it; raises Rejected with the first failing reason."""
+        buffers = buffers or self.primary
+
+        def fill_inputs(target: Buffers) -> None:
+            if refill:
+                fill(target.a.body, distribution, self.gen)
+                fill(target.b.body, distribution, self.gen)
+
+        out, at_return, a_copy, b_copy, _ = self.call(
+            buffers, fill_inputs=fill_inputs, c_prefill=c_prefill, busy=busy
+        )
+        detail: dict[str, Any] = {"distribution": distribution, "busy_stream": busy}
+        ok = True
+        try:
+            self._check_integrity(buffers, a_copy, b_copy, out, at_return, reason)
+            detail.update(self._check_values(out, a_copy, b_copy, distribution, reason))
+        except Rejected as rejected:
+            ok = False
+            detail["failure"] = rejected.message
+            raise
+        finally:
+            self.checks.append(Check(name, ok, detail))
+        return out.clone()
+
+    def _check_integrity(self, buffers, a_copy, b_copy, out, at_return, reason) -> None:
+        guarded = [("A", buffers.a), ("B", buffers.b), ("C", buffers.c)]
+        if self.workspace is not None:
+            guarded.append(("workspace", self.workspace))
+        for label, buffer in guarded:
+            if not buffer.guards_intact():
+                raise Rejected("guard_band", f"wrote outside {label}")
+        if not (torch.equal(buffers.a.body, a_copy) and torch.equal(buffers.b.body, b_copy)):
+            raise Rejected("input_modified", "changed A or B")
+        if not torch.equal(out.view(torch.int16), at_return.view(torch.int16)):
+            raise Rejected(
+                reason or "stream", "C changed after the call's work on the caller's stream ended"
+            )
+        bad = numerics.nonfinite_count(out)
+        if bad:
+            raise Rejected(reason or "unwritten", f"{bad} elements of C not finite after the call")
+
+    def _check_values(self, out, a, b, distribution, reason) -> dict[str, Any]:
+        ref = self.reference(a, b)
+        if distribution == "exact01":
+            mismatches = numerics.exact_mismatches(out, ref)
+            if mismatches:
+                raise Rejected(reason or "wrong", f"{mismatches} elements differ on 0/1 inputs")
+            return {"mismatches": 0}
+        if distribution == "uniform":
+            report = numerics.ulp_report(out, ref)
+            detail = {"max_ulp": report.max_ulp, "fraction_over_1ulp": report.fraction_over}
+            if not report.ok:
+                raise Rejected(
+                    reason or "precision",
+                    f"{report.max_ulp:.1f} ulp max error on U[0,1) inputs "
+                    f"({report.fraction_over:.1%} of elements over 1 ulp): not fp32 accumulation",
+                )
+            return detail
+        library_error = numerics.relative_frobenius_error(self.library_result(a, b), ref)
+        tolerance = numerics.calibrated_tolerance(library_error)
+        error = numerics.relative_frobenius_error(out, ref)
+        detail = {"rel_error": error, "cublas_rel_error": library_error, "tolerance": tolerance}
+        if not error <= tolerance:
+            kind = "precision" if error < 0.05 else "wrong"
+            raise Rejected(
+                reason or kind,
+                f"relative error {error:.3g} over tolerance {tolerance:.3g} "
+                f"(cuBLAS: {library_error:.3g})",
+            )
+        return detail
+
+
+def thread_count() -> int:
+    return len(os.listdir("/proc/self/task"))
+
+
+def run_checks(session: Session) -> dict[str, Any]:
+    session.trial("synchronised call, N(0,1)", "normal", busy=False)
+    threads = thread_count()
+    session.trial("called as a user would (busy stream), N(0,1)", "normal", reason="stream")
+    session.trial("exact 0/1 inputs", "exact01")
+    session.trial("U[0,1) inputs, 1-ulp precision", "uniform")
+    first = session.trial(
+        "C prefilled with values", "normal", c_prefill="values", reason="c_dependent"
+    )
+    # new pointers, same contents: copy the primary inputs into the secondary buffers
+    session.secondary.a.body.copy_(session.primary.a.body)
+    session.secondary.b.body.copy_(session.primary.b.body)
+    second = session.trial(
+        "new buffers, same contents", "normal", buffers=session.secondary, refill=False
+    )
+    for i in range(3):
+        session.trial(f"same buffers, new contents #{i + 1}", "normal")
+    if thread_count() > threads:
+        raise Rejected("threads", f"started host threads ({threads} → {thread_count()})")
+    return {"deterministic": bool(torch.equal(first.view(torch.int16), second.view(torch.int16)))}
+
+
+def verify(spec: dict[str, Any], seed: int) -> dict[str, Any]:
+    problem = Problem(spec["m"], spec["n"], spec["k"], Layout(spec["layout"]))
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False
+    started = time.monotonic()
+    session: Session | None = None
+    verdict: dict[str, Any] = {"ok": False, "reason": "", "message": "", "checks": []}
+    try:
+        library = KernelLibrary(spec["library"])
+        session = Session(library, problem, seed)
+        verdict.update(run_checks(session))
+        verdict.update(ok=True, reason="ok", message="all checks passed")
+    except LoadError as exc:
+        verdict.update(reason="load", message=str(exc))
+    except Rejected as rejected:
+        verdict.update(reason=rejected.reason, message=rejected.message)
+    except RuntimeError as exc:  # torch raises CUDA faults (illegal address, trap) as these
+        if not any(word in str(exc) for word in ("CUDA", "cuda", "accelerator")):
+            raise
+        verdict.update(reason="runtime_error", message=str(exc).splitlines()[0])
+    if session is not None:
+        verdict["checks"] = [vars(c) for c in session.checks]
+    verdict["seconds"] = time.monotonic() - started
+    return verdict
+
+
+def main(argv: list[str]) -> int:
+    spec_path, verdict_path = Path(argv[0]), Path(argv[1])
+    seed = int(os.environ.pop("GEMMFORGE_SEED", "0"))
+    spec = json.loads(spec_path.read_text())
+    verdict = verify(spec, seed)
+    verdict_path.write_text(json.dumps(verdict, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
