@@ -33,3 +33,18 @@ def engine_config(tmp_path, monkeypatch):
 
     monkeypatch.setenv("ENGINE_CACHE_DIR", str(tmp_path / "cache"))
     return EngineConfig(cache_dir=tmp_path / "cache")
+
+
+def _have_cuda() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Tests marked ``gpu`` are skipped where no CUDA GPU is visible."""
+    if "gpu" in item.keywords and not _have_cuda():
+        pytest.skip("needs a CUDA GPU")

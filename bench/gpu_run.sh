@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The one GPU script: install carried wheels, build, run the GPU tests and the benchmarks in a
+# single call on the lent H200, writing JSON and logs under $OUT.
+#   usage (on the device): bash bench/gpu_run.sh [tests|bench|all] [extra args for gpu_run.py]
+set -uo pipefail
+stage=${1:-all}; shift || true
+OUT=${OUT:-$PWD/out}; mkdir -p "$OUT"
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl || exit 1
+  export PYTHONPATH=/tmp/site
+fi
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+export ENGINE_CACHE_DIR=${ENGINE_CACHE_DIR:-/tmp/gemmforge-cache} ENGINE_COMPILE_JOBS=16
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv
+status=0
+if [[ $stage == tests || $stage == all ]]; then
+  python3 -m pytest -q -o addopts="" -p no:cacheprovider -m gpu tests/engine \
+    --junitxml="$OUT/gpu-tests.xml" 2>&1 | tee "$OUT/gpu-tests.log" | tail -40
+  status=${PIPESTATUS[0]}
+fi
+if [[ $stage == bench || $stage == all ]]; then
+  python3 bench/gpu_run.py --out "$OUT" "$@" 2>&1 | tee "$OUT/bench.log" | tail -80
+  status=$(( status || PIPESTATUS[0] ))
+fi
+exit $status

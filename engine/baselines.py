@@ -1,0 +1,219 @@
+"""NVIDIA baselines as runners: torch.matmul, cuBLAS, cuBLASLt-heuristic, cuBLASLt-autotune.
+
+cuBLAS and cuBLASLt are called through a small C shim (engine/cuda/baselines.cu) via ctypes,
+the same launch path as candidates, so that host overhead per call is comparable. Each baseline
+runs in both layouts; a problem's baseline time is the faster of the two.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from engine import abi
+from engine.bench import Bench, Operands, Runner
+from engine.compile import CompileResult, compile_source
+from engine.config import EngineConfig
+from engine.config import load as load_config
+from engine.problem import Layout, Problem
+from engine.runtime import BaselineLibrary, KernelLibrary
+
+BASELINES = ("torch", "cublas", "cublaslt_heuristic", "cublaslt_autotune")
+LT_WORKSPACE_BYTES = 32 << 20  # NVIDIA's recommendation for Hopper
+AUTOTUNE_MAX_ALGOS = 100
+SHIM_SOURCE = abi.CUDA_DIR / "baselines.cu"
+
+
+class CublasNotFound(RuntimeError):
+    """No cuBLAS headers and libraries were found (CUDA toolkit or the nvidia-cublas wheel)."""
+
+
+@dataclass(frozen=True)
+class CublasPaths:
+    include_dir: Path
+    lib_dir: Path
+    libraries: tuple[str, ...]  # as -l arguments
+
+
+def find_cublas() -> CublasPaths:
+    """cuBLAS from ENGINE_CUBLAS_HOME, the CUDA toolkit, or the pip nvidia-cublas package."""
+    candidates: list[Path] = []
+    if home := os.environ.get("ENGINE_CUBLAS_HOME"):
+        candidates.append(Path(home))
+    candidates += [Path("/usr/local/cuda"), Path("/usr/local/cuda/targets/x86_64-linux")]
+    spec = importlib.util.find_spec("nvidia")
+    for location in spec.submodule_search_locations or [] if spec else []:
+        candidates += [Path(location) / "cu13", Path(location) / "cublas"]
+    for root in candidates:
+        if not (root / "include" / "cublasLt.h").exists():
+            continue
+        for lib_dir in (root / "lib64", root / "lib"):
+            for suffix in (".so", ".so.13", ".so.12"):
+                if (lib_dir / f"libcublasLt{suffix}").exists():
+                    libs = (f":libcublasLt{suffix}", f":libcublas{suffix}")
+                    return CublasPaths(root / "include", lib_dir, libs)
+    raise CublasNotFound(
+        "cuBLAS not found: install the CUDA toolkit's cuBLAS or the nvidia-cublas wheel, "
+        "or set ENGINE_CUBLAS_HOME to a folder with include/cublasLt.h and lib/libcublasLt.so*"
+    )
+
+
+def build_shim(config: EngineConfig | None = None) -> CompileResult:
+    paths = find_cublas()
+    return compile_source(
+        SHIM_SOURCE.read_text(),
+        archs=("sm_90a",),
+        libraries=paths.libraries,
+        extra_flags=(
+            f"-I{paths.include_dir}",
+            f"-L{paths.lib_dir}",
+            f"-Xlinker=-rpath={paths.lib_dir}",
+        ),
+        config=config or load_config(),
+    )
+
+
+def _ptrs(ops: Operands, layout: Layout) -> tuple[int, int, int]:
+    return ops.a.data_ptr(), ops.b(layout).data_ptr(), ops.c.data_ptr()
+
+
+def torch_runner(problem: Problem, layout: Layout) -> Runner:
+    def launch(ops: Operands, _stream: int) -> int:
+        b = ops.b(layout)
+        torch.mm(ops.a, b if layout is Layout.NN else b.t(), out=ops.c)
+        return 0
+
+    return Runner(f"torch_{layout.value}", "torch", layout, launch)
+
+
+def cublas_runner(shim: BaselineLibrary, problem: Problem, layout: Layout) -> Runner:
+    workspace = torch.empty(LT_WORKSPACE_BYTES, dtype=torch.uint8, device="cuda")
+    tn = layout is Layout.TN
+
+    def launch(ops: Operands, stream: int) -> int:
+        a, b, c = _ptrs(ops, layout)
+        ws = workspace.data_ptr()
+        return shim.cublas(
+            a, b, c, problem.m, problem.n, problem.k, ws, workspace.numel(), tn, stream
+        )
+
+    return Runner(f"cublas_{layout.value}", "cublas", layout, launch)
+
+
+def cublaslt_runner(
+    shim: BaselineLibrary, plan: int, algo: int, layout: Layout, kind: str, name: str
+) -> Runner:
+    workspace = torch.empty(LT_WORKSPACE_BYTES, dtype=torch.uint8, device="cuda")
+
+    def launch(ops: Operands, stream: int) -> int:
+        a, b, c = _ptrs(ops, layout)
+        return shim.cublaslt(plan, algo, a, b, c, workspace.data_ptr(), stream)
+
+    return Runner(name, kind, layout, launch, {"plan": plan, "algo": algo})
+
+
+def candidate_runner(library: KernelLibrary, problem: Problem, name: str = "candidate") -> Runner:
+    layout = problem.layout
+    size = library.workspace_size(problem.m, problem.n, problem.k)
+    workspace = torch.empty(max(size, 1), dtype=torch.uint8, device="cuda")
+
+    def launch(ops: Operands, stream: int) -> int:
+        a, b, c = _ptrs(ops, layout)
+        return library.launch(
+            a, b, c, problem.m, problem.n, problem.k, workspace.data_ptr(), stream
+        )
+
+    return Runner(name, "candidate", layout, launch, {"library": str(library.path)})
+
+
+def autotune_cache_path(config: EngineConfig, environment_key: str) -> Path:
+    return config.baseline_cache / f"cublaslt_autotune_{environment_key}.json"
+
+
+def autotune(
+    bench: Bench, shim: BaselineLibrary, layout: Layout, *, cache: Path | None = None
+) -> tuple[int, int, dict[str, Any]]:
+    """Times up to 100 heuristic algorithms (device protocol); returns (plan, best algo, report).
+
+    The choice is cached per (shape, layout, environment) in ``cache`` when given.
+    """
+    p = bench.problem
+    plan, count = shim.cublaslt_plan(
+        p.m, p.n, p.k, layout is Layout.TN, LT_WORKSPACE_BYTES, AUTOTUNE_MAX_ALGOS
+    )
+    key = f"{p.shape}_{layout.value}"
+    stored = json.loads(cache.read_text()) if cache and cache.exists() else {}
+    if key in stored and stored[key]["algo"] < count:
+        return plan, int(stored[key]["algo"]), {**stored[key], "cached": True}
+    runners = [
+        cublaslt_runner(shim, plan, i, layout, "cublaslt_candidate", f"algo{i}")
+        for i in range(count)
+    ]
+    bench.warm_up(runners, calls=1)
+    result = bench.device(runners, min_reps=5, max_reps=30, target_rel_se=0.01, max_seconds=30)
+    medians = {name: s.median for name, s in result.stats.items()}
+    best_name = min(medians, key=medians.__getitem__)
+    report = {"algo": int(best_name[4:]), "candidates": count, "medians": medians}
+    if cache is not None:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        stored[key] = report
+        cache.write_text(json.dumps(stored, indent=1))
+    return plan, report["algo"], {**report, "cached": False}
+
+
+def baseline_runners(
+    bench: Bench,
+    shim: BaselineLibrary,
+    *,
+    layouts: Sequence[Layout] = (Layout.NN, Layout.TN),
+    autotune_cache: Path | None = None,
+) -> tuple[list[Runner], dict[str, Any]]:
+    """Every baseline in every layout, plus the autotuning report."""
+    p = bench.problem
+    runners: list[Runner] = []
+    reports: dict[str, Any] = {}
+    for layout in layouts:
+        runners.append(torch_runner(p, layout))
+        runners.append(cublas_runner(shim, p, layout))
+        plan, count = shim.cublaslt_plan(p.m, p.n, p.k, layout is Layout.TN, LT_WORKSPACE_BYTES, 1)
+        if count:
+            runners.append(
+                cublaslt_runner(
+                    shim,
+                    plan,
+                    0,
+                    layout,
+                    "cublaslt_heuristic",
+                    f"cublaslt_heuristic_{layout.value}",
+                )
+            )
+        plan, algo, report = autotune(bench, shim, layout, cache=autotune_cache)
+        reports[f"cublaslt_autotune_{layout.value}"] = report
+        runners.append(
+            cublaslt_runner(
+                shim, plan, algo, layout, "cublaslt_autotune", f"cublaslt_autotune_{layout.value}"
+            )
+        )
+    return runners, reports
+
+
+def best_of_layouts(medians: dict[str, float]) -> dict[str, dict[str, Any]]:
+    """For each baseline, the faster layout: {baseline: {"seconds": t, "layout": "nn"}}."""
+    best: dict[str, dict[str, Any]] = {}
+    for baseline in BASELINES:
+        options = {
+            layout: medians[f"{baseline}_{layout}"]
+            for layout in ("nn", "tn")
+            if f"{baseline}_{layout}" in medians
+        }
+        if options:
+            layout = min(options, key=options.__getitem__)
+            best[baseline] = {"seconds": options[layout], "layout": layout}
+    return best

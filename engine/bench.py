@@ -1,0 +1,266 @@
+"""Timing protocols. Candidate and baselines run in one process, interleaved in random order.
+
+Protocols:
+  device   CUDA events around each call, L2 flushed before each call, repetitions until the
+           median is known to ``target_rel_se`` (or the time budget ends); median and quantiles.
+  offline  CUDA-L2's offline mode: fresh inputs each iteration, host wall clock between device
+           syncs around each call; mean TFLOP/s.
+  server   offline with exponential idle gaps between iterations (Poisson arrivals at ``qps``).
+  graph    per-call time from CUDA-graph replay of ``calls_per_graph`` back-to-back calls.
+
+Every runner's output is checked after each protocol on fresh inputs, so a kernel that behaves
+differently while timed is caught (VERIFY.md rows 3 and 4).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from engine import numerics, physics
+from engine.problem import Layout, Problem
+from engine.stats import TimingStats, summarize
+
+L2_FLUSH_BYTES = 256 << 20
+PROTOCOLS = ("device", "offline", "server", "graph")
+SPOT_CHECK_TOLERANCE = 5e-3  # relative Frobenius error on N(0,1) inputs; cuBLAS is ~2e-4
+
+
+class RunnerError(RuntimeError):
+    """A runner returned an error status while being timed."""
+
+
+@dataclass
+class Operands:
+    """One input set: A, B in both layouts, and an output buffer."""
+
+    a: torch.Tensor
+    b_nn: torch.Tensor
+    b_tn: torch.Tensor
+    c: torch.Tensor
+
+    @classmethod
+    def random(cls, problem: Problem, gen: torch.Generator) -> Operands:
+        m, n, k = problem.m, problem.n, problem.k
+        ops = cls(
+            a=torch.empty(m, k, dtype=torch.float16, device="cuda"),
+            b_nn=torch.empty(k, n, dtype=torch.float16, device="cuda"),
+            b_tn=torch.empty(n, k, dtype=torch.float16, device="cuda"),
+            c=torch.full((m, n), float("nan"), dtype=torch.float16, device="cuda"),
+        )
+        ops.refresh(gen)
+        return ops
+
+    def refresh(self, gen: torch.Generator) -> None:
+        """New values in the same buffers (B in both layouts holds the same matrix)."""
+        self.a.normal_(generator=gen)
+        self.b_nn.normal_(generator=gen)
+        self.b_tn.copy_(self.b_nn.t())
+
+    def b(self, layout: Layout) -> torch.Tensor:
+        return self.b_nn if layout is Layout.NN else self.b_tn
+
+
+@dataclass
+class Runner:
+    """Something that computes C = A·B for one problem: a candidate or a baseline.
+
+    ``launch(ops, stream_handle)`` enqueues the work on the stream and returns a status (0 = ok).
+    """
+
+    name: str
+    kind: str  # "candidate", "torch", "cublas", "cublaslt_heuristic", "cublaslt_autotune"
+    layout: Layout
+    launch: Callable[[Operands, int], int]
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def __call__(self, ops: Operands, stream: torch.cuda.Stream) -> None:
+        status = self.launch(ops, stream.cuda_stream)
+        if status != 0:
+            raise RunnerError(f"{self.name} returned status {status}")
+
+
+@dataclass
+class ProtocolResult:
+    protocol: str
+    stats: dict[str, TimingStats]  # per runner name, seconds per call
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "protocol": self.protocol,
+            "stats": {name: s.to_dict() for name, s in self.stats.items()},
+            **self.extra,
+        }
+
+
+class Bench:
+    """Holds the operands, the stream and the L2 flush buffer for one problem."""
+
+    def __init__(self, problem: Problem, *, seed: int, input_sets: int = 2) -> None:
+        self.problem = problem
+        self.gen = torch.Generator(device="cuda")
+        self.gen.manual_seed(seed)
+        self.rng = random.Random(seed)
+        self.stream = torch.cuda.Stream()
+        self.operand_sets = [Operands.random(problem, self.gen) for _ in range(input_sets)]
+        self.flush_buffer = torch.empty(L2_FLUSH_BYTES, dtype=torch.int8, device="cuda")
+        torch.cuda.synchronize()
+
+    def flush_l2(self) -> None:
+        self.flush_buffer.zero_()
+
+    def warm_up(self, runners: Sequence[Runner], calls: int = 3) -> None:
+        with torch.cuda.stream(self.stream):
+            for runner in runners:
+                for _ in range(calls):
+                    runner(self.operand_sets[0], self.stream)
+        torch.cuda.synchronize()
+
+    def device(
+        self,
+        runners: Sequence[Runner],
+        *,
+        min_reps: int = 20,
+        max_reps: int = 2000,
+        target_rel_se: float = 0.002,
+        max_seconds: float = 20.0,
+    ) -> ProtocolResult:
+        """CUDA events around each call, L2 flushed before each, interleaved in random order."""
+        events: dict[str, list[tuple[torch.cuda.Event, torch.cuda.Event]]] = {
+            r.name: [] for r in runners
+        }
+        samples: dict[str, list[float]] = {r.name: [] for r in runners}
+        started = time.monotonic()
+        rep = 0
+        check_every = min_reps
+        with torch.cuda.stream(self.stream):
+            while rep < max_reps:
+                order = list(runners)
+                self.rng.shuffle(order)
+                ops = self.operand_sets[rep % len(self.operand_sets)]
+                for runner in order:
+                    start = torch.cuda.Event(enable_timing=True)
+                    end = torch.cuda.Event(enable_timing=True)
+                    self.flush_l2()
+                    start.record(self.stream)
+                    runner(ops, self.stream)
+                    end.record(self.stream)
+                    events[runner.name].append((start, end))
+                rep += 1
+                if rep % check_every == 0 or rep == max_reps:
+                    self.stream.synchronize()
+                    for name, pairs in events.items():
+                        samples[name].extend(s.elapsed_time(e) * 1e-3 for s, e in pairs)
+                        pairs.clear()
+                    done = all(
+                        summarize(v).rel_se_median <= target_rel_se for v in samples.values()
+                    )
+                    if done or time.monotonic() - started > max_seconds:
+                        break
+        torch.cuda.synchronize()
+        stats = {name: summarize(values) for name, values in samples.items()}
+        return ProtocolResult("device", stats, {"reps": rep})
+
+    def offline(
+        self,
+        runners: Sequence[Runner],
+        *,
+        iterations: int = 50,
+        qps: float | None = None,
+        max_seconds: float = 20.0,
+    ) -> ProtocolResult:
+        """Host wall clock between device syncs; fresh inputs each iteration; shuffled order.
+
+        With ``qps``, exponential idle gaps precede each call (the paper's server mode).
+        """
+        samples: dict[str, list[float]] = {r.name: [] for r in runners}
+        ops = self.operand_sets[0]
+        started = time.monotonic()
+        with torch.cuda.stream(self.stream):
+            for _ in range(iterations):
+                order = list(runners)
+                self.rng.shuffle(order)
+                for runner in order:
+                    ops.refresh(self.gen)
+                    torch.cuda.synchronize()
+                    if qps:
+                        time.sleep(self.rng.expovariate(qps))
+                    t0 = time.perf_counter()
+                    runner(ops, self.stream)
+                    torch.cuda.synchronize()
+                    samples[runner.name].append(time.perf_counter() - t0)
+                if time.monotonic() - started > max_seconds:
+                    break
+        stats = {name: summarize(values) for name, values in samples.items()}
+        # CUDA-L2 reports the mean of per-iteration TFLOP/s
+        mean_tflops = {
+            name: sum(physics.tflops(self.problem, t) for t in values) / len(values)
+            for name, values in samples.items()
+        }
+        protocol = "server" if qps else "offline"
+        return ProtocolResult(protocol, stats, {"mean_tflops": mean_tflops, "qps": qps})
+
+    def graph(
+        self, runners: Sequence[Runner], *, calls_per_graph: int = 10, replays: int = 20
+    ) -> ProtocolResult:
+        """Per-call time from CUDA-graph replays (launch gaps removed, caches warm)."""
+        stats: dict[str, TimingStats] = {}
+        ops = self.operand_sets[0]
+        for runner in runners:
+            graph = torch.cuda.CUDAGraph()
+            capture_stream = torch.cuda.Stream()
+            with torch.cuda.graph(graph, stream=capture_stream):
+                for _ in range(calls_per_graph):
+                    runner(ops, capture_stream)
+            graph.replay()
+            torch.cuda.synchronize()
+            times = []
+            for _ in range(replays):
+                start = torch.cuda.Event(enable_timing=True)
+                end = torch.cuda.Event(enable_timing=True)
+                start.record()
+                graph.replay()
+                end.record()
+                end.synchronize()
+                times.append(start.elapsed_time(end) * 1e-3 / calls_per_graph)
+            stats[runner.name] = summarize(times)
+            del graph
+        return ProtocolResult("graph", stats, {"calls_per_graph": calls_per_graph})
+
+    def host_overhead(self, runners: Sequence[Runner], calls: int = 50) -> dict[str, float]:
+        """Host seconds per call to enqueue work while the GPU is busy (launch-path overhead)."""
+        overhead: dict[str, float] = {}
+        ops = self.operand_sets[0]
+        with torch.cuda.stream(self.stream):
+            for runner in runners:
+                torch.cuda._sleep(200_000_000)  # ~100 ms of GPU work ahead of the launches
+                t0 = time.perf_counter()
+                for _ in range(calls):
+                    runner(ops, self.stream)
+                overhead[runner.name] = (time.perf_counter() - t0) / calls
+                torch.cuda.synchronize()
+        return overhead
+
+    def spot_check(self, runners: Sequence[Runner]) -> dict[str, float]:
+        """Relative error of every runner on fresh inputs; raises RunnerError past tolerance."""
+        errors: dict[str, float] = {}
+        ops = self.operand_sets[0]
+        for runner in runners:
+            ops.refresh(self.gen)
+            ops.c.fill_(float("nan"))
+            torch.cuda.synchronize()
+            with torch.cuda.stream(self.stream):
+                runner(ops, self.stream)
+            torch.cuda.synchronize()
+            ref = ops.a.float() @ ops.b_nn.float()
+            error = numerics.relative_frobenius_error(ops.c, ref)
+            errors[runner.name] = error
+            if not error <= SPOT_CHECK_TOLERANCE:
+                raise RunnerError(f"{runner.name} gave a wrong answer while timed: {error:.3g}")
+        return errors

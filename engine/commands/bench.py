@@ -1,0 +1,77 @@
+"""``python -m engine bench --shape MxNxK``: time every baseline (and a kernel) and write JSON."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from engine.commands.common import add_problem_arguments, compile_kernel_file, problem_from_args
+from engine.verify import verify
+
+PROTOCOL_CHOICES = ("device", "offline", "server", "graph")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("bench", help="time baselines (and a kernel) on the GPU")
+    add_problem_arguments(parser, many=True)
+    parser.add_argument(
+        "--protocol",
+        action="append",
+        choices=PROTOCOL_CHOICES,
+        help="repeatable; default: device and offline",
+    )
+    parser.add_argument("--kernel", type=Path, help="a .cu file to verify and time as well")
+    parser.add_argument("--json", type=Path, default=Path("bench-results.json"))
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from engine.measure import measure
+
+    problems = [problem_from_args(shape, args.layout) for shape in args.shape]
+    protocols = tuple(args.protocol or ("device", "offline"))
+    records = []
+    for problem in problems:
+        candidates = {}
+        if args.kernel:
+            compiled = compile_kernel_file(args.kernel, problem.layout)
+            verdict = verify(compiled.library, problem)
+            if not verdict.ok:
+                print(
+                    f"error: {args.kernel} rejected at {problem}: [{verdict.reason}] "
+                    f"{verdict.message}",
+                    file=sys.stderr,
+                )
+                return 1
+            candidates[args.kernel.stem] = compiled.library
+        record = measure(
+            problem,
+            candidates=candidates,
+            protocols=protocols,
+            progress=lambda msg: print(msg, file=sys.stderr, flush=True),
+        )
+        records.append(record)
+        print(format_table(record))
+    args.json.write_text(json.dumps(records, indent=1, default=str))
+    print(f"wrote {args.json}")
+    return 0
+
+
+def format_table(record: dict[str, Any]) -> str:
+    p = record["problem"]
+    lines = [f"\n{p['m']}x{p['n']}x{p['k']} ({p['layout']})  — {record['environment']['gpu_name']}"]
+    for protocol, result in record["protocols"].items():
+        stat = result["statistic"]
+        lines.append(f"  {protocol} protocol ({stat} µs, TFLOP/s):")
+        for name in sorted(result["seconds"], key=result["seconds"].__getitem__):
+            t = result["seconds"][name]
+            lines.append(f"    {name:28s} {t * 1e6:11.2f} µs {result['tflops'][name]:8.1f}")
+        for name, speedups in result["speedups"].items():
+            parts = ", ".join(f"{b} {s:.3f}x" for b, s in speedups.items())
+            lines.append(f"    speedup of {name}: {parts}")
+        if result["impossible"]:
+            lines.append(f"    IMPOSSIBLE (below physical floor): {result['impossible']}")
+    return "\n".join(lines)

@@ -1,0 +1,41 @@
+"""Helpers shared by CLI subcommands."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from engine.compile import CompileResult, compile_source
+from engine.problem import Layout, Problem, ProblemError
+
+
+def problem_from_args(shape: str, layout: str) -> Problem:
+    try:
+        return Problem.parse(shape, layout)
+    except ProblemError as exc:
+        raise SystemExit(f"error: {exc}") from None
+
+
+def add_problem_arguments(parser: argparse.ArgumentParser, *, many: bool = False) -> None:
+    parser.add_argument(
+        "--shape",
+        required=True,
+        action="append" if many else "store",
+        help="problem size MxNxK, e.g. 4096x4096x4096" + (" (repeatable)" if many else ""),
+    )
+    parser.add_argument("--layout", default="nn", choices=[x.value for x in Layout])
+
+
+def compile_kernel_file(path: Path, layout: Layout) -> CompileResult:
+    """Compiles a user's .cu file (``-DGEMMFORGE_LAYOUT_TN`` tells layout-generic sources)."""
+    if not path.is_file():
+        raise SystemExit(f"error: no such kernel file: {path}")
+    result = compile_source(
+        path.read_text(),
+        extra_flags=(f"-DGEMMFORGE_LAYOUT_TN={int(layout is Layout.TN)}",),
+    )
+    if not result.ok:
+        print(result.log, file=sys.stderr)
+        raise SystemExit(f"error: {path} did not compile: {result.error}")
+    return result

@@ -1,0 +1,137 @@
+"""One measurement session for one problem: baselines (both layouts) and candidates, every
+protocol, the physical floor check and the environment, as one JSON-ready record."""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from engine import baselines, physics
+from engine.bench import Bench, ProtocolResult, Runner
+from engine.config import EngineConfig
+from engine.config import load as load_config
+from engine.environment import GpuEnvironment, collect
+from engine.problem import Problem
+from engine.runtime import BaselineLibrary, KernelLibrary
+from engine.stats import spread_between_runs
+
+DEFAULT_PROTOCOLS = ("device", "offline")
+
+
+class MeasureSetupError(RuntimeError):
+    """The baseline shim could not be built or loaded."""
+
+
+def load_shim(config: EngineConfig) -> BaselineLibrary:
+    built = baselines.build_shim(config)
+    if not built.ok or built.library is None:
+        raise MeasureSetupError(f"building the cuBLAS shim failed: {built.error}\n{built.log}")
+    return BaselineLibrary(built.library)
+
+
+def measure(
+    problem: Problem,
+    *,
+    candidates: Mapping[str, Path] | None = None,
+    protocols: Sequence[str] = DEFAULT_PROTOCOLS,
+    config: EngineConfig | None = None,
+    shim: BaselineLibrary | None = None,
+    seed: int | None = None,
+    device_runs: int = 1,
+    progress: Callable[[str], None] = lambda _msg: None,
+) -> dict[str, Any]:
+    """Times every baseline in both layouts and each candidate library, interleaved.
+
+    Candidates must have passed verification; their outputs are spot-checked again here.
+    """
+    config = config or load_config()
+    shim = shim or load_shim(config)
+    environment = collect(cublaslt_version=shim.cublaslt_version)
+    bench = Bench(problem, seed=seed if seed is not None else secrets.randbits(31))
+    progress(f"{problem}: autotuning cuBLASLt")
+    runners, autotune_reports = baselines.baseline_runners(
+        bench, shim, autotune_cache=baselines.autotune_cache_path(config, environment.key)
+    )
+    for name, path in (candidates or {}).items():
+        runners.append(baselines.candidate_runner(KernelLibrary(path), problem, name))
+    bench.warm_up(runners)
+    record: dict[str, Any] = {
+        "problem": {"m": problem.m, "n": problem.n, "k": problem.k, "layout": problem.layout.value},
+        "environment": environment.to_dict(),
+        "autotune": autotune_reports,
+        "host_overhead_s": bench.host_overhead(runners),
+        "protocols": {},
+    }
+    record["host_overhead_s"]["ctypes_noop"] = noop_overhead(shim)
+    for protocol in protocols:
+        progress(f"{problem}: {protocol} protocol")
+        result = run_protocol(bench, runners, protocol)
+        summary = summarize_protocol(problem, result.to_dict(), environment)
+        if protocol == "device" and device_runs > 1:
+            summary["repeat_medians"] = repeat_medians(bench, runners, result, device_runs)
+            summary["run_to_run_spread"] = {
+                name: spread_between_runs(values)
+                for name, values in summary["repeat_medians"].items()
+            }
+        summary["spot_check_errors"] = bench.spot_check(runners)
+        record["protocols"][protocol] = summary
+    return record
+
+
+def repeat_medians(
+    bench: Bench, runners: list[Runner], first: ProtocolResult, runs: int
+) -> dict[str, list[float]]:
+    """Per-runner medians of ``runs`` independent device-protocol runs (the first included)."""
+    medians = {name: [s.median] for name, s in first.stats.items()}
+    for _ in range(runs - 1):
+        again = bench.device(runners)
+        for name, s in again.stats.items():
+            medians[name].append(s.median)
+    return medians
+
+
+def noop_overhead(shim: BaselineLibrary, calls: int = 2000) -> float:
+    """Host seconds of one ctypes call into an empty exported function (the call-path floor)."""
+    started = time.perf_counter()
+    for _ in range(calls):
+        shim.noop(0, 0, 0, 0, 0, 0, 0, 0)
+    return (time.perf_counter() - started) / calls
+
+
+def run_protocol(bench: Bench, runners: list[Runner], protocol: str):
+    if protocol == "device":
+        return bench.device(runners)
+    if protocol == "offline":
+        return bench.offline(runners)
+    if protocol == "server":
+        return bench.offline(runners, qps=200.0)
+    if protocol == "graph":
+        return bench.graph(runners)
+    raise ValueError(f"unknown protocol {protocol!r}: expected device, offline, server or graph")
+
+
+def summarize_protocol(
+    problem: Problem, result: dict[str, Any], environment: GpuEnvironment
+) -> dict[str, Any]:
+    """Adds best-of-layout baselines, TFLOP/s, speedups and the floor check to a protocol result."""
+    stats = result["stats"]
+    key = "mean" if result["protocol"] in ("offline", "server") else "median"
+    seconds = {name: s[key] for name, s in stats.items()}
+    best = baselines.best_of_layouts(seconds)
+    peaks = physics.peaks_for(environment.gpu_name)
+    floor = physics.floor_seconds(problem, peaks)
+    candidates = [n for n in seconds if not any(n.startswith(b) for b in baselines.BASELINES)]
+    speedups = {name: {b: best[b]["seconds"] / seconds[name] for b in best} for name in candidates}
+    return {
+        **result,
+        "statistic": key,
+        "seconds": seconds,
+        "tflops": {name: physics.tflops(problem, t) for name, t in seconds.items()},
+        "best_baselines": best,
+        "speedups": speedups,
+        "floor_seconds": floor,
+        "impossible": sorted(n for n, t in seconds.items() if t < floor),
+    }

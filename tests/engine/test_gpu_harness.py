@@ -1,0 +1,59 @@
+"""The harness on a real GPU: every known-bad kernel is rejected with its reason, honest kernels
+pass, and the protocols time baselines sanely."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine import fixtures
+from engine.problem import Layout, Problem
+from engine.verify import verify
+
+pytestmark = [pytest.mark.gpu, pytest.mark.nvcc]
+
+SHAPE = Problem(1024, 1024, 1024)
+ODD_SHAPE = Problem(1000, 264, 520, Layout.TN)  # not a multiple of any tile
+
+
+@pytest.mark.parametrize("path", fixtures.bad_kernel_paths(), ids=lambda p: p.stem)
+def test_it_rejects_each_known_bad_kernel_with_its_reason(path):
+    built = fixtures.build_one(path, SHAPE.layout)
+    assert built.ok, built.log
+    timeout = 30 if fixtures.expected_reason(path) == "timeout" else 120
+    result = verify(built.library, SHAPE, timeout=timeout)
+    assert not result.ok
+    assert result.reason == fixtures.expected_reason(path), result.message
+
+
+@pytest.mark.parametrize("problem", [SHAPE, ODD_SHAPE, Problem(64, 64, 64, Layout.TN)], ids=str)
+def test_it_accepts_the_reference_kernel(problem):
+    built = fixtures.build_one(fixtures.REFERENCE, problem.layout)
+    assert built.ok, built.log
+    result = verify(built.library, problem)
+    assert result.ok, (result.reason, result.message, result.stderr_tail)
+
+
+@pytest.mark.parametrize("problem", [SHAPE, ODD_SHAPE], ids=str)
+def test_it_accepts_cublas_wrapped_in_the_abi(problem):
+    built = fixtures.build_one(fixtures.GOOD_KERNELS / "cublas_wrapped.cu", problem.layout)
+    assert built.ok, built.log
+    result = verify(built.library, problem)
+    assert result.ok, (result.reason, result.message, result.stderr_tail)
+
+
+def test_measure_times_every_baseline_and_the_candidate_above_the_floor():
+    from engine.measure import measure
+
+    built = fixtures.build_one(fixtures.REFERENCE, SHAPE.layout)
+    record = measure(SHAPE, candidates={"reference": built.library}, protocols=("device", "graph"))
+    device = record["protocols"]["device"]
+    assert set(device["best_baselines"]) == {
+        "torch",
+        "cublas",
+        "cublaslt_heuristic",
+        "cublaslt_autotune",
+    }
+    assert device["impossible"] == []
+    assert all(t > 0 for t in device["seconds"].values())
+    # the simple reference kernel is far slower than cuBLAS
+    assert device["speedups"]["reference"]["cublas"] < 1.0
