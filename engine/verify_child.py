@@ -41,6 +41,11 @@ class Rejected(Exception):
         self.message = message
 
 
+def same_bits(x: torch.Tensor, y: torch.Tensor) -> bool:
+    """Bitwise equality (random bit patterns include NaNs, which never compare equal)."""
+    return torch.equal(x.view(torch.int16), y.view(torch.int16))
+
+
 class Guarded:
     """A device buffer with random guard bands on both sides."""
 
@@ -63,7 +68,7 @@ class Guarded:
         return self.storage[GUARD_ELEMENTS : GUARD_ELEMENTS + self.numel]
 
     def guards_intact(self) -> bool:
-        return torch.equal(self.front, self.guards[0]) and torch.equal(self.back, self.guards[1])
+        return same_bits(self.front, self.guards[0]) and same_bits(self.back, self.guards[1])
 
 
 @dataclass
@@ -202,9 +207,9 @@ class Session:
         for label, buffer in guarded:
             if not buffer.guards_intact():
                 raise Rejected("guard_band", f"wrote outside {label}")
-        if not (torch.equal(buffers.a.body, a_copy) and torch.equal(buffers.b.body, b_copy)):
+        if not (same_bits(buffers.a.body, a_copy) and same_bits(buffers.b.body, b_copy)):
             raise Rejected("input_modified", "changed A or B")
-        if not torch.equal(out.view(torch.int16), at_return.view(torch.int16)):
+        if not same_bits(out, at_return):
             raise Rejected(
                 reason or "stream", "C changed after the call's work on the caller's stream ended"
             )
@@ -266,7 +271,7 @@ def run_checks(session: Session) -> dict[str, Any]:
         session.trial(f"same buffers, new contents #{i + 1}", "normal")
     if thread_count() > threads:
         raise Rejected("threads", f"started host threads ({threads} → {thread_count()})")
-    return {"deterministic": bool(torch.equal(first.view(torch.int16), second.view(torch.int16)))}
+    return {"deterministic": same_bits(first, second)}
 
 
 def verify(spec: dict[str, Any], seed: int) -> dict[str, Any]:

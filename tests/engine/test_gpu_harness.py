@@ -19,7 +19,7 @@ ODD_SHAPE = Problem(1000, 264, 520, Layout.TN)  # not a multiple of any tile
 def test_it_rejects_each_known_bad_kernel_with_its_reason(path):
     built = fixtures.build_one(path, SHAPE.layout)
     assert built.ok, built.log
-    timeout = 30 if fixtures.expected_reason(path) == "timeout" else 120
+    timeout = 20 if fixtures.expected_reason(path) == "timeout" else 120
     result = verify(built.library, SHAPE, timeout=timeout)
     assert not result.ok
     assert result.reason == fixtures.expected_reason(path), result.message
