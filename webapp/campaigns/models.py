@@ -1,0 +1,188 @@
+"""Campaigns, their problems (shapes), the candidate kernels tried for them, and baselines."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+from engine.problem import Layout as EngineLayout
+from engine.problem import Problem as EngineProblem
+
+
+class Layout(models.TextChoices):
+    NN = "nn", "NN (B is K×N, torch.matmul)"
+    TN = "tn", "TN (B is N×K, nn.Linear weight)"
+
+
+class Campaign(models.Model):
+    class Status(models.TextChoices):
+        QUEUED = "queued", "Queued"
+        RUNNING = "running", "Running"
+        PAUSED = "paused", "Paused"
+        DONE = "done", "Done"
+        FAILED = "failed", "Failed"
+        CANCELLED = "cancelled", "Cancelled"
+
+    name = models.CharField(max_length=200)
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="campaigns"
+    )
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
+    layout = models.CharField(max_length=2, choices=Layout.choices, default=Layout.NN)
+    budget_per_shape = models.PositiveIntegerField(
+        default=256, help_text="Most candidates evaluated for each shape."
+    )
+    proposer_mix = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text='Proposer name → share, e.g. {"policy": 0.7, "llm": 0.3}; empty: the default.',
+    )
+    reward_protocol = models.CharField(
+        max_length=64,
+        default="cold_l2_median",
+        help_text="Which timing protocol the reward (speedup over the best baseline) uses.",
+    )
+    created = models.DateTimeField(auto_now_add=True)
+    updated = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-created", "-id"]
+        indexes = [
+            models.Index(fields=["status"], name="campaign_status_idx"),
+            models.Index(fields=["-created"], name="campaign_created_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Problem(models.Model):
+    """One shape of a campaign; mirrors engine.problem.Problem."""
+
+    class Status(models.TextChoices):
+        QUEUED = "queued", "Queued"
+        RUNNING = "running", "Running"
+        DONE = "done", "Done"
+        FAILED = "failed", "Failed"
+
+    campaign = models.ForeignKey(Campaign, on_delete=models.CASCADE, related_name="problems")
+    m = models.PositiveIntegerField()
+    n = models.PositiveIntegerField()
+    k = models.PositiveIntegerField()
+    layout = models.CharField(max_length=2, choices=Layout.choices, default=Layout.NN)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
+    best_speedups = models.JSONField(
+        default=dict, blank=True, help_text='Baseline name → best speedup, e.g. {"cublas": 1.07}.'
+    )
+    created = models.DateTimeField(auto_now_add=True)
+    updated = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["campaign", "id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["campaign", "m", "n", "k", "layout"], name="problem_unique_shape"
+            ),
+        ]
+        indexes = [models.Index(fields=["status"], name="problem_status_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.shape}_{self.layout}"
+
+    @property
+    def shape(self) -> str:
+        return f"{self.m}x{self.n}x{self.k}"
+
+    def as_engine(self) -> EngineProblem:
+        return EngineProblem(self.m, self.n, self.k, EngineLayout(self.layout))
+
+
+class Candidate(models.Model):
+    """One proposed kernel for one problem, and what happened to it."""
+
+    class Status(models.TextChoices):
+        PROPOSED = "proposed", "Proposed"
+        COMPILING = "compiling", "Compiling"
+        COMPILED = "compiled", "Compiled"
+        VERIFYING = "verifying", "Verifying"
+        VERIFIED = "verified", "Verified"
+        BENCHMARKING = "benchmarking", "Benchmarking"
+        DONE = "done", "Done"
+        REJECTED = "rejected", "Rejected"
+        FAILED = "failed", "Failed"
+
+    class CompileStatus(models.TextChoices):
+        PENDING = "pending", "Pending"
+        OK = "ok", "OK"
+        ERROR = "error", "Error"
+        TIMEOUT = "timeout", "Timeout"
+
+    problem = models.ForeignKey(Problem, on_delete=models.CASCADE, related_name="candidates")
+    name = models.CharField(max_length=200, help_text="Deterministic procedural kernel name.")
+    family = models.CharField(max_length=64)
+    config = models.JSONField(default=dict, blank=True)
+    source = models.TextField()
+    source_hash = models.CharField(max_length=64, help_text="sha256 of the source, hex.")
+    proposer = models.CharField(max_length=64)
+    parent = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children"
+    )
+    compile_status = models.CharField(
+        max_length=16, choices=CompileStatus.choices, default=CompileStatus.PENDING
+    )
+    compile_result = models.JSONField(null=True, blank=True)
+    verification_result = models.JSONField(null=True, blank=True)
+    timings = models.JSONField(default=dict, blank=True, help_text="Timing protocol → results.")
+    reward = models.FloatField(null=True, blank=True)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PROPOSED)
+    failure_reason = models.TextField(blank=True)
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["problem", "-created"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["problem", "source_hash"], name="candidate_unique_source"
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["problem", "-reward"], name="candidate_reward_idx"),
+            models.Index(fields=["status"], name="candidate_status_idx"),
+            models.Index(fields=["source_hash"], name="candidate_source_hash_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class BaselineResult(models.Model):
+    """A vendor library's timings for one shape on one GPU environment."""
+
+    class Baseline(models.TextChoices):
+        TORCH = "torch", "torch.matmul"
+        CUBLAS = "cublas", "cuBLAS"
+        CUBLASLT_HEURISTIC = "cublaslt_heuristic", "cuBLASLt (heuristic)"
+        CUBLASLT_AUTOTUNE = "cublaslt_autotune", "cuBLASLt (autotuned)"
+
+    m = models.PositiveIntegerField()
+    n = models.PositiveIntegerField()
+    k = models.PositiveIntegerField()
+    layout = models.CharField(max_length=2, choices=Layout.choices)
+    baseline = models.CharField(max_length=32, choices=Baseline.choices)
+    variant = models.CharField(
+        max_length=2,
+        choices=Layout.choices,
+        help_text="Operand layout the library was called with (it may differ from the problem's).",
+    )
+    timings = models.JSONField(default=dict, blank=True, help_text="Timing protocol → results.")
+    gpu_environment = models.ForeignKey(
+        "workers.GpuEnvironment", on_delete=models.PROTECT, related_name="baselines"
+    )
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created"]
+        indexes = [models.Index(fields=["m", "n", "k", "layout"], name="baseline_shape_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.baseline} {self.m}x{self.n}x{self.k}_{self.layout} ({self.variant})"

@@ -1,0 +1,17 @@
+"""Settings for the test suite: the real settings, a fixed key, fast hashing, eager Celery."""
+
+import os
+
+os.environ.setdefault("SECRET_KEY", "tests-only-not-a-secret")
+
+from webapp.settings import *  # noqa: F403
+
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+}
+STATIC_ROOT = None  # WhiteNoise serves from the finders; nothing is collected in tests
+WHITENOISE_USE_FINDERS = True
+CELERY_TASK_ALWAYS_EAGER = True
+CELERY_TASK_EAGER_PROPAGATES = True

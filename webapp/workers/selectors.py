@@ -1,0 +1,24 @@
+"""Reads for workers."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.conf import settings
+from django.db.models import QuerySet
+from django.utils import timezone
+
+from webapp.workers.models import WorkerHeartbeat
+
+
+def workers_online(*, within_s: int | None = None) -> QuerySet[WorkerHeartbeat]:
+    """Workers whose last heartbeat is recent and that did not announce a shutdown."""
+    window = within_s if within_s is not None else settings.WORKER_ONLINE_SECONDS
+    since = timezone.now() - timedelta(seconds=window)
+    return WorkerHeartbeat.objects.filter(
+        last_seen__gte=since, stopped__isnull=True
+    ).select_related("gpu_environment")
+
+
+def workers_all() -> QuerySet[WorkerHeartbeat]:
+    return WorkerHeartbeat.objects.select_related("gpu_environment").order_by("-last_seen")
