@@ -1,0 +1,81 @@
+"""``python -m engine prebuild --family sm90 --limit N``: compile a library of family variants."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+import time
+
+from engine.compile import CompileResult, compile_many
+from engine.config import load as load_config
+from engine.families import FAMILIES, get_family
+from engine.problem import Layout, Problem, ProblemError
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "prebuild", help="compile N sampled variants of a kernel family into the cache"
+    )
+    parser.add_argument("--family", required=True, choices=sorted(FAMILIES))
+    parser.add_argument("--limit", type=int, default=8, help="number of variants (default 8)")
+    parser.add_argument("--layout", default="tn", choices=[x.value for x in Layout])
+    parser.add_argument("--shape", help="only variants valid for this MxNxK problem")
+    parser.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
+    parser.add_argument("--jobs", type=int, help="parallel nvcc processes (ENGINE_COMPILE_JOBS)")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    family = get_family(args.family)
+    layout = Layout.parse(args.layout)
+    problem = None
+    if args.shape:
+        try:
+            problem = Problem.parse(args.shape, layout)
+        except ProblemError as exc:
+            raise SystemExit(f"error: {exc}") from None
+    configs = family.sample(args.limit, problem, layout=layout, seed=args.seed)
+    config = load_config()
+    jobs = args.jobs or config.compile_jobs
+    print(
+        f"{family.FAMILY}: compiling {len(configs)} variants for {','.join(family.ARCHS)} "
+        f"with {jobs} jobs",
+        flush=True,
+    )
+    lock = threading.Lock()
+
+    def progress(index: int, result: CompileResult) -> None:
+        with lock:
+            print(format_line(configs[index].name, result), flush=True)
+
+    started = time.monotonic()
+    results = compile_many(
+        [c.render() for c in configs],
+        jobs=jobs,
+        archs=family.ARCHS,
+        config=config,
+        progress=progress,
+    )
+    wall = time.monotonic() - started
+    built = [r for r in results if r.ok]
+    fresh = [r.seconds for r in results if not r.cached]
+    mean = sum(fresh) / len(fresh) if fresh else 0.0
+    print(
+        f"{len(built)}/{len(results)} built in {wall:.1f} s wall; "
+        f"{len(fresh)} fresh compiles, mean {mean:.1f} s each",
+        flush=True,
+    )
+    return 0 if len(built) == len(results) else 1
+
+
+def format_line(name: str, result: CompileResult) -> str:
+    status = "ok" if result.ok else ("TIMEOUT" if result.timed_out else "FAIL")
+    origin = "cached" if result.cached else "built"
+    line = f"{status:7} {result.seconds:7.1f} s  {origin:6}  {name}"
+    if result.ok:
+        line += f"  regs={result.max_registers}" + ("  SPILLS" if result.spills else "")
+    else:
+        line += f"\n        {result.error}"
+        print(result.log[-2000:], file=sys.stderr)
+    return line

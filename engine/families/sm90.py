@@ -1,0 +1,234 @@
+"""Family sm90: CUTLASS 3.x collective-builder GEMMs for Hopper (TMA + WGMMA, sm_90a).
+
+Knobs: CTA tile M×N×K, cluster shape, kernel schedule (``ws`` TMA warp-specialized, ``coop``
+cooperative, ``pingpong``), epilogue (``tma`` warp-specialized TMA store, ``nosmem`` direct
+stores), mainloop stages (0 = as many as fit), tile scheduler (``persistent`` or ``streamk`` with
+a decomposition mode and split count), raster order and max swizzle.
+
+Legality (``is_valid``) is conservative: combinations CUTLASS rejects statically (stream-K on
+ping-pong or basic warp-specialized kernels), that spill by construction (more than 128 fp32
+accumulators per consumer thread) or that do not fit shared memory are invalid; so are ones we have
+not convinced ourselves of (tile M 256 outside cooperative, cluster dims above 2, N tiles other than
+64/128/256).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import ClassVar
+
+from engine.families.base import VALID, KernelConfig, Validity, invalid
+from engine.problem import Layout, Problem
+
+SMEM_LIMIT = 232448  # bytes of shared memory per block on H100/H200 (227 KiB)
+SMEM_RESERVED = 1024  # pipeline barriers, tile-scheduler storage
+EPILOGUE_SMEM = {"tma": 32768, "nosmem": 0}  # upper bound of the epilogue's smem (fp16 D, no C)
+MAX_ACCUMULATORS = 128  # fp32 accumulator registers per consumer thread
+
+KERNEL_SCHEDULES = {
+    "ws": "cutlass::gemm::KernelTmaWarpSpecialized",
+    "coop": "cutlass::gemm::KernelTmaWarpSpecializedCooperative",
+    "pingpong": "cutlass::gemm::KernelTmaWarpSpecializedPingpong",
+}
+RASTER = {"heuristic": "Heuristic", "m": "AlongM", "n": "AlongN"}
+DECOMPOSITION = {
+    "heuristic": "Heuristic",
+    "dataparallel": "DataParallel",
+    "splitk": "SplitK",
+    "streamk": "StreamK",
+}
+
+
+@dataclass(frozen=True)
+class Sm90Config(KernelConfig):
+    FAMILY: ClassVar[str] = "sm90"
+    ARCHS: ClassVar[tuple[str, ...]] = ("sm_90a",)
+    TEMPLATE: ClassVar[str] = "sm90.cu.tmpl"
+    SPACE: ClassVar[dict[str, tuple[object, ...]]] = {
+        "tile_m": (64, 128, 256),
+        "tile_n": (64, 128, 256),
+        "tile_k": (32, 64, 128),
+        "cluster_m": (1, 2),
+        "cluster_n": (1, 2),
+        "schedule": ("ws", "coop", "pingpong"),
+        "epilogue": ("tma", "nosmem"),
+        "stages": (0, 2, 3, 4, 5, 6, 7),
+        "scheduler": ("persistent", "streamk"),
+        "decomposition": ("heuristic", "dataparallel", "splitk", "streamk"),
+        "splits": (1, 2, 3, 4),
+        "raster": ("heuristic", "m", "n"),
+        "swizzle": (1, 2, 4, 8),
+    }
+
+    tile_m: int = 128
+    tile_n: int = 128
+    tile_k: int = 64
+    cluster_m: int = 1
+    cluster_n: int = 1
+    schedule: str = "coop"
+    epilogue: str = "tma"
+    stages: int = 0  # 0: as many as fit beside the epilogue
+    scheduler: str = "persistent"
+    decomposition: str = "heuristic"  # stream-K only
+    splits: int = 1  # stream-K split-K only
+    raster: str = "heuristic"
+    swizzle: int = 1
+
+    @classmethod
+    def candidates(cls, layout: Layout) -> Iterator[Sm90Config]:
+        """SPACE without the scheduler combinations that are invalid for every config."""
+        schedulers = [("persistent", "heuristic", 1)]
+        schedulers += [("streamk", d, 1) for d in ("heuristic", "dataparallel", "streamk")]
+        schedulers += [("streamk", "splitk", s) for s in cls.SPACE["splits"] if s > 1]
+        keys = [k for k in cls.SPACE if k not in ("scheduler", "decomposition", "splits")]
+        for values in itertools.product(*(cls.SPACE[k] for k in keys)):
+            knobs = dict(zip(keys, values, strict=True))
+            for scheduler, decomposition, splits in schedulers:
+                yield cls(
+                    layout=layout,
+                    scheduler=scheduler,
+                    decomposition=decomposition,
+                    splits=splits,
+                    **knobs,
+                )
+
+    # -- legality --------------------------------------------------------------------------
+    def is_valid(self, problem: Problem | None = None, arch: str | None = None) -> Validity:
+        for knob, values in self.SPACE.items():
+            if getattr(self, knob) not in values:
+                return invalid(f"{knob}={getattr(self, knob)!r} is not one of {list(values)}")
+        if not isinstance(self.layout, Layout):
+            return invalid(f"layout {self.layout!r} is not a Layout")
+        if arch is not None and arch not in ("sm_90a",):
+            return invalid(f"sm90 kernels need sm_90a (wgmma, TMA), not {arch}")
+        if self.schedule == "coop" and self.tile_m < 128:
+            return invalid("the cooperative schedule splits tile M over two warpgroups: needs ≥128")
+        if self.schedule != "coop" and self.tile_m > 128:
+            return invalid(f"tile M {self.tile_m} is only offered with the cooperative schedule")
+        consumers = 256 if self.schedule == "coop" else 128
+        accumulators = self.tile_m * self.tile_n // consumers
+        if accumulators > MAX_ACCUMULATORS:
+            return invalid(
+                f"{self.tile_m}x{self.tile_n} needs {accumulators} fp32 accumulators per consumer "
+                f"thread (> {MAX_ACCUMULATORS}): it would spill"
+            )
+        if self.scheduler == "streamk" and self.schedule != "coop":
+            return invalid(
+                "CUTLASS supports the stream-K scheduler only with the cooperative kernel"
+            )
+        if self.scheduler == "persistent" and (
+            self.decomposition != "heuristic" or self.splits != 1
+        ):
+            return invalid("decomposition and splits apply to the stream-K scheduler only")
+        if self.decomposition == "splitk" and self.splits < 2:
+            return invalid("split-K decomposition needs splits ≥ 2")
+        if self.decomposition != "splitk" and self.splits != 1:
+            return invalid("splits > 1 is the split-K decomposition: set decomposition=splitk")
+        if self.schedule == "ws" and (self.raster != "heuristic" or self.swizzle != 1):
+            return invalid("the basic warp-specialized kernel is not persistent: no raster/swizzle")
+        stage_bytes = self.stage_bytes
+        budget = SMEM_LIMIT - SMEM_RESERVED - EPILOGUE_SMEM[self.epilogue]
+        if self.stages == 0 and budget // stage_bytes < 2:
+            return invalid(f"fewer than 2 stages of {stage_bytes} B fit in shared memory")
+        if self.stages and self.stages * stage_bytes > budget:
+            return invalid(
+                f"{self.stages} stages of {stage_bytes} B exceed the {budget} B "
+                "shared-memory budget"
+            )
+        if problem is not None:
+            if problem.layout is not self.layout:
+                return invalid(f"built for layout {self.layout.value}, problem is {problem.key}")
+            k_tiles = math.ceil(problem.k / self.tile_k)
+            if self.splits > k_tiles:
+                return invalid(f"{self.splits} splits but K={problem.k} has only {k_tiles} tiles")
+        return VALID
+
+    @property
+    def stage_bytes(self) -> int:
+        return (self.tile_m + self.tile_n) * self.tile_k * 2
+
+    def tile_mn(self) -> tuple[int, int]:
+        return self.tile_m, self.tile_n
+
+    # -- naming and rendering --------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        parts = [
+            "hgemm_sm90",
+            f"{self.tile_m}x{self.tile_n}x{self.tile_k}",
+            f"c{self.cluster_m}x{self.cluster_n}x1",
+            f"s{self.stages}" if self.stages else "sauto",
+            self.layout.value,
+            self.schedule,
+            f"epi{self.epilogue}",
+        ]
+        if self.scheduler == "streamk":
+            split = f"{self.splits}" if self.decomposition == "splitk" else ""
+            parts.append(f"streamk_{self.decomposition}{split}")
+        else:
+            parts.append("persistent")
+        parts.append(f"r{self.raster}_sw{self.swizzle}")
+        return "_".join(parts)
+
+    def substitutions(self) -> dict[str, str]:
+        tma = self.epilogue == "tma"
+        if tma:
+            epilogue = (
+                "cutlass::epilogue::TmaWarpSpecializedCooperative"
+                if self.schedule == "coop"
+                else "cutlass::epilogue::TmaWarpSpecialized"
+            )
+        else:
+            epilogue = "cutlass::epilogue::NoSmemWarpSpecialized"
+        if self.stages:
+            stage_count = f"cutlass::gemm::collective::StageCount<{self.stages}>"
+        else:
+            stage_count = (
+                "cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>("
+                "sizeof(typename CollectiveEpilogue::SharedStorage))>"
+            )
+        streamk = self.scheduler == "streamk"
+        scheduler_lines = []
+        if self.schedule != "ws":
+            scheduler_lines += [
+                "  using RasterOrder = decltype(SchedulerArguments::raster_order);",
+                f"  args.scheduler.raster_order = RasterOrder::{RASTER[self.raster]};",
+                f"  args.scheduler.max_swizzle_size = {self.swizzle};",
+            ]
+        if streamk:
+            scheduler_lines += [
+                f"  args.scheduler.splits = {self.splits};",
+                "  using Decomposition = decltype(SchedulerArguments::decomposition_mode);",
+                "  using Reduction = decltype(SchedulerArguments::reduction_mode);",
+                f"  args.scheduler.decomposition_mode = Decomposition::"
+                f"{DECOMPOSITION[self.decomposition]};",
+                "  args.scheduler.reduction_mode = Reduction::Deterministic;",
+            ]
+        nn = self.layout is Layout.NN
+        return {
+            "b_desc": "KxN row-major (N-major)" if nn else "NxK row-major (K-major)",
+            "layout_b": "cutlass::layout::RowMajor" if nn else "cutlass::layout::ColumnMajor",
+            "b_stride_n": "Int<1>{}" if nn else "int64_t(K)",
+            "b_stride_k": "int64_t(N)" if nn else "Int<1>{}",
+            # the TMA epilogue takes C = void (never read); the no-smem one reads nothing at beta 0
+            "element_c": "void" if tma else "cutlass::half_t",
+            "ptr_c": "nullptr",
+            "tile_m": str(self.tile_m),
+            "tile_n": str(self.tile_n),
+            "tile_k": str(self.tile_k),
+            "cluster_m": str(self.cluster_m),
+            "cluster_n": str(self.cluster_n),
+            "epilogue_schedule": epilogue,
+            "kernel_schedule": KERNEL_SCHEDULES[self.schedule],
+            "stage_count": stage_count,
+            "tile_scheduler": (
+                "cutlass::gemm::StreamKScheduler"
+                if streamk
+                else "cutlass::gemm::PersistentScheduler"
+            ),
+            "scheduler_arguments": "\n".join(scheduler_lines),
+            "needs_workspace_init": "true" if streamk else "false",
+        }

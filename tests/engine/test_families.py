@@ -1,0 +1,228 @@
+"""Kernel families: legality, names, rendering, enumeration, sampling, features, compilation."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from engine import compile as comp
+from engine.families import FAMILIES, Sm80Config, Sm90Config, get_family
+from engine.problem import Layout, Problem
+
+NN, TN = Layout.NN, Layout.TN
+
+# The extremes of every knob, spread over few compiles (each sm90 build is ~1 min on 2 cores).
+SM90_EXTREMES = [
+    Sm90Config(
+        layout=TN,
+        tile_m=256,
+        tile_n=128,
+        tile_k=64,
+        cluster_m=2,
+        cluster_n=2,
+        schedule="coop",
+        epilogue="tma",
+        stages=0,
+        scheduler="streamk",
+        decomposition="splitk",
+        splits=4,
+        raster="n",
+        swizzle=8,
+    ),
+    Sm90Config(
+        layout=NN,
+        tile_m=64,
+        tile_n=64,
+        tile_k=32,
+        schedule="pingpong",
+        epilogue="nosmem",
+        stages=7,
+        raster="m",
+        swizzle=1,
+    ),
+    Sm90Config(
+        layout=NN,
+        tile_m=64,
+        tile_n=256,
+        tile_k=128,
+        cluster_n=2,
+        schedule="ws",
+        epilogue="tma",
+        stages=2,
+    ),
+]
+SM80_EXTREMES = [
+    Sm80Config(
+        layout=NN,
+        tile_m=32,
+        tile_n=256,
+        tile_k=32,
+        warp_m=1,
+        warp_n=4,
+        stages=5,
+        swizzle=1,
+        splits=1,
+    ),
+    Sm80Config(
+        layout=TN,
+        tile_m=256,
+        tile_n=32,
+        tile_k=64,
+        warp_m=4,
+        warp_n=1,
+        stages=2,
+        swizzle=8,
+        splits=8,
+    ),
+]
+EXTREMES = SM90_EXTREMES + SM80_EXTREMES
+
+
+def test_the_extreme_configs_are_valid():
+    for config in EXTREMES:
+        assert config.is_valid(), (config.name, config.is_valid().reason)
+
+
+def test_the_extremes_cover_every_knob_value_at_its_ends():
+    for family, configs in ((Sm90Config, SM90_EXTREMES), (Sm80Config, SM80_EXTREMES)):
+        for knob, values in family.SPACE.items():
+            seen = {getattr(c, knob) for c in configs}
+            if knob in ("decomposition", "scheduler"):
+                continue
+            assert values[0] in seen or knob == "stages", (family.FAMILY, knob)
+            assert values[-1] in seen, (family.FAMILY, knob)
+
+
+@pytest.mark.parametrize(
+    ("config", "reason"),
+    [
+        (Sm90Config(layout=TN, tile_m=64, schedule="coop"), "cooperative"),
+        (Sm90Config(layout=TN, tile_m=256, tile_n=256, schedule="coop"), "spill"),
+        (Sm90Config(layout=TN, tile_m=128, tile_n=256, schedule="pingpong"), "spill"),
+        (Sm90Config(layout=TN, tile_m=256, schedule="pingpong"), "cooperative schedule"),
+        (Sm90Config(layout=TN, schedule="pingpong", scheduler="streamk"), "stream-K"),
+        (Sm90Config(layout=TN, decomposition="splitk", splits=2), "stream-K scheduler only"),
+        (Sm90Config(layout=TN, scheduler="streamk", decomposition="splitk"), "splits ≥ 2"),
+        (Sm90Config(layout=TN, scheduler="streamk", splits=2), "decomposition=splitk"),
+        (Sm90Config(layout=TN, tile_m=128, tile_n=256, tile_k=128, stages=7), "shared-memory"),
+        (Sm90Config(layout=TN, schedule="ws", tile_m=64, swizzle=2), "not persistent"),
+        (Sm90Config(layout=TN, tile_k=16), "tile_k=16"),
+        (Sm80Config(layout=NN, tile_m=32, warp_m=4), "warp tiles"),
+        (Sm80Config(layout=NN, warp_m=4, warp_n=4), "warps per CTA"),
+        (Sm80Config(layout=NN, tile_m=256, tile_n=256, warp_m=2, warp_n=2), "spill"),
+        (
+            Sm80Config(layout=TN, tile_m=256, tile_n=128, tile_k=64, warp_m=4, warp_n=2, stages=5),
+            "shared memory",
+        ),
+        (Sm80Config(layout=NN, tile_n=32, tile_k=32, warp_m=4, warp_n=2, tile_m=128), "B copy"),
+    ],
+)
+def test_it_rejects_illegal_configs_with_a_reason(config, reason):
+    verdict = config.is_valid()
+    assert not verdict.ok
+    assert reason in verdict.reason
+
+
+def test_validity_depends_on_the_problem_and_arch():
+    config = Sm80Config(
+        layout=TN, tile_m=128, tile_n=256, tile_k=64, warp_m=2, warp_n=4, stages=4, splits=4
+    )
+    assert not config.is_valid(arch="sm_80")  # 196 KiB of smem
+    assert config.is_valid(arch="sm_90")
+    assert "layout" in config.is_valid(Problem(256, 256, 256, NN), "sm_90").reason
+    assert "splits" in config.is_valid(Problem(256, 256, 64, TN), "sm_90").reason
+    assert config.is_valid(Problem(256, 256, 512, TN), "sm_90")
+    assert not Sm90Config(layout=TN).is_valid(arch="sm_80")
+
+
+def test_names_are_deterministic_and_distinct():
+    for family in FAMILIES.values():
+        configs = family.sample(200, layout=TN, seed=1)
+        names = [c.name for c in configs]
+        assert len(set(names)) == len(names) == 200
+        assert names == [c.name for c in family.sample(200, layout=TN, seed=1)]
+        assert all(n.startswith(f"hgemm_{family.FAMILY}_") for n in names)
+    assert Sm90Config(layout=TN, cluster_m=2).name == (
+        "hgemm_sm90_128x128x64_c2x1x1_sauto_tn_coop_epitma_persistent_rheuristic_sw1"
+    )
+    assert Sm80Config(layout=NN).name == "hgemm_sm80_128x128x32_w2x2_s3_nn_sw1_splitk1"
+
+
+def test_sampling_is_uniform_over_valid_configs_only():
+    problem = Problem(4096, 4096, 64, NN)
+    configs = Sm80Config.sample(300, problem, seed=7)
+    assert len(configs) == 300
+    assert all(c.is_valid(problem) for c in configs)
+    assert {c.layout for c in configs} == {NN}
+    assert {c.tile_m for c in configs} == set(Sm80Config.SPACE["tile_m"])
+
+
+def test_enumeration_yields_only_valid_configs():
+    configs = list(Sm80Config.enumerate(Problem(128, 128, 128, TN)))
+    assert configs
+    assert all(c.is_valid(Problem(128, 128, 128, TN)) for c in configs)
+    assert max(c.splits for c in configs) == 4  # K=128 has 4 tiles of 32
+
+
+def test_feature_vectors_have_one_fixed_key_set_per_family():
+    problem = Problem(1000, 2048, 512, TN)
+    for family in FAMILIES.values():
+        vectors = [c.features(problem) for c in family.sample(20, problem, seed=3)]
+        assert all(v.keys() == vectors[0].keys() for v in vectors)
+        assert all(isinstance(x, float) for v in vectors for x in v.values())
+        assert "problem_log2_m" in vectors[0]
+        assert 0 < vectors[0]["tile_efficiency"] <= 1
+
+
+def test_knobs_round_trip():
+    for config in EXTREMES:
+        assert type(config).from_knobs(config.knobs()) == config
+    assert get_family("sm90") is Sm90Config
+    with pytest.raises(KeyError, match="unknown family"):
+        get_family("sm70")
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_every_sampled_config_renders_a_complete_abi_source(family):
+    cls = get_family(family)
+    for layout in Layout:
+        for config in cls.sample(25, layout=layout, seed=5):
+            source = config.render()
+            assert "${" not in source
+            assert config.name in source
+            for symbol in (
+                "gemmforge_hgemm",
+                "gemmforge_workspace_size",
+                "GEMMFORGE_DEFINE_ABI_VERSION",
+            ):
+                assert symbol in source
+
+
+def test_rendering_an_invalid_config_raises():
+    bad = dataclasses.replace(Sm90Config(layout=TN), tile_m=64)
+    with pytest.raises(ValueError, match="cooperative"):
+        bad.render()
+
+
+def test_the_layout_decides_the_b_operand():
+    nn = Sm90Config(layout=NN).render()
+    tn = Sm90Config(layout=TN).render()
+    assert "using LayoutB = cutlass::layout::RowMajor;" in nn
+    assert "using LayoutB = cutlass::layout::ColumnMajor;" in tn
+    assert "SM75_U16x8_LDSM_T" in Sm80Config(layout=NN).render()
+    assert "SM75_U16x8_LDSM_T" not in Sm80Config(layout=TN).render()
+
+
+@pytest.mark.nvcc
+@pytest.mark.slow
+def test_the_knob_extremes_compile_without_spills(engine_config):
+    for family, configs in ((Sm90Config, SM90_EXTREMES), (Sm80Config, SM80_EXTREMES)):
+        results = comp.compile_many(
+            [c.render() for c in configs], jobs=2, archs=family.ARCHS, config=engine_config
+        )
+        for config, result in zip(configs, results, strict=True):
+            assert result.ok, (config.name, result.error, result.log[-3000:])
+            assert {r.arch for r in result.resources} == set(family.ARCHS), config.name
+            assert not result.spills, config.name
+            assert "C7510" not in result.log, config.name
