@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The one GPU script: install carried wheels, build, run the GPU tests and the benchmarks in a
 # single call on the lent H200, writing JSON and logs under $OUT.
-#   usage (on the device): bash bench/gpu_run.sh [tests|bench|all] [extra args for gpu_run.py]
-set -uo pipefail
+#   usage (on the device): bash bench/gpu_run.sh [tests|bench|all|families] [extra args]
+set -uo pipefail  # pipefail: a pipeline's status is its first failing command's
 stage=${1:-all}; shift || true
 OUT=${OUT:-$PWD/out}; mkdir -p "$OUT"
 if ls .whl/*.whl >/dev/null 2>&1; then
@@ -16,11 +16,12 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.g
 status=0
 if [[ $stage == tests || $stage == all ]]; then
   python3 -m pytest -q -o addopts="" -p no:cacheprovider -m gpu tests/engine \
-    --junitxml="$OUT/gpu-tests.xml" 2>&1 | tee "$OUT/gpu-tests.log" | tail -40
-  status=${PIPESTATUS[0]}
+    --junitxml="$OUT/gpu-tests.xml" 2>&1 | tee "$OUT/gpu-tests.log" | tail -40 || status=1
 fi
 if [[ $stage == bench || $stage == all ]]; then
-  python3 bench/gpu_run.py --out "$OUT" "$@" 2>&1 | tee "$OUT/bench.log" | tail -80
-  status=$(( status || PIPESTATUS[0] ))
+  python3 bench/gpu_run.py --out "$OUT" "$@" 2>&1 | tee "$OUT/bench.log" | tail -80 || status=1
+fi
+if [[ $stage == families ]]; then
+  python3 bench/family_sweep.py --out "$OUT" "$@" 2>&1 | tee "$OUT/families.log" | tail -60 || status=1
 fi
 exit $status

@@ -122,6 +122,16 @@ class Bench:
                     runner(self.operand_sets[0], self.stream)
         torch.cuda.synchronize()
 
+    def heat_up(self, runners: Sequence[Runner], seconds: float = 3.0) -> None:
+        """Runs the runners back to back for ``seconds`` so that clocks and temperature settle
+        before timing (measured: without it, the first of three runs was 3-5 % faster)."""
+        started = time.monotonic()
+        with torch.cuda.stream(self.stream):
+            while time.monotonic() - started < seconds:
+                for runner in runners:
+                    runner(self.operand_sets[0], self.stream)
+                self.stream.synchronize()
+
     def device(
         self,
         runners: Sequence[Runner],
@@ -248,7 +258,10 @@ class Bench:
         return overhead
 
     def spot_check(self, runners: Sequence[Runner]) -> dict[str, float]:
-        """Relative error of every runner on fresh inputs; raises RunnerError past tolerance."""
+        """Relative error of every runner on fresh inputs (inf for an error status).
+
+        A runner over SPOT_CHECK_TOLERANCE behaved differently while timed: callers reject it.
+        """
         errors: dict[str, float] = {}
         ops = self.operand_sets[0]
         for runner in runners:
@@ -256,11 +269,10 @@ class Bench:
             ops.c.fill_(float("nan"))
             torch.cuda.synchronize()
             with torch.cuda.stream(self.stream):
-                runner(ops, self.stream)
+                status = runner.launch(ops, self.stream.cuda_stream)
             torch.cuda.synchronize()
             ref = ops.a.float() @ ops.b_nn.float()
-            error = numerics.relative_frobenius_error(ops.c, ref)
-            errors[runner.name] = error
-            if not error <= SPOT_CHECK_TOLERANCE:
-                raise RunnerError(f"{runner.name} gave a wrong answer while timed: {error:.3g}")
+            errors[runner.name] = (
+                numerics.relative_frobenius_error(ops.c, ref) if status == 0 else float("inf")
+            )
         return errors

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from engine import baselines, physics
-from engine.bench import Bench, ProtocolResult, Runner
+from engine.bench import SPOT_CHECK_TOLERANCE, Bench, ProtocolResult, Runner
 from engine.config import EngineConfig
 from engine.config import load as load_config
 from engine.environment import GpuEnvironment, collect
@@ -41,6 +41,7 @@ def measure(
     shim: BaselineLibrary | None = None,
     seed: int | None = None,
     device_runs: int = 1,
+    heat_seconds: float = 3.0,
     progress: Callable[[str], None] = lambda _msg: None,
 ) -> dict[str, Any]:
     """Times every baseline in both layouts and each candidate library, interleaved.
@@ -58,6 +59,7 @@ def measure(
     for name, path in (candidates or {}).items():
         runners.append(baselines.candidate_runner(KernelLibrary(path), problem, name))
     bench.warm_up(runners)
+    bench.heat_up(runners, heat_seconds)
     record: dict[str, Any] = {
         "problem": {"m": problem.m, "n": problem.n, "k": problem.k, "layout": problem.layout.value},
         "environment": environment.to_dict(),
@@ -76,7 +78,13 @@ def measure(
                 name: spread_between_runs(values)
                 for name, values in summary["repeat_medians"].items()
             }
-        summary["spot_check_errors"] = bench.spot_check(runners)
+        errors = bench.spot_check(runners)
+        summary["spot_check_errors"] = errors
+        summary["rejected_while_timed"] = sorted(
+            name for name, error in errors.items() if not error <= SPOT_CHECK_TOLERANCE
+        )
+        for name in summary["rejected_while_timed"]:
+            summary["speedups"].pop(name, None)
         record["protocols"][protocol] = summary
     return record
 
