@@ -114,7 +114,12 @@ def main() -> int:
             if not candidates:
                 continue
             record = measure(
-                problem, candidates=candidates, protocols=("device",), shim=shim, progress=log
+                problem,
+                candidates=candidates,
+                protocols=("device",),
+                shim=shim,
+                heat_seconds=1.0,
+                progress=log,
             )
             device = record["protocols"]["device"]
             speedups = device["speedups"]
