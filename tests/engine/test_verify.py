@@ -1,0 +1,155 @@
+"""engine.verify, parent side: how a child's exit and verdict file become a VerifyResult, and
+that every reason a fixture kernel expects is a known reason."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from engine import fixtures
+from engine.toolchain import ProcessResult
+from engine.verify import REASONS, VerifyResult, interpret
+
+
+def process(
+    *, returncode: int | None = 0, timed_out: bool = False, stderr: str = "", seconds: float = 1.5
+) -> ProcessResult:
+    return ProcessResult(
+        command="python -m engine.verify_child spec.json verdict.json",
+        returncode=returncode,
+        stdout="",
+        stderr=stderr,
+        seconds=seconds,
+        timed_out=timed_out,
+    )
+
+
+def write_verdict(path, **fields):
+    verdict = {"ok": False, "reason": "wrong", "message": "12 elements differ", "checks": []}
+    verdict.update(fields)
+    path.write_text(json.dumps(verdict))
+    return path
+
+
+def test_it_turns_a_timed_out_child_into_a_timeout(tmp_path):
+    result = interpret(
+        process(returncode=None, timed_out=True, stderr="still running"),
+        tmp_path / "verdict.json",
+        20,
+    )
+    assert not result.ok
+    assert result.reason == "timeout"
+    assert "20 s" in result.message
+    assert result.seconds == 1.5
+    assert result.stderr_tail == "still running"
+
+
+def test_a_timeout_wins_over_a_verdict_left_behind(tmp_path):
+    verdict = write_verdict(tmp_path / "verdict.json", ok=True, reason="ok")
+    result = interpret(process(returncode=None, timed_out=True), verdict, 20)
+    assert (result.ok, result.reason) == (False, "timeout")
+
+
+def test_it_turns_a_non_zero_exit_without_a_verdict_into_a_crash(tmp_path):
+    result = interpret(
+        process(returncode=-11, stderr="Segmentation fault"), tmp_path / "verdict.json", 180
+    )
+    assert not result.ok
+    assert result.reason == "crash"
+    assert "-11" in result.message
+    assert result.stderr_tail == "Segmentation fault"
+
+
+def test_it_turns_a_clean_exit_without_a_verdict_into_a_crash(tmp_path):
+    result = interpret(process(returncode=0), tmp_path / "verdict.json", 180)
+    assert (result.ok, result.reason) == (False, "crash")
+
+
+def test_it_distrusts_a_verdict_from_a_child_that_exited_non_zero(tmp_path):
+    verdict = write_verdict(tmp_path / "verdict.json", ok=True, reason="ok")
+    result = interpret(process(returncode=1), verdict, 180)
+    assert (result.ok, result.reason) == (False, "crash")
+
+
+def test_it_reads_a_rejecting_verdict_file(tmp_path):
+    checks = [{"name": "exact", "ok": False, "detail": {"mismatches": 12}}]
+    verdict = write_verdict(tmp_path / "verdict.json", checks=checks, seconds=3.25)
+    result = interpret(process(stderr="warning"), verdict, 180)
+    assert isinstance(result, VerifyResult)
+    assert not result.ok
+    assert result.reason == "wrong"
+    assert result.message == "12 elements differ"
+    assert result.checks == checks
+    assert result.seconds == 3.25
+    assert result.deterministic is None
+    assert result.stderr_tail == "warning"
+
+
+def test_it_reads_a_passing_verdict_file(tmp_path):
+    verdict = write_verdict(
+        tmp_path / "verdict.json",
+        ok=True,
+        reason="ok",
+        message="all checks passed",
+        deterministic=True,
+    )
+    result = interpret(process(), verdict, 180)
+    assert (result.ok, result.reason, result.deterministic) == (True, "ok", True)
+
+
+def test_a_verdict_without_seconds_takes_the_process_time(tmp_path):
+    verdict = tmp_path / "verdict.json"
+    verdict.write_text(json.dumps({"ok": True, "reason": "ok", "message": "fine"}))
+    result = interpret(process(seconds=7.0), verdict, 180)
+    assert result.seconds == 7.0
+    assert result.checks == []
+
+
+def test_it_keeps_only_the_last_4000_characters_of_stderr(tmp_path):
+    stderr = "x" * 5000 + "the end"
+    result = interpret(process(returncode=1, stderr=stderr), tmp_path / "verdict.json", 180)
+    assert len(result.stderr_tail) == 4000
+    assert result.stderr_tail.endswith("the end")
+
+
+def test_a_result_serialises_every_field(tmp_path):
+    result = VerifyResult(False, "wrong", "bad", checks=[{"name": "x"}], seconds=1.0)
+    assert result.to_dict() == {
+        "ok": False,
+        "reason": "wrong",
+        "message": "bad",
+        "checks": [{"name": "x"}],
+        "seconds": 1.0,
+        "deterministic": None,
+        "stderr_tail": "",
+    }
+    json.dumps(result.to_dict())
+
+
+def test_every_reason_interpret_produces_itself_is_a_known_reason(tmp_path):
+    produced = {
+        interpret(process(returncode=None, timed_out=True), tmp_path / "none", 1).reason,
+        interpret(process(returncode=1), tmp_path / "none", 1).reason,
+    }
+    assert produced == {"timeout", "crash"}
+    assert produced <= set(REASONS)
+    assert "ok" in REASONS
+
+
+def test_there_are_bad_kernel_fixtures():
+    assert len(fixtures.bad_kernel_paths()) >= 5
+
+
+@pytest.mark.parametrize("path", fixtures.bad_kernel_paths(), ids=lambda p: p.stem)
+def test_every_reason_a_fixture_kernel_expects_is_a_known_reason(path):
+    reason = fixtures.expected_reason(path)
+    assert reason in REASONS
+    assert reason != "ok"
+
+
+def test_expected_reason_complains_about_a_fixture_without_an_expect_line(tmp_path):
+    source = tmp_path / "nameless.cu"
+    source.write_text("// a kernel\n")
+    with pytest.raises(ValueError, match="expect"):
+        fixtures.expected_reason(source)
