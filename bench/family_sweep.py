@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -55,20 +56,61 @@ def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
+def best_configs(report: dict, top: int) -> list:
+    """The ``top`` configs per layout with the best geomean speedup over cuBLASLt-autotune
+    across the shapes an earlier sweep timed them on."""
+    logs: dict[str, list[float]] = {}
+    for row in report["sweep"]:
+        seconds = row["seconds"]
+        layout = row["problem"].rsplit("_", 1)[1]
+        autotune = seconds.get(f"cublaslt_autotune_{layout}")
+        auto_best = min(t for n, t in seconds.items() if n.startswith("cublaslt_autotune_"))
+        for name, t in seconds.items():
+            if name in report["configs"] and autotune:
+                logs.setdefault(name, []).append(math.log(auto_best / t))
+    chosen = []
+    for layout in ("nn", "tn"):
+        names = [n for n in logs if report["configs"][n]["layout"] == layout]
+        names.sort(key=lambda n: -sum(logs[n]) / len(logs[n]))
+        for name in names[:top]:
+            entry = report["configs"][name]
+            family = FAMILIES[entry["family"]]
+            chosen.append(family.from_knobs({**entry["knobs"], "layout": layout}))
+    return chosen
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--per-layout", type=int, default=12, help="configs per family × layout")
     parser.add_argument("--verify-jobs", type=int, default=6)
-    parser.add_argument("--sweep-shapes", type=int, default=len(SWEEP_SHAPES))
+    parser.add_argument(
+        "--sweep-shapes",
+        default=f"0:{len(SWEEP_SHAPES)}",
+        help="slice of SWEEP_SHAPES to time, e.g. 8:16",
+    )
+    parser.add_argument(
+        "--from-report",
+        type=Path,
+        help="take the configs from an earlier families.json instead of sampling",
+    )
+    parser.add_argument(
+        "--top",
+        type=int,
+        default=6,
+        help="with --from-report: best configs per layout by geomean speedup",
+    )
     parser.add_argument("--seed", type=int, default=2026)
     args = parser.parse_args()
     config = load_config()
     report: dict = {"configs": {}, "sweep": []}
-    configs = []
-    for family in FAMILIES.values():
-        for layout in (Layout.NN, Layout.TN):
-            configs += family.sample(args.per_layout, layout=layout, seed=args.seed)
+    if args.from_report:
+        configs = best_configs(json.loads(args.from_report.read_text()), args.top)
+    else:
+        configs = []
+        for family in FAMILIES.values():
+            for layout in (Layout.NN, Layout.TN):
+                configs += family.sample(args.per_layout, layout=layout, seed=args.seed)
     log(f"compiling {len(configs)} configs on {config.compile_jobs} jobs")
     started = time.monotonic()
     with ThreadPoolExecutor(config.compile_jobs) as pool:
@@ -105,7 +147,8 @@ def main() -> int:
     (args.out / "families.json").write_text(json.dumps(report, indent=1, default=str))
 
     shim = load_shim(config)
-    for shape in SWEEP_SHAPES[: args.sweep_shapes]:
+    first, last = (int(x) for x in args.sweep_shapes.split(":"))
+    for shape in SWEEP_SHAPES[first:last]:
         for layout in (Layout.NN, Layout.TN):
             problem = Problem.parse(shape, layout)
             candidates = {

@@ -123,8 +123,8 @@ class Bench:
         torch.cuda.synchronize()
 
     def heat_up(self, runners: Sequence[Runner], seconds: float = 3.0) -> None:
-        """Runs the runners back to back for ``seconds`` so that clocks and temperature settle
-        before timing (measured: without it, the first of three runs was 3-5 % faster)."""
+        """Runs the runners back to back for ``seconds`` so that clocks, power and temperature
+        settle before timing (measured: without it, the first of three runs was 3-8 % faster)."""
         started = time.monotonic()
         with torch.cuda.stream(self.stream):
             while time.monotonic() - started < seconds:

@@ -15,7 +15,7 @@
 
 namespace {
 
-constexpr int kMaxPlans = 64;
+constexpr int kMaxPlans = 4096;
 constexpr int kMaxAlgos = 100;
 
 cublasHandle_t g_blas = nullptr;
@@ -25,6 +25,7 @@ std::mutex g_mutex;
 struct LtPlan {
   int m = 0, n = 0, k = 0, layout = 0;
   size_t workspace = 0;
+  int requested = 0;
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
   std::vector<cublasLtMatmulHeuristicResult_t> algos;
@@ -75,10 +76,19 @@ EXPORT int cublaslt_plan(int M, int N, int K, int layout, size_t workspace_bytes
                          int* algo_count) {
   std::lock_guard<std::mutex> lock(g_mutex);
   if (!g_lt) return -1;
-  if (g_plan_count >= kMaxPlans) return -2;
   if (max_algos > kMaxAlgos) max_algos = kMaxAlgos;
+  for (int i = 0; i < g_plan_count; ++i) {  // plans are immutable: reuse an identical one
+    const LtPlan& q = g_plans[i];
+    if (q.m == M && q.n == N && q.k == K && q.layout == layout && q.workspace == workspace_bytes &&
+        q.requested == max_algos) {
+      *algo_count = int(q.algos.size());
+      return i;
+    }
+  }
+  if (g_plan_count >= kMaxPlans) return -2;
   LtPlan& p = g_plans[g_plan_count];
   p.m = M; p.n = N; p.k = K; p.layout = layout; p.workspace = workspace_bytes;
+  p.requested = max_algos;
   if (cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F) != CUBLAS_STATUS_SUCCESS)
     return -3;
   cublasOperation_t op_b = layout == 0 ? CUBLAS_OP_N : CUBLAS_OP_T;
