@@ -133,7 +133,8 @@ def summarize_protocol(
     best = baselines.best_of_layouts(seconds)
     peaks = physics.peaks_for(environment.gpu_name)
     floor = physics.floor_seconds(problem, peaks)
-    candidates = [n for n in seconds if not any(n.startswith(b) for b in baselines.BASELINES)]
+    baseline_names = {f"{b}_{layout}" for b in baselines.BASELINES for layout in ("nn", "tn")}
+    candidates = [n for n in seconds if n not in baseline_names and seconds[n] >= floor]
     speedups = {name: {b: best[b]["seconds"] / seconds[name] for b in best} for name in candidates}
     return {
         **result,

@@ -6,6 +6,7 @@ output is captured and truncated, and the command is kept (shell-quoted) for the
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import signal
@@ -82,17 +83,16 @@ def run(
 
 
 def kill_group(proc: subprocess.Popen[str], grace: float = 2.0) -> None:
-    """SIGTERM the child's process group, then SIGKILL it if it is still there after ``grace``."""
-    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, None)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=wait)
-            return
-        except subprocess.TimeoutExpired:
-            continue
+    """SIGTERM the child's process group, give it ``grace`` seconds, then SIGKILL the whole
+    group, so that no grandchild (one that ignores SIGTERM, say) survives holding the pipes."""
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=grace)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
 
 
 def truncate(text: str | None, limit: int = OUTPUT_LIMIT) -> str:
