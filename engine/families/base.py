@@ -71,6 +71,19 @@ class KernelConfig:
         ``self.layout``; ``arch=None``: legal for the family's first arch."""
         raise NotImplementedError
 
+    def fits(self, problem: Problem | None) -> Validity:
+        """The problem-dependent part of legality shared by every family: the layout matches
+        and a split-K count (``splits``) does not exceed the number of K tiles."""
+        if problem is None:
+            return VALID
+        if problem.layout is not self.layout:
+            return invalid(f"built for layout {self.layout.value}, problem is {problem.key}")
+        splits, tile_k = getattr(self, "splits", 1), getattr(self, "tile_k", 1)
+        k_tiles = math.ceil(problem.k / tile_k)
+        if splits > k_tiles:
+            return invalid(f"{splits} splits but K={problem.k} has only {k_tiles} tiles")
+        return VALID
+
     @property
     def name(self) -> str:
         raise NotImplementedError

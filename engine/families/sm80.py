@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass
 from typing import ClassVar
 
-from engine.families.base import VALID, KernelConfig, Validity, invalid
+from engine.families.base import KernelConfig, Validity, invalid
 from engine.problem import Layout, Problem
 
 # Dynamic shared memory a block may opt in to, per arch.
@@ -133,13 +133,7 @@ class Sm80Config(KernelConfig):
         limit = SMEM_LIMIT[arch]
         if self.smem_bytes > limit:
             return invalid(f"{self.smem_bytes} B of shared memory exceed {limit} B on {arch}")
-        if problem is not None:
-            if problem.layout is not self.layout:
-                return invalid(f"built for layout {self.layout.value}, problem is {problem.key}")
-            k_tiles = math.ceil(problem.k / self.tile_k)
-            if self.splits > k_tiles:
-                return invalid(f"{self.splits} splits but K={problem.k} has only {k_tiles} tiles")
-        return VALID
+        return self.fits(problem)
 
     # -- naming and rendering --------------------------------------------------------------
     @property

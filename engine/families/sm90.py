@@ -15,12 +15,11 @@ not convinced ourselves of (tile M 256 outside cooperative, cluster dims above 2
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import ClassVar
 
-from engine.families.base import VALID, KernelConfig, Validity, invalid
+from engine.families.base import KernelConfig, Validity, invalid
 from engine.problem import Layout, Problem
 
 SMEM_LIMIT = 232448  # bytes of shared memory per block on H100/H200 (227 KiB)
@@ -138,13 +137,7 @@ class Sm90Config(KernelConfig):
                 f"{self.stages} stages of {stage_bytes} B exceed the {budget} B "
                 "shared-memory budget"
             )
-        if problem is not None:
-            if problem.layout is not self.layout:
-                return invalid(f"built for layout {self.layout.value}, problem is {problem.key}")
-            k_tiles = math.ceil(problem.k / self.tile_k)
-            if self.splits > k_tiles:
-                return invalid(f"{self.splits} splits but K={problem.k} has only {k_tiles} tiles")
-        return VALID
+        return self.fits(problem)
 
     @property
     def stage_bytes(self) -> int:
