@@ -1,0 +1,235 @@
+"""Importing recorded GPU runs (bench/results/*/families-run*.json) as campaigns.
+
+A family-sweep report holds ``configs`` (name → family, layout, knobs, compile and verification
+outcome) and ``sweep`` (one entry per shape and layout: median seconds per runner in the device
+protocol, the baselines among them as ``<baseline>_<variant>``, and the GPU environment). Every
+number stored here comes from the report; nothing is invented. Sources were not recorded, so
+imported candidates have an empty source and their ``source_hash`` is the sha256 of their
+procedural name (the name is the natural key, see STYLE.md).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+
+from engine.problem import Problem as EngineProblem
+from webapp.campaigns.models import BaselineResult, Campaign, Candidate, Layout, Problem
+from webapp.workers.models import GpuEnvironment
+
+BASELINES = [b.value for b in BaselineResult.Baseline]
+REWARD_BASELINE = BaselineResult.Baseline.CUBLASLT_AUTOTUNE.value
+IMPORT_PROTOCOL = "device"  # the sweep times everything with the device protocol
+IMPORT_PROPOSER = "uniform-sample"  # the families sweep samples configs uniformly
+
+
+class ReportError(ValueError):
+    """The report is not a family-sweep report this importer understands."""
+
+
+@dataclass(frozen=True)
+class ImportSummary:
+    campaign: Campaign
+    problems: int
+    candidates: int
+    baselines: int
+
+
+def name_hash(name: str) -> str:
+    """The source_hash of a candidate whose source was not recorded."""
+    return hashlib.sha256(name.encode()).hexdigest()
+
+
+def cublas_version_text(raw: str) -> str:
+    """cuBLASLt reports 130100 for 13.1.0; other text is kept as recorded."""
+    if raw.isdigit() and len(raw) >= 5:
+        value = int(raw)
+        return f"{value // 10000}.{value % 10000 // 100}.{value % 100}"
+    return raw
+
+
+def best_baseline_seconds(seconds: dict[str, float]) -> dict[str, float]:
+    """Baseline name → fastest of its NN/TN variants (the README's 'best of NN/TN')."""
+    best: dict[str, float] = {}
+    for baseline in BASELINES:
+        times = [seconds[f"{baseline}_{v}"] for v in ("nn", "tn") if f"{baseline}_{v}" in seconds]
+        if times:
+            best[baseline] = min(times)
+    return best
+
+
+def reward_for(*, seconds: float, baseline_best: dict[str, float]) -> float | None:
+    """log(cuBLASLt-autotune best / candidate time); > 0 means the candidate wins."""
+    reference = baseline_best.get(REWARD_BASELINE)
+    if reference is None or seconds <= 0 or reference <= 0:
+        return None
+    return math.log(reference / seconds)
+
+
+def environment_record(env: dict[str, Any]) -> GpuEnvironment:
+    environment, _ = GpuEnvironment.objects.get_or_create(
+        name=env.get("gpu_name", "unknown"),
+        arch=env.get("arch", ""),
+        driver_version=env.get("driver", ""),
+        cuda_version=env.get("cuda_runtime", ""),
+        cublas_version=cublas_version_text(str(env.get("cublaslt_version", ""))),
+        cutlass_version=env.get("cutlass_version", ""),
+        defaults={"clocks": env.get("clocks", {})},
+    )
+    return environment
+
+
+def candidate_status(config: dict[str, Any]) -> tuple[str, str, str]:
+    """(status, compile_status, failure_reason) from a config's recorded outcome."""
+    if not config.get("compile_ok", True):
+        return Candidate.Status.FAILED, Candidate.CompileStatus.ERROR, "compile failed"
+    if config.get("verify") != "ok":
+        reason = config.get("message") or str(config.get("verify"))
+        return Candidate.Status.REJECTED, Candidate.CompileStatus.OK, reason
+    return Candidate.Status.DONE, Candidate.CompileStatus.OK, ""
+
+
+def candidate_fields(
+    *,
+    name: str,
+    config: dict[str, Any],
+    median_s: float | None,
+    baselines: dict[str, float],
+    environment: GpuEnvironment,
+    source_label: str,
+) -> dict[str, Any]:
+    status, compile_status, failure = candidate_status(config)
+    timings = {}
+    if median_s is not None:
+        timings[IMPORT_PROTOCOL] = {
+            "median_s": median_s,
+            "gpu_environment": environment.id,
+            "recorded_in": source_label,
+        }
+    return {
+        "name": name,
+        "family": config.get("family", ""),
+        "config": config.get("knobs", {}),
+        "source": "",
+        "proposer": IMPORT_PROPOSER,
+        "compile_status": compile_status,
+        "compile_result": {
+            "ok": config.get("compile_ok", True),
+            "seconds": config.get("compile_s"),
+            "registers": config.get("registers"),
+            "error": config.get("compile_error"),
+        },
+        "verification_result": {
+            "ok": config.get("verify") == "ok",
+            "reason": config.get("verify"),
+            "message": config.get("message", ""),
+            "verified_at": config.get("verified_at"),
+            "checks": config.get("checks", []),
+        },
+        "timings": timings,
+        "reward": None
+        if median_s is None
+        else reward_for(seconds=median_s, baseline_best=baselines),
+        "status": status,
+        "failure_reason": failure,
+    }
+
+
+def validate_report(report: Any) -> None:
+    if not isinstance(report, dict) or not isinstance(report.get("configs"), dict):
+        raise ReportError("not a family-sweep report: no 'configs' object")
+    if not isinstance(report.get("sweep"), list) or not report["sweep"]:
+        raise ReportError("not a family-sweep report: no 'sweep' entries")
+
+
+@transaction.atomic
+def campaign_import_report(
+    *, report: dict[str, Any], owner: AbstractBaseUser, name: str, source_label: str
+) -> ImportSummary:
+    """Creates or updates the campaign called ``name`` from a family-sweep report.
+
+    Idempotent: problems are keyed by shape and layout, candidates by (problem, name hash),
+    baselines by (shape, layout, baseline, variant, environment); a re-import updates them.
+    """
+    validate_report(report)
+    configs: dict[str, dict[str, Any]] = report["configs"]
+    campaign, _ = Campaign.objects.update_or_create(
+        name=name,
+        owner=owner,
+        defaults={
+            "status": Campaign.Status.DONE,
+            "layout": Layout.NN,
+            "reward_protocol": IMPORT_PROTOCOL,
+            "budget_per_shape": len(configs),
+            "proposer_mix": {IMPORT_PROPOSER: 1.0},
+        },
+    )
+    counts = {"problems": 0, "candidates": 0, "baselines": 0}
+    for entry in report["sweep"]:
+        shape, _, layout = str(entry["problem"]).partition("_")
+        engine_problem = EngineProblem.parse(shape, layout or "nn")
+        seconds: dict[str, float] = entry["seconds"]
+        baselines = best_baseline_seconds(seconds)
+        environment = environment_record(entry.get("environment", {}))
+        problem, _ = Problem.objects.update_or_create(
+            campaign=campaign,
+            m=engine_problem.m,
+            n=engine_problem.n,
+            k=engine_problem.k,
+            layout=engine_problem.layout.value,
+            defaults={"status": Problem.Status.DONE},
+        )
+        counts["problems"] += 1
+        counts["baselines"] += import_baselines(problem, seconds, environment)
+        best: dict[str, float] = {}
+        for config_name, config in configs.items():
+            if config_name not in seconds:
+                continue  # not timed at this shape (other layout, or illegal here)
+            median_s = seconds[config_name]
+            Candidate.objects.update_or_create(
+                problem=problem,
+                source_hash=name_hash(config_name),
+                defaults=candidate_fields(
+                    name=config_name,
+                    config=config,
+                    median_s=median_s,
+                    baselines=baselines,
+                    environment=environment,
+                    source_label=source_label,
+                ),
+            )
+            counts["candidates"] += 1
+            if config.get("verify") == "ok":
+                for baseline, reference in baselines.items():
+                    best[baseline] = max(best.get(baseline, 0.0), reference / median_s)
+        problem.best_speedups = best
+        problem.save(update_fields=["best_speedups", "updated"])
+    return ImportSummary(campaign=campaign, **counts)
+
+
+def import_baselines(
+    problem: Problem, seconds: dict[str, float], environment: GpuEnvironment
+) -> int:
+    count = 0
+    for baseline in BASELINES:
+        for variant in ("nn", "tn"):
+            key = f"{baseline}_{variant}"
+            if key not in seconds:
+                continue
+            BaselineResult.objects.update_or_create(
+                m=problem.m,
+                n=problem.n,
+                k=problem.k,
+                layout=problem.layout,
+                baseline=baseline,
+                variant=variant,
+                gpu_environment=environment,
+                defaults={"timings": {IMPORT_PROTOCOL: {"median_s": seconds[key]}}},
+            )
+            count += 1
+    return count
