@@ -1,5 +1,5 @@
 from django.contrib import admin
-from django.urls import include, path
+from django.urls import include, path, re_path
 
 from webapp.campaigns import views as campaign_views
 from webapp.workers import views as worker_views
@@ -8,6 +8,40 @@ urlpatterns = [
     path("", campaign_views.dashboard, name="dashboard"),
     path("campaigns/new/", campaign_views.campaign_new, name="campaign-new"),
     path("campaigns/<int:campaign_id>/", campaign_views.campaign_detail, name="campaign-detail"),
+    re_path(
+        r"^campaigns/(?P<campaign_id>[0-9]+)/(?P<action>pause|resume|cancel)/$",
+        campaign_views.campaign_control,
+        name="campaign-control",
+    ),
+    path(
+        "campaigns/<int:campaign_id>/results.csv",
+        campaign_views.campaign_results_csv,
+        name="campaign-results-csv",
+    ),
+    path(
+        "campaigns/<int:campaign_id>/results.json",
+        campaign_views.campaign_results_json,
+        name="campaign-results-json",
+    ),
+    path("shapes/<int:problem_id>/", campaign_views.problem_detail, name="problem-detail"),
+    path(
+        "candidates/<int:candidate_id>/", campaign_views.candidate_detail, name="candidate-detail"
+    ),
+    path(
+        "api/campaigns/<int:campaign_id>/speedups.json",
+        campaign_views.api_campaign_speedups,
+        name="api-campaign-speedups",
+    ),
+    path(
+        "api/campaigns/<int:campaign_id>/heatmap.json",
+        campaign_views.api_campaign_heatmap,
+        name="api-campaign-heatmap",
+    ),
+    path(
+        "api/shapes/<int:problem_id>/rewards.json",
+        campaign_views.api_problem_rewards,
+        name="api-problem-rewards",
+    ),
     path("workers/", worker_views.workers, name="workers"),
     path("accounts/", include("django.contrib.auth.urls")),
     path("admin/", admin.site.urls),

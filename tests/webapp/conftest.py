@@ -30,3 +30,21 @@ def queued_campaign(alice) -> Campaign:
             EngineProblem.parse("16x4096x4096", "tn"),
         ],
     )
+
+
+RECORDED_RUN = "bench/results/2026-12-02-h200-families/families-run1.json"
+
+
+@pytest.fixture
+def bob(db):
+    return get_user_model().objects.create_user(username="bob", password="builder-42")
+
+
+@pytest.fixture
+def recorded_campaign(alice) -> Campaign:
+    """The recorded H200 families sweep (run 1), imported and owned by alice."""
+    from django.conf import settings
+    from django.core.management import call_command
+
+    call_command("import_results", str(settings.BASE_DIR / RECORDED_RUN), owner="alice")
+    return Campaign.objects.get(owner=alice)

@@ -27,3 +27,33 @@ def campaign_create(
         Problem(campaign=campaign, m=p.m, n=p.n, k=p.k, layout=p.layout.value) for p in distinct
     )
     return campaign
+
+
+class CampaignControlError(Exception):
+    """The campaign is not in a state that allows this action (e.g. resuming a running one)."""
+
+
+# action → (states it applies to, state it moves to); resuming re-queues for the runner
+CONTROL_TRANSITIONS: dict[str, tuple[tuple[str, ...], str]] = {
+    "pause": ((Campaign.Status.QUEUED, Campaign.Status.RUNNING), Campaign.Status.PAUSED),
+    "resume": ((Campaign.Status.PAUSED,), Campaign.Status.QUEUED),
+    "cancel": (
+        (Campaign.Status.QUEUED, Campaign.Status.RUNNING, Campaign.Status.PAUSED),
+        Campaign.Status.CANCELLED,
+    ),
+}
+
+
+def campaign_control(*, campaign_id: int, action: str) -> str:
+    """Pause, resume or cancel with one conditional UPDATE; returns the new status.
+
+    Raises CampaignControlError when the campaign's current state does not allow ``action``.
+    """
+    if action not in CONTROL_TRANSITIONS:
+        raise CampaignControlError(f"unknown action {action!r}")
+    allowed, target = CONTROL_TRANSITIONS[action]
+    changed = Campaign.objects.filter(id=campaign_id, status__in=allowed).update(status=target)
+    if changed != 1:
+        current = Campaign.objects.filter(id=campaign_id).values_list("status", flat=True).first()
+        raise CampaignControlError(f"cannot {action} a campaign that is {current}")
+    return target

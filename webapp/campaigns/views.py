@@ -1,25 +1,44 @@
-from django.contrib.auth.decorators import login_required
-from django.core.paginator import Paginator
-from django.shortcuts import get_object_or_404, redirect, render
-from django.views.decorators.http import require_http_methods
+import csv
+import json
 
-from webapp.campaigns import selectors, services
-from webapp.campaigns.forms import CampaignForm
-from webapp.campaigns.models import Campaign
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
+from django.http import HttpResponse, JsonResponse, StreamingHttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+from pygments import highlight
+from pygments.formatters import HtmlFormatter
+from pygments.lexers import CppLexer
+
+from webapp.campaigns import exports, selectors, services
+from webapp.campaigns.forms import CampaignForm, CandidateFilterForm, HeatmapForm
+from webapp.campaigns.models import Campaign, Candidate, Problem
 from webapp.workers.selectors import workers_online
 
 CAMPAIGNS_PER_PAGE = 20
+CANDIDATES_PER_PAGE = 50
 
 
 def dashboard(request):
     page = Paginator(selectors.campaign_list(), CAMPAIGNS_PER_PAGE).get_page(
         request.GET.get("page")
     )
+    for campaign in page.object_list:
+        campaign.bests = [
+            getattr(campaign, selectors.best_speedup_field(b)) for b in selectors.BASELINES
+        ]
     online = list(workers_online())
     return render(
         request,
         "campaigns/dashboard.html",
-        {"page": page, "online": online, "gpu_online": any(w.serves_gpu for w in online)},
+        {
+            "page": page,
+            "baselines": selectors.BASELINE_LABELS,
+            "online": online,
+            "gpu_online": any(w.serves_gpu for w in online),
+        },
     )
 
 
@@ -38,10 +57,186 @@ def campaign_new(request):
     return render(request, "campaigns/new.html", {"form": form})
 
 
+@require_GET
 def campaign_detail(request, campaign_id: int):
     campaign = get_object_or_404(Campaign.objects.select_related("owner"), id=campaign_id)
+    problems = list(selectors.campaign_problems(campaign=campaign))
+    for problem in problems:
+        problem.bests = [problem.best_speedups.get(b) for b in selectors.BASELINES]
     return render(
         request,
         "campaigns/detail.html",
-        {"campaign": campaign, "problems": campaign.problems.all()},
+        {
+            "campaign": campaign,
+            "problems": problems,
+            "baselines": selectors.BASELINE_LABELS,
+            "environments": list(selectors.campaign_environments(campaign=campaign)),
+            "heatmap_form": HeatmapForm(
+                ks=sorted({p.k for p in problems}), layouts=sorted({p.layout for p in problems})
+            ),
+            "can_control": request.user.is_authenticated and request.user.id == campaign.owner_id,
+        },
     )
+
+
+@login_required
+@require_POST
+def campaign_control(request, campaign_id: int, action: str):
+    campaign = get_object_or_404(Campaign, id=campaign_id)
+    if campaign.owner_id != request.user.id:
+        raise PermissionDenied("only the campaign's owner can control it")
+    try:
+        status = services.campaign_control(campaign_id=campaign.id, action=action)
+    except services.CampaignControlError as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.success(request, f"Campaign is now {status}.")
+    return redirect("campaign-detail", campaign_id=campaign.id)
+
+
+@require_GET
+def problem_detail(request, problem_id: int):
+    problem = get_object_or_404(Problem.objects.select_related("campaign"), id=problem_id)
+    facets = selectors.candidate_facets(problem=problem)
+    form = CandidateFilterForm(request.GET or None, **facets)
+    filters = form.cleaned_data if form.is_valid() else {}
+    table = selectors.candidate_table(
+        problem=problem,
+        sort=filters.get("sort") or "reward",
+        status=filters.get("status", ""),
+        proposer=filters.get("proposer", ""),
+        family=filters.get("family", ""),
+    )
+    page = Paginator(table, CANDIDATES_PER_PAGE).get_page(request.GET.get("page"))
+    query = request.GET.copy()
+    query.pop("page", None)
+    protocol = problem.campaign.reward_protocol
+    baselines = selectors.baseline_best_seconds(problem=problem, protocol=protocol)
+    best = selectors.candidates_best_first(problem=problem).only("id", "name", "reward").first()
+    return render(
+        request,
+        "campaigns/problem.html",
+        {
+            "problem": problem,
+            "campaign": problem.campaign,
+            "form": form,
+            "page": page,
+            "query": query.urlencode(),
+            "best": best,
+            "baselines": [
+                (selectors.BASELINE_LABELS[b], baselines.get(b)) for b in selectors.BASELINES
+            ],
+            "protocol": protocol,
+        },
+    )
+
+
+@require_GET
+def candidate_detail(request, candidate_id: int):
+    candidate = get_object_or_404(
+        Candidate.objects.select_related("problem__campaign", "parent"), id=candidate_id
+    )
+    problem = candidate.problem
+    baselines: dict[str, dict[str, float]] = {}
+    timings = []
+    for protocol, record in sorted(candidate.timings.items()):
+        baselines[protocol] = selectors.baseline_best_seconds(problem=problem, protocol=protocol)
+        median = record.get("median_s")
+        ratios = selectors.speedups(seconds=median, baselines=baselines[protocol])
+        timings.append(
+            {
+                "protocol": protocol,
+                "median_s": median,
+                "details": {k: v for k, v in record.items() if k != "median_s"},
+                "speedups": [
+                    (selectors.BASELINE_LABELS[b], ratios.get(b)) for b in selectors.BASELINES
+                ],
+            }
+        )
+    formatter = HtmlFormatter(linenos="table", cssclass="source")
+    return render(
+        request,
+        "campaigns/candidate.html",
+        {
+            "candidate": candidate,
+            "problem": problem,
+            "campaign": problem.campaign,
+            "source_html": highlight(candidate.source, CppLexer(), formatter)
+            if candidate.source
+            else "",
+            "source_css": formatter.get_style_defs(".source") if candidate.source else "",
+            "config_json": json.dumps(candidate.config, indent=2, sort_keys=True),
+            "compile_json": json.dumps(candidate.compile_result, indent=2, sort_keys=True),
+            "verification": candidate.verification_result or {},
+            "timings": timings,
+        },
+    )
+
+
+# JSON endpoints behind the charts (documented in README, "Dashboard JSON API")
+
+
+@require_GET
+def api_campaign_speedups(request, campaign_id: int):
+    campaign = get_object_or_404(Campaign, id=campaign_id)
+    return JsonResponse(selectors.campaign_speedups_data(campaign=campaign))
+
+
+@require_GET
+def api_campaign_heatmap(request, campaign_id: int):
+    campaign = get_object_or_404(Campaign, id=campaign_id)
+    form = HeatmapForm(request.GET)
+    if not form.is_valid():
+        return JsonResponse({"errors": form.errors}, status=400)
+    return JsonResponse(
+        selectors.campaign_heatmap_data(
+            campaign=campaign,
+            k=form.cleaned_data.get("k"),
+            baseline=form.cleaned_data.get("baseline") or "cublaslt_autotune",
+            layout=form.cleaned_data.get("layout") or None,
+        )
+    )
+
+
+@require_GET
+def api_problem_rewards(request, problem_id: int):
+    problem = get_object_or_404(Problem, id=problem_id)
+    return JsonResponse(selectors.problem_rewards_data(problem=problem))
+
+
+# Downloads
+
+
+class Echo:
+    """A file-like object whose write() returns the line, for streaming csv.writer output."""
+
+    def write(self, value: str) -> str:
+        return value
+
+
+@require_GET
+def campaign_results_csv(request, campaign_id: int):
+    campaign = get_object_or_404(Campaign, id=campaign_id)
+    writer = csv.DictWriter(Echo(), fieldnames=exports.CSV_HEADER)
+
+    def lines():
+        yield writer.writeheader()
+        for row in exports.result_rows(campaign=campaign):
+            yield writer.writerow(row)
+
+    response = StreamingHttpResponse(lines(), content_type="text/csv; charset=utf-8")
+    name = exports.download_name(campaign=campaign, extension="csv")
+    response["Content-Disposition"] = f'attachment; filename="{name}"'
+    return response
+
+
+@require_GET
+def campaign_results_json(request, campaign_id: int):
+    campaign = get_object_or_404(Campaign.objects.select_related("owner"), id=campaign_id)
+    response = HttpResponse(
+        json.dumps(exports.campaign_document(campaign=campaign), indent=1),
+        content_type="application/json",
+    )
+    name = exports.download_name(campaign=campaign, extension="json")
+    response["Content-Disposition"] = f'attachment; filename="{name}"'
+    return response
