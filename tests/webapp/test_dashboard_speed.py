@@ -1,0 +1,76 @@
+"""With 10,000 candidates in one campaign every page answers in under 300 ms (issue 6)."""
+
+import io
+import time
+
+import pytest
+from django.core.management import call_command
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
+
+from webapp.campaigns.models import Campaign, Candidate
+from webapp.campaigns.synthetic import SYNTHETIC_PREFIX
+
+pytestmark = [pytest.mark.django_db, pytest.mark.slow]
+
+CANDIDATES = 10_000
+BUDGET_S = 0.300
+MAX_QUERIES = 12  # a fixed number per page, whatever the candidate count
+
+
+def best_of(client, url, runs=3):
+    """Fastest of ``runs`` requests (the first one warms caches), with its query count."""
+    times, queries = [], 0
+    client.get(url)
+    for _ in range(runs):
+        with CaptureQueriesContext(connection) as captured:
+            start = time.perf_counter()
+            response = client.get(url)
+            if response.streaming:
+                b"".join(response.streaming_content)
+            times.append(time.perf_counter() - start)
+        assert response.status_code == 200, url
+        queries = len(captured)
+    return min(times), queries
+
+
+def test_every_page_answers_in_under_300_ms_with_10000_candidates(client, alice, capsys):
+    call_command(
+        "make_fixture_campaign", candidates=CANDIDATES, owner="alice", stdout=io.StringIO()
+    )
+    campaign = Campaign.objects.get(name__startswith=SYNTHETIC_PREFIX)
+    assert Candidate.objects.filter(problem__campaign=campaign).count() == CANDIDATES
+    problem = campaign.problems.order_by("id").first()
+    candidate = problem.candidates.order_by("-reward").first()
+    client.force_login(alice)
+    pages = {
+        "campaign list": "/",
+        "campaign page": reverse("campaign-detail", args=[campaign.id]),
+        "shape page": reverse("problem-detail", args=[problem.id]),
+        "shape page, by time, page 5": reverse("problem-detail", args=[problem.id])
+        + "?sort=time&page=5",
+        "shape page, filtered by name": reverse("problem-detail", args=[problem.id])
+        + "?sort=name&family=sm90&status=done&proposer=resampled",
+        "candidate page": reverse("candidate-detail", args=[candidate.id]),
+        "speedups.json": reverse("api-campaign-speedups", args=[campaign.id]),
+        "heatmap.json": reverse("api-campaign-heatmap", args=[campaign.id]),
+        "rewards.json": reverse("api-problem-rewards", args=[problem.id]),
+    }
+    report, slow = [], []
+    for label, url in pages.items():
+        seconds, queries = best_of(client, url)
+        report.append(f"{label:32s} {seconds * 1000:6.1f} ms {queries:3d} queries")
+        if seconds >= BUDGET_S or queries > MAX_QUERIES:
+            slow.append(label)
+    for label, name in [
+        ("results.csv", "campaign-results-csv"),
+        ("results.json", "campaign-results-json"),
+    ]:
+        seconds, queries = best_of(client, reverse(name, args=[campaign.id]), runs=1)
+        report.append(
+            f"{label:32s} {seconds * 1000:6.1f} ms {queries:3d} queries (download, not a page)"
+        )
+    with capsys.disabled():
+        print("\n" + "\n".join(report))
+    assert not slow, "\n".join(report)
