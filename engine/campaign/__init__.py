@@ -1,0 +1,96 @@
+"""Campaigns without Django: propose → compile → verify → time → reward → learn.
+
+space.py      the valid configs a campaign may propose for one problem
+executor.py   GpuExecutor protocol; LocalGpuExecutor (this GPU) and ReplayExecutor (recorded)
+storage.py    CampaignStorage protocol; SqliteStorage for the CLI
+proposers.py  random, evolutionary and learned-policy proposers, mixed per campaign
+policy.py     the torch policy (REINFORCE, persisted per GPU arch)
+loop.py       the rounds, budgets, early stops, pipelined compiles, results JSON
+replay.py     the replay benchmark: every strategy against a recorded table, on the CPU
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from engine.campaign.executor import (
+    CompiledCandidate,
+    GpuExecutor,
+    LocalGpuExecutor,
+    Outcome,
+    ReplayExecutor,
+    ReplayTable,
+)
+from engine.campaign.loop import (
+    Campaign,
+    CampaignSettings,
+    ProblemResult,
+    Progress,
+    campaign_report,
+    reward_of,
+)
+from engine.campaign.policy import Policy, policy_path
+from engine.campaign.proposers import (
+    EvolveProposer,
+    PolicyProposer,
+    Proposal,
+    Proposer,
+    RandomProposer,
+    propose_batch,
+    split_batch,
+)
+from engine.campaign.space import SearchSpace, families_for_arch
+from engine.campaign.storage import CampaignStorage, CandidateRecord, SqliteStorage
+
+PROPOSER_NAMES = ("rl", "evolve", "random")
+
+
+def make_proposers(
+    mix: Mapping[str, float], *, policy: Policy | None = None, seed: int = 0
+) -> dict[str, Proposer]:
+    """The proposers a mix names ("rl" needs ``policy``)."""
+    out: dict[str, Proposer] = {}
+    for name in mix:
+        if name == "random":
+            out[name] = RandomProposer()
+        elif name == "evolve":
+            out[name] = EvolveProposer()
+        elif name == "rl":
+            if policy is None:
+                raise ValueError("the rl proposer needs a policy")
+            out[name] = PolicyProposer(policy, seed=seed)
+        else:
+            raise ValueError(f"unknown proposer {name!r}: expected one of {PROPOSER_NAMES}")
+    return out
+
+
+__all__ = [
+    "PROPOSER_NAMES",
+    "Campaign",
+    "CampaignSettings",
+    "CampaignStorage",
+    "CandidateRecord",
+    "CompiledCandidate",
+    "EvolveProposer",
+    "GpuExecutor",
+    "LocalGpuExecutor",
+    "Outcome",
+    "Policy",
+    "PolicyProposer",
+    "ProblemResult",
+    "Progress",
+    "Proposal",
+    "Proposer",
+    "RandomProposer",
+    "ReplayExecutor",
+    "ReplayTable",
+    "SearchSpace",
+    "SqliteStorage",
+    "campaign_report",
+    "families_for_arch",
+    "make_proposers",
+    "policy_path",
+    "propose_batch",
+    "reward_of",
+    "split_batch",
+]

@@ -1,0 +1,276 @@
+"""Executors: verify and time a batch of compiled candidates for one problem.
+
+``LocalGpuExecutor`` does the real work on this machine's GPU (engine.verify in an isolated child
+per candidate, then one engine.measure session for the verified ones, baselines timed beside
+them). ``ReplayExecutor`` answers from a table of recorded GPU measurements (bench/results/...)
+and never touches a GPU: it is for CPU tests and for the replay benchmark (engine.campaign.replay).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from engine.families import KernelConfig, get_family
+from engine.problem import Problem
+
+STATUS_OK = "ok"
+STATUS_COMPILE_ERROR = "compile_error"
+STATUS_REJECTED = "rejected"  # failed verification, or rejected while timed
+STATUS_TIMEOUT = "timeout"  # nvcc or the verifier ran out of time
+STATUS_MISSING = "missing"  # replay only: the table has no time for this candidate
+FAILURES = (STATUS_COMPILE_ERROR, STATUS_REJECTED, STATUS_TIMEOUT, STATUS_MISSING)
+
+
+@dataclass(frozen=True)
+class CompiledCandidate:
+    """A candidate ready to run; ``library`` is None when the executor needs no library."""
+
+    name: str
+    config: KernelConfig
+    library: Path | None = None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What running one candidate gave.
+
+    ``seconds`` is the candidate's time in the executor's primary protocol (None on failure);
+    ``baselines`` maps each baseline (best of both layouts) to its time in the same session;
+    ``timings`` holds every protocol's numbers for storage; ``gpu_seconds`` is this candidate's
+    share of the GPU wall time (verification and timing).
+    """
+
+    name: str
+    status: str
+    reason: str = ""
+    message: str = ""
+    seconds: float | None = None
+    baselines: Mapping[str, float] = field(default_factory=dict)
+    timings: Mapping[str, Any] = field(default_factory=dict)
+    gpu_seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.status == STATUS_OK
+
+
+class GpuExecutor(Protocol):
+    """Runs batches for one problem at a time. ``needs_libraries`` False: skip compiling."""
+
+    needs_libraries: bool
+    arch: str
+
+    def execute(self, problem: Problem, batch: Sequence[CompiledCandidate]) -> list[Outcome]:
+        """One outcome per candidate, in the batch's order."""
+        ...
+
+
+# -- the real GPU ----------------------------------------------------------------------------
+
+
+class LocalGpuExecutor:
+    """Verification then timing on this machine's GPU (device protocol by default)."""
+
+    needs_libraries = True
+
+    def __init__(
+        self,
+        *,
+        protocols: Sequence[str] = ("device",),
+        arch: str | None = None,
+        config: Any = None,
+        verify_timeout: float | None = None,
+        heat_seconds: float = 1.0,
+    ) -> None:
+        self.protocols = tuple(protocols)
+        self.arch = arch or _local_arch()
+        self.config = config
+        self.verify_timeout = verify_timeout
+        self.heat_seconds = heat_seconds
+        self._shim: Any = None
+
+    def execute(self, problem: Problem, batch: Sequence[CompiledCandidate]) -> list[Outcome]:
+        from engine import measure as measure_module
+        from engine import verify as verify_module
+
+        started = time.monotonic()
+        failures: dict[str, Outcome] = {}
+        passed: dict[str, Path] = {}
+        for candidate in batch:
+            if candidate.library is None:
+                raise ValueError(f"{candidate.name}: LocalGpuExecutor needs a compiled library")
+            kwargs = {"timeout": self.verify_timeout} if self.verify_timeout else {}
+            verdict = verify_module.verify(candidate.library, problem, **kwargs)
+            if verdict.ok:
+                passed[candidate.name] = candidate.library
+            else:
+                status = STATUS_TIMEOUT if verdict.reason == "timeout" else STATUS_REJECTED
+                failures[candidate.name] = Outcome(
+                    candidate.name, status, verdict.reason, verdict.message
+                )
+        record: dict[str, Any] = {"protocols": {}}
+        if passed:
+            if self._shim is None:
+                config = self.config or measure_module.load_config()
+                self._shim = measure_module.load_shim(config)
+            record = measure_module.measure(
+                problem,
+                candidates=passed,
+                protocols=self.protocols,
+                config=self.config,
+                shim=self._shim,
+                heat_seconds=self.heat_seconds,
+            )
+        share = (time.monotonic() - started) / max(1, len(batch))
+        outcomes = []
+        for candidate in batch:
+            if candidate.name in failures:
+                outcome = failures[candidate.name]
+            else:
+                outcome = outcome_from_record(candidate.name, record, self.protocols)
+            outcomes.append(_with_gpu_seconds(outcome, share))
+        return outcomes
+
+
+def outcome_from_record(name: str, record: Mapping[str, Any], protocols: Sequence[str]) -> Outcome:
+    """A verified candidate's outcome from an engine.measure record (primary = first protocol)."""
+    timings: dict[str, Any] = {}
+    for protocol in protocols:
+        summary = record["protocols"][protocol]
+        timings[protocol] = {
+            "seconds": summary["seconds"].get(name),
+            "baselines": {b: v["seconds"] for b, v in summary["best_baselines"].items()},
+        }
+    primary = record["protocols"][protocols[0]]
+    if name in primary.get("rejected_while_timed", ()):
+        return Outcome(name, STATUS_REJECTED, "spot_check", "wrong values while timed")
+    if name in primary.get("impossible", ()):
+        return Outcome(name, STATUS_REJECTED, "impossible", "faster than the physical floor")
+    return Outcome(
+        name,
+        STATUS_OK,
+        seconds=primary["seconds"][name],
+        baselines=timings[protocols[0]]["baselines"],
+        timings=timings,
+    )
+
+
+def _with_gpu_seconds(outcome: Outcome, seconds: float) -> Outcome:
+    return Outcome(**{**outcome.__dict__, "gpu_seconds": seconds})
+
+
+def _local_arch() -> str:
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            major, minor = torch.cuda.get_device_capability()
+            return f"sm_{major}{minor}"
+    except ImportError:
+        pass
+    return "sm_90"
+
+
+# -- recorded measurements -------------------------------------------------------------------
+
+
+@dataclass
+class ReplayTable:
+    """Recorded device-protocol times: configs, and per problem key the seconds of every timed
+    runner (baselines ``<baseline>_<layout>`` and candidates by name) plus the GPU."""
+
+    configs: dict[str, KernelConfig]
+    seconds: dict[str, dict[str, float]]
+    arch: str = "sm_90"
+    sources: list[str] = field(default_factory=list)
+
+    @classmethod
+    def load(cls, paths: Iterable[str | Path]) -> ReplayTable:
+        """Merge family-sweep reports (bench/family_sweep.py format); later files add shapes."""
+        table = cls({}, {})
+        for path in paths:
+            report = json.loads(Path(path).read_text())
+            table.sources.append(str(path))
+            for name, entry in report["configs"].items():
+                if entry.get("verify", "ok") != "ok":
+                    continue
+                config = get_family(entry["family"]).from_knobs(entry["knobs"])
+                if config.name != name:
+                    raise ValueError(f"{path}: {name} renders as {config.name}")
+                table.configs[name] = config
+            for point in report["sweep"]:
+                times = {k: float(v) for k, v in point["seconds"].items() if v and v > 0}
+                for name in point.get("rejected_while_timed", ()):
+                    times.pop(name, None)
+                table.seconds.setdefault(point["problem"], {}).update(times)
+                arch = point.get("environment", {}).get("arch")
+                if arch:
+                    table.arch = arch
+        return table
+
+    def problems(self) -> list[Problem]:
+        out = []
+        for key in self.seconds:
+            shape, layout = key.rsplit("_", 1)
+            out.append(Problem.parse(shape, layout))
+        return out
+
+    def configs_for(self, problem: Problem) -> list[KernelConfig]:
+        """Configs with a recorded time for ``problem``."""
+        times = self.seconds.get(problem.key, {})
+        return [c for name, c in self.configs.items() if name in times]
+
+    def baselines(self, problem: Problem) -> dict[str, float]:
+        """Best-of-layouts time of each baseline for ``problem``."""
+        from engine.baselines import best_of_layouts
+
+        return {b: v["seconds"] for b, v in best_of_layouts(self.seconds[problem.key]).items()}
+
+    def speedups(self, problem: Problem, baseline: str) -> dict[str, float]:
+        """Every recorded candidate's speedup over ``baseline`` for ``problem``."""
+        base = self.baselines(problem)[baseline]
+        times = self.seconds[problem.key]
+        return {c.name: base / times[c.name] for c in self.configs_for(problem)}
+
+
+class ReplayExecutor:
+    """Answers from a ReplayTable: no compile, no GPU. Counts executions per (problem, name),
+    so tests can prove that nothing is measured twice."""
+
+    needs_libraries = False
+
+    def __init__(self, table: ReplayTable, *, gpu_seconds_per_candidate: float = 0.0) -> None:
+        self.table = table
+        self.arch = table.arch
+        self.gpu_seconds_per_candidate = gpu_seconds_per_candidate
+        self.executed: dict[tuple[str, str], int] = {}
+
+    def execute(self, problem: Problem, batch: Sequence[CompiledCandidate]) -> list[Outcome]:
+        times = self.table.seconds.get(problem.key, {})
+        baselines = self.table.baselines(problem) if times else {}
+        outcomes = []
+        for candidate in batch:
+            key = (problem.key, candidate.name)
+            self.executed[key] = self.executed.get(key, 0) + 1
+            seconds = times.get(candidate.name)
+            if seconds is None:
+                outcomes.append(
+                    Outcome(candidate.name, STATUS_MISSING, "missing", "not in the replay table")
+                )
+                continue
+            outcomes.append(
+                Outcome(
+                    candidate.name,
+                    STATUS_OK,
+                    seconds=seconds,
+                    baselines=baselines,
+                    timings={"device": {"seconds": seconds, "baselines": baselines}},
+                    gpu_seconds=self.gpu_seconds_per_candidate,
+                )
+            )
+        return outcomes

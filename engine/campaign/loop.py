@@ -1,0 +1,450 @@
+"""The campaign loop: propose → compile → verify and time → reward → learn, per problem.
+
+For each problem, rounds run until a stop: the candidate budget, the campaign's GPU-seconds
+budget, the space exhausted, no better candidate for ``patience`` rounds, or the policy converged
+(its entropy over the untried configs below ``min_entropy``). When the executor needs compiled
+libraries, the next batch is proposed and compiled in a background thread while the current one
+runs on the GPU (so the policy's update lags by one batch); a replay executor needs only names
+and runs unpipelined. Every outcome is stored before the next round, and names already stored
+are never executed again: a stopped campaign resumes where it was.
+
+Reward = log(best baseline time / candidate time), baseline ``cublaslt_autotune`` (best of both
+layouts) by default; a failure (compile error, rejection, timeout) gets ``failure_reward`` and
+its reason is stored.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from engine.baselines import BASELINES
+from engine.campaign.executor import (
+    STATUS_COMPILE_ERROR,
+    STATUS_OK,
+    STATUS_TIMEOUT,
+    CompiledCandidate,
+    GpuExecutor,
+    Outcome,
+)
+from engine.campaign.policy import Policy
+from engine.campaign.proposers import Proposal, Proposer, propose_batch
+from engine.campaign.space import SearchSpace
+from engine.campaign.storage import CampaignStorage, CandidateRecord
+from engine.compile import CompileResult
+from engine.families import KernelConfig, get_family
+from engine.problem import Problem
+
+DEFAULT_MIX = {"rl": 0.5, "evolve": 0.3, "random": 0.2}
+FINAL = ("budget", "exhausted", "no_improvement", "converged", "gpu_budget")
+
+Compiler = Callable[[Sequence[KernelConfig]], list[CompileResult]]
+
+
+@dataclass(frozen=True)
+class CampaignSettings:
+    name: str = "campaign"
+    budget: int = 64  # candidates per problem
+    gpu_seconds: float | None = None  # for the whole campaign
+    batch_size: int = 8
+    mix: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_MIX))
+    baseline: str = "cublaslt_autotune"
+    failure_reward: float = -2.0  # log speedup of 0.14x: below every recorded kernel but a few
+    patience: int | None = None  # rounds without a better candidate before stopping
+    min_entropy: float | None = None  # stop when the policy's normalised entropy falls below
+    seed: int = 0
+    pipeline: bool = True
+
+    def __post_init__(self) -> None:
+        if self.baseline not in BASELINES:
+            raise ValueError(f"unknown baseline {self.baseline!r}: expected one of {BASELINES}")
+        if self.budget < 1 or self.batch_size < 1:
+            raise ValueError("budget and batch size must be at least 1")
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["mix"] = dict(self.mix)
+        return out
+
+
+@dataclass
+class ProblemResult:
+    problem: Problem
+    records: list[CandidateRecord]
+    stopped: str
+    executed: int = 0  # candidates executed in this run (not loaded from storage)
+
+    def best(self, baseline: str) -> CandidateRecord | None:
+        ok = [r for r in self.records if r.status == STATUS_OK and baseline in r.baselines]
+        return max(ok, key=lambda r: r.speedups()[baseline], default=None)
+
+    def best_speedups(self) -> dict[str, float]:
+        """Per baseline, the best speedup of any measured candidate."""
+        out: dict[str, float] = {}
+        for record in self.records:
+            for baseline, speedup in record.speedups().items():
+                out[baseline] = max(out.get(baseline, 0.0), speedup)
+        return out
+
+    def best_so_far(self, baseline: str) -> list[float]:
+        """Best speedup over ``baseline`` after each candidate (0 before any success)."""
+        out, best = [], 0.0
+        for record in self.records:
+            best = max(best, record.speedups().get(baseline, 0.0))
+            out.append(best)
+        return out
+
+
+@dataclass(frozen=True)
+class Progress:
+    problem: Problem
+    done: int  # candidates of this problem
+    budget: int
+    best: Mapping[str, float]  # best speedup per baseline for this problem
+    failed: int
+    campaign_done: int
+    campaign_total: int
+    elapsed: float
+    eta: float | None  # seconds, from this run's pace
+
+
+def reward_of(outcome: Outcome, baseline: str, failure_reward: float) -> float:
+    if not outcome.ok or outcome.seconds is None or outcome.seconds <= 0:
+        return failure_reward
+    if baseline not in outcome.baselines:
+        raise ValueError(f"{outcome.name}: no {baseline} time in the outcome")
+    return math.log(outcome.baselines[baseline] / outcome.seconds)
+
+
+def compile_configs(
+    configs: Sequence[KernelConfig], *, jobs: int | None = None, config: Any = None
+) -> list[CompileResult]:
+    """Render and compile ``configs`` (compile_many per family, cached); results keep order."""
+    from engine.compile import compile_many
+
+    results: list[CompileResult | None] = [None] * len(configs)
+    families = sorted({c.FAMILY for c in configs})
+    for family in families:
+        where = [i for i, c in enumerate(configs) if family == c.FAMILY]
+        built = compile_many(
+            [configs[i].render() for i in where],
+            jobs=jobs,
+            archs=get_family(family).ARCHS,
+            config=config,
+        )
+        for i, result in zip(where, built, strict=True):
+            results[i] = result
+    return [r for r in results if r is not None]
+
+
+class Campaign:
+    def __init__(
+        self,
+        problems: Sequence[Problem],
+        *,
+        settings: CampaignSettings,
+        executor: GpuExecutor,
+        storage: CampaignStorage,
+        proposers: Mapping[str, Proposer],
+        space_for: Callable[[Problem], SearchSpace],
+        policy: Policy | None = None,
+        policy_file: Path | None = None,
+        compiler: Compiler | None = None,
+        progress: Callable[[Progress], None] | None = None,
+        after_record: Callable[[CandidateRecord], None] | None = None,
+    ) -> None:
+        self.problems = list(problems)
+        self.settings = settings
+        self.executor = executor
+        self.storage = storage
+        self.proposers = dict(proposers)
+        self.space_for = space_for
+        self.policy = policy
+        self.policy_file = policy_file
+        self.compiler = compiler or compile_configs
+        self.progress = progress
+        self.after_record = after_record
+        self.rng = random.Random(settings.seed)
+        self.gpu_seconds = 0.0
+        self.campaign_done = 0
+        self.executed = 0
+        self.started = time.monotonic()
+
+    # -- the campaign ------------------------------------------------------------------------
+    def run(self) -> list[ProblemResult]:
+        s = self.settings
+        self.storage.open_campaign(s.name, s.to_dict())
+        for problem in self.problems:
+            self.storage.add_problem(s.name, problem)
+            stored = self.storage.candidates(s.name, problem.key)
+            self.campaign_done += len(stored)
+            self.gpu_seconds += sum(r.gpu_seconds for r in stored)
+        self.started = time.monotonic()
+        results = []
+        for problem in self.problems:
+            results.append(self.run_problem(problem))
+        return results
+
+    def run_problem(self, problem: Problem) -> ProblemResult:
+        s = self.settings
+        history = self.storage.candidates(s.name, problem.key)
+        status = self.storage.problem_status(s.name, problem.key)
+        if status in FINAL and not (status == "budget" and len(history) < s.budget):
+            return ProblemResult(problem, history, status or "")
+        self.storage.set_problem_status(s.name, problem.key, "running")
+        space = self.space_for(problem)
+        tried = {r.name for r in history}
+        round_no = max((r.round for r in history), default=-1) + 1
+        best = max((r.reward for r in history if r.status == STATUS_OK), default=-math.inf)
+        stale = 0
+        executed = 0
+        pipelined = s.pipeline and self.executor.needs_libraries
+        pool = ThreadPoolExecutor(1, thread_name_prefix="compile") if pipelined else None
+        try:
+            batch = self._propose(problem, space, history, tried, set())
+            ready = self._submit(pool, batch)
+            stopped = self._stop_reason(problem, space, history, tried, stale) if not batch else ""
+            while batch:
+                compiled, failed = ready.result()
+                upcoming: list[Proposal] = []
+                if pool is not None:
+                    upcoming = self._propose(
+                        problem, space, history, tried, {p.config.name for p in batch}
+                    )
+                    ready = self._submit(pool, upcoming)
+                outcomes = self._execute(problem, compiled, failed, tried)
+                records = self._records(batch, outcomes, round_no)
+                self.storage.record(s.name, problem.key, records)
+                history += records
+                tried.update(r.name for r in records)
+                executed += len(records)
+                self._learn(problem, space, records)
+                round_best = max(
+                    (r.reward for r in records if r.status == STATUS_OK), default=-math.inf
+                )
+                stale = 0 if round_best > best else stale + 1
+                best = max(best, round_best)
+                self._report(problem, history)
+                for record in records:
+                    if self.after_record is not None:
+                        self.after_record(record)
+                round_no += 1
+                stopped = self._stop_reason(problem, space, history, tried, stale)
+                if stopped:
+                    break
+                if pool is None:
+                    upcoming = self._propose(problem, space, history, tried, set())
+                    ready = self._submit(None, upcoming)
+                batch = upcoming
+            stopped = stopped or self._stop_reason(problem, space, history, tried, stale)
+            stopped = stopped or "exhausted"
+        finally:
+            if pool is not None:
+                pool.shutdown(wait=False, cancel_futures=True)
+        self.storage.set_problem_status(s.name, problem.key, stopped)
+        return ProblemResult(problem, history, stopped, executed)
+
+    # -- steps ---------------------------------------------------------------------------------
+    def _propose(
+        self,
+        problem: Problem,
+        space: SearchSpace,
+        history: list[CandidateRecord],
+        tried: set[str],
+        in_flight: set[str],
+    ) -> list[Proposal]:
+        s = self.settings
+        room = s.budget - len(history) - len(in_flight)
+        if room <= 0 or (s.gpu_seconds is not None and self.gpu_seconds >= s.gpu_seconds):
+            return []
+        return propose_batch(
+            self.proposers,
+            s.mix,
+            problem,
+            space,
+            min(s.batch_size, room),
+            history=history,
+            exclude=tried | in_flight,
+            rng=self.rng,
+        )
+
+    def _submit(
+        self, pool: ThreadPoolExecutor | None, batch: list[Proposal]
+    ) -> Future[tuple[list[CompiledCandidate], dict[str, Outcome]]]:
+        if pool is not None:
+            return pool.submit(self._compile, batch)
+        future: Future[tuple[list[CompiledCandidate], dict[str, Outcome]]] = Future()
+        future.set_result(self._compile(batch))
+        return future
+
+    def _compile(self, batch: list[Proposal]) -> tuple[list[CompiledCandidate], dict[str, Outcome]]:
+        """Compiled candidates, and failure outcomes for those that did not build."""
+        if not batch:
+            return [], {}
+        configs = [p.config for p in batch]
+        if not self.executor.needs_libraries:
+            return [CompiledCandidate(c.name, c) for c in configs], {}
+        results = self.compiler(configs)
+        compiled, failed = [], {}
+        for config, result in zip(configs, results, strict=True):
+            if result.ok and result.library is not None:
+                compiled.append(CompiledCandidate(config.name, config, result.library))
+            else:
+                status = STATUS_TIMEOUT if result.timed_out else STATUS_COMPILE_ERROR
+                failed[config.name] = Outcome(
+                    config.name,
+                    status,
+                    "nvcc_timeout" if result.timed_out else "nvcc",
+                    result.error or "did not compile",
+                )
+        return compiled, failed
+
+    def _execute(
+        self,
+        problem: Problem,
+        compiled: list[CompiledCandidate],
+        failed: dict[str, Outcome],
+        tried: set[str],
+    ) -> dict[str, Outcome]:
+        fresh = [c for c in compiled if c.name not in tried]  # never run a stored name again
+        outcomes = dict(failed)
+        if fresh:
+            for outcome in self.executor.execute(problem, fresh):
+                outcomes[outcome.name] = outcome
+        self.gpu_seconds += sum(o.gpu_seconds for o in outcomes.values())
+        return outcomes
+
+    def _records(
+        self, batch: list[Proposal], outcomes: dict[str, Outcome], round_no: int
+    ) -> list[CandidateRecord]:
+        s = self.settings
+        records = []
+        for proposal in batch:
+            outcome = outcomes.get(proposal.config.name)
+            if outcome is None:
+                continue
+            records.append(
+                CandidateRecord(
+                    name=outcome.name,
+                    family=proposal.config.FAMILY,
+                    knobs=proposal.config.knobs(),
+                    proposer=proposal.proposer,
+                    parent=proposal.parent,
+                    status=outcome.status,
+                    reason=outcome.reason,
+                    message=outcome.message,
+                    reward=reward_of(outcome, s.baseline, s.failure_reward),
+                    seconds=outcome.seconds,
+                    baselines=dict(outcome.baselines),
+                    timings=dict(outcome.timings),
+                    gpu_seconds=outcome.gpu_seconds,
+                    round=round_no,
+                )
+            )
+        self.campaign_done += len(records)
+        self.executed += len(records)
+        return records
+
+    def _learn(self, problem: Problem, space: SearchSpace, records: list[CandidateRecord]) -> None:
+        """Every proposer sees every result (the policy learns from all of them, off-policy
+        samples used as they are)."""
+        for proposer in self.proposers.values():
+            proposer.observe(problem, space, records)
+        if self.policy is not None and self.policy_file is not None:
+            self.policy.save(self.policy_file)
+
+    def _stop_reason(
+        self,
+        problem: Problem,
+        space: SearchSpace,
+        history: list[CandidateRecord],
+        tried: set[str],
+        stale: int,
+    ) -> str:
+        s = self.settings
+        if len(history) >= s.budget:
+            return "budget"
+        if s.gpu_seconds is not None and self.gpu_seconds >= s.gpu_seconds:
+            return "gpu_budget"
+        if len(tried & space.by_name.keys()) >= len(space):
+            return "exhausted"
+        if s.patience is not None and stale >= s.patience:
+            return "no_improvement"
+        if (
+            s.min_entropy is not None
+            and self.policy is not None
+            and s.mix.get("rl", 0) > 0
+            and self.policy.entropy(problem, space, tried) < s.min_entropy
+        ):
+            return "converged"
+        return ""
+
+    def _report(self, problem: Problem, history: list[CandidateRecord]) -> None:
+        if self.progress is None:
+            return
+        result = ProblemResult(problem, history, "")
+        elapsed = time.monotonic() - self.started
+        total = self.settings.budget * len(self.problems)
+        remaining = max(0, total - self.campaign_done)
+        eta = elapsed / self.executed * remaining if self.executed else None
+        self.progress(
+            Progress(
+                problem=problem,
+                done=len(history),
+                budget=self.settings.budget,
+                best=result.best_speedups(),
+                failed=sum(r.status != STATUS_OK for r in history),
+                campaign_done=self.campaign_done,
+                campaign_total=total,
+                elapsed=elapsed,
+                eta=eta,
+            )
+        )
+
+
+def campaign_report(
+    results: Sequence[ProblemResult], settings: CampaignSettings, *, executor: str = ""
+) -> dict[str, Any]:
+    """The results JSON: per problem, the best candidate per baseline and the counts."""
+    problems = []
+    for result in results:
+        ok = [r for r in result.records if r.status == STATUS_OK]
+        gpu = sum(r.gpu_seconds for r in result.records)
+        reasons: dict[str, int] = {}
+        for r in result.records:
+            if r.status != STATUS_OK:
+                reasons[r.reason or r.status] = reasons.get(r.reason or r.status, 0) + 1
+        best = result.best(settings.baseline)
+        problems.append(
+            {
+                "problem": result.problem.key,
+                "stopped": result.stopped,
+                "candidates": len(result.records),
+                "executed_this_run": result.executed,
+                "verified": len(ok),
+                "failures": reasons,
+                "gpu_seconds": gpu,
+                "verified_per_gpu_hour": len(ok) / (gpu / 3600) if gpu > 0 else None,
+                "best": best.name if best else None,
+                "best_knobs": dict(best.knobs) if best else None,
+                "best_speedups": result.best_speedups(),
+                "best_so_far": result.best_so_far(settings.baseline),
+                "by_proposer": _by_proposer(result.records),
+            }
+        )
+    return {"settings": settings.to_dict(), "executor": executor, "problems": problems}
+
+
+def _by_proposer(records: Sequence[CandidateRecord]) -> dict[str, dict[str, float]]:
+    out: dict[str, dict[str, float]] = {}
+    for r in records:
+        entry = out.setdefault(r.proposer, {"candidates": 0, "best_reward": -math.inf})
+        entry["candidates"] += 1
+        entry["best_reward"] = max(entry["best_reward"], r.reward)
+    return out

@@ -1,0 +1,284 @@
+"""The learned proposal policy: problem features → a factored distribution over kernel knobs.
+
+A small MLP maps ``Problem.features()`` to one logit vector holding a categorical head for the
+family and one per (family, knob) of each family's SPACE. A config's score is the sum of the
+logits of its family and of its knob values; the distribution is the softmax of scores over the
+configs of a SearchSpace, which holds only configs the families' ``is_valid`` accepts — so
+invalid choices are masked exactly (their probability is 0, and the rest renormalise).
+
+Learning is REINFORCE: advantage = reward − a running mean of that problem's rewards, plus an
+entropy bonus, one Adam step per observed batch (online, during a campaign). ``pretrain`` is the
+full-information version for a dense recorded table: it ascends the exact expected reward
+Σ p(c)·r(c) (+ entropy bonus) over training problems — the gradient that REINFORCE estimates by
+sampling. A policy is saved per GPU arch with a description of the knob space it was built on;
+a file for another space is ignored on load.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import os
+import weakref
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from engine.campaign.space import SearchSpace
+from engine.families import FAMILIES, KernelConfig
+from engine.problem import Problem
+
+FORMAT_VERSION = 1
+FEATURES = tuple(Problem(64, 64, 64).features())
+FEATURE_SCALE = 16.0  # log2 sizes are ~6..20; keep inputs near unit range
+
+
+def policy_path(cache_dir: Path, arch: str) -> Path:
+    return Path(cache_dir) / "policy" / f"{arch}.pt"
+
+
+def problem_tensor(problem: Problem) -> torch.Tensor:
+    features = problem.features()
+    return torch.tensor([features[name] / FEATURE_SCALE for name in FEATURES], dtype=torch.float32)
+
+
+class Policy:
+    def __init__(
+        self,
+        families: Sequence[str],
+        *,
+        hidden: int = 64,
+        lr: float = 0.02,
+        entropy_coef: float = 0.01,
+        baseline_decay: float = 0.8,
+        seed: int = 0,
+    ) -> None:
+        self.families = tuple(families)
+        self.entropy_coef = entropy_coef
+        self.baseline_decay = baseline_decay
+        self.hidden = hidden
+        self.lr = lr
+        # one logit per family, then per (family, knob, value); the last slot is a constant 0
+        self.offsets: dict[tuple[str, str], int] = {}
+        size = len(self.families)
+        for family in self.families:
+            for knob, values in FAMILIES[family].SPACE.items():
+                self.offsets[(family, knob)] = size
+                size += len(values)
+        self.n_logits = size
+        with torch.random.fork_rng():
+            torch.manual_seed(seed)
+            self.net = nn.Sequential(
+                nn.Linear(len(FEATURES), hidden), nn.Tanh(), nn.Linear(hidden, size)
+            )
+            nn.init.zeros_(self.net[2].weight)  # start uniform over any space
+            nn.init.zeros_(self.net[2].bias)
+        self.optimizer = torch.optim.Adam(self.net.parameters(), lr=lr)
+        self.running: dict[str, float] = {}  # problem key → running mean reward
+        self.updates = 0
+        self._index_cache: weakref.WeakKeyDictionary[SearchSpace, torch.Tensor] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    # -- the space -------------------------------------------------------------------------
+    def describe(self) -> dict[str, Any]:
+        """What the logits mean: families, knobs and values in order, and the features."""
+        return {
+            "version": FORMAT_VERSION,
+            "features": list(FEATURES),
+            "families": {
+                f: {k: list(v) for k, v in FAMILIES[f].SPACE.items()} for f in self.families
+            },
+            "hidden": self.hidden,
+        }
+
+    def indices(self, config: KernelConfig) -> list[int]:
+        """Logit positions whose sum is ``config``'s score."""
+        family = config.FAMILY
+        out = [self.families.index(family)]
+        for knob, values in config.SPACE.items():
+            out.append(self.offsets[(family, knob)] + list(values).index(getattr(config, knob)))
+        return out
+
+    def _index(self, space: SearchSpace) -> torch.Tensor:
+        cached = self._index_cache.get(space)
+        if cached is None:
+            rows = [self.indices(c) for c in space.configs]
+            width = max((len(r) for r in rows), default=1)
+            pad = self.n_logits  # points at the appended constant-0 logit
+            cached = torch.tensor([r + [pad] * (width - len(r)) for r in rows], dtype=torch.long)
+            self._index_cache[space] = cached
+        return cached
+
+    # -- the distribution --------------------------------------------------------------------
+    def logits(self, problem: Problem) -> torch.Tensor:
+        out = self.net(problem_tensor(problem))
+        return torch.cat([out, out.new_zeros(1)])
+
+    def scores(self, problem: Problem, space: SearchSpace) -> torch.Tensor:
+        return self.logits(problem)[self._index(space)].sum(dim=1)
+
+    def log_probs(
+        self, problem: Problem, space: SearchSpace, exclude: set[str] | frozenset[str] = frozenset()
+    ) -> torch.Tensor:
+        scores = self.scores(problem, space)
+        if exclude:
+            mask = torch.tensor([c.name in exclude for c in space.configs])
+            scores = scores.masked_fill(mask, -math.inf)
+        return torch.log_softmax(scores, dim=0)
+
+    def probabilities(self, problem: Problem, space: SearchSpace) -> dict[str, float]:
+        with torch.no_grad():
+            probs = self.log_probs(problem, space).exp().tolist()
+        return {c.name: p for c, p in zip(space.configs, probs, strict=True)}
+
+    def entropy(
+        self, problem: Problem, space: SearchSpace, exclude: set[str] | frozenset[str] = frozenset()
+    ) -> float:
+        """Entropy of the distribution over the untried configs, as a fraction of the maximum."""
+        remaining = len(space) - len(exclude & space.by_name.keys())
+        if remaining <= 1:
+            return 0.0
+        with torch.no_grad():
+            logp = self.log_probs(problem, space, exclude)
+            p = logp.exp()
+            h = -(p * torch.where(p > 0, logp, torch.zeros_like(logp))).sum().item()
+        return h / math.log(remaining)
+
+    def sample(
+        self,
+        problem: Problem,
+        space: SearchSpace,
+        n: int,
+        *,
+        exclude: set[str] | frozenset[str] = frozenset(),
+        generator: torch.Generator | None = None,
+    ) -> list[KernelConfig]:
+        """Up to ``n`` distinct untried configs, drawn without replacement."""
+        available = len(space) - len(exclude & space.by_name.keys())
+        n = min(n, available)
+        if n <= 0:
+            return []
+        with torch.no_grad():
+            probs = self.log_probs(problem, space, exclude).exp()
+        picks = torch.multinomial(probs, n, replacement=False, generator=generator)
+        return [space.configs[i] for i in picks.tolist()]
+
+    # -- learning ----------------------------------------------------------------------------
+    def update(
+        self, problem: Problem, space: SearchSpace, rewards: Mapping[str, float]
+    ) -> dict[str, float]:
+        """One REINFORCE step from observed ``rewards`` (config name → reward) of ``problem``."""
+        names = [n for n in rewards if n in space]
+        if not names:
+            return {}
+        values = torch.tensor([rewards[n] for n in names], dtype=torch.float32)
+        batch_mean = float(values.mean())
+        baseline = self.running.get(problem.key, batch_mean)
+        advantage = values - baseline
+        logp = self.log_probs(problem, space)
+        chosen = logp[torch.tensor([space.by_name[n] for n in names])]
+        p = logp.exp()
+        entropy = -(p * logp).sum()
+        loss = -(advantage * chosen).mean() - self.entropy_coef * entropy
+        self.optimizer.zero_grad()
+        loss.backward()
+        self.optimizer.step()
+        decay = self.baseline_decay if problem.key in self.running else 0.0
+        self.running[problem.key] = decay * baseline + (1 - decay) * batch_mean
+        self.updates += 1
+        return {"loss": loss.item(), "entropy": entropy.item(), "baseline": baseline}
+
+    def pretrain(
+        self,
+        tasks: Sequence[tuple[Problem, SearchSpace, Mapping[str, float]]],
+        *,
+        steps: int = 200,
+    ) -> list[float]:
+        """Ascends Σ_tasks E_p[r] + entropy bonus exactly (dense tables only); returns the
+        mean expected reward per step."""
+        prepared = []
+        for problem, space, rewards in tasks:
+            known = [i for i, c in enumerate(space.configs) if c.name in rewards]
+            if not known:
+                continue
+            r = torch.tensor([rewards[space.configs[i].name] for i in known])
+            prepared.append((problem_tensor(problem), self._index(space)[known], r - r.mean()))
+        if not prepared:
+            return []
+        features = torch.stack([f for f, _, _ in prepared])
+        history = []
+        for _ in range(steps):
+            out = self.net(features)
+            out = torch.cat([out, out.new_zeros(len(prepared), 1)], dim=1)
+            objective = out.new_zeros(())
+            for row, (_, index, centred) in enumerate(prepared):
+                logp = torch.log_softmax(out[row][index].sum(dim=1), dim=0)
+                p = logp.exp()
+                objective = objective + (p * centred).sum() - self.entropy_coef * (p * logp).sum()
+            objective = objective / len(prepared)
+            self.optimizer.zero_grad()
+            (-objective).backward()
+            self.optimizer.step()
+            history.append(objective.item())
+        return history
+
+    # -- persistence -------------------------------------------------------------------------
+    def clone(self) -> Policy:
+        """An independent copy (weights, optimiser state, running baselines)."""
+        twin = Policy(
+            self.families,
+            hidden=self.hidden,
+            lr=self.lr,
+            entropy_coef=self.entropy_coef,
+            baseline_decay=self.baseline_decay,
+        )
+        twin.net.load_state_dict(copy.deepcopy(self.net.state_dict()))
+        twin.optimizer.load_state_dict(copy.deepcopy(self.optimizer.state_dict()))
+        twin.running = dict(self.running)
+        twin.updates = self.updates
+        return twin
+
+    def save(self, path: Path) -> None:
+        """Atomic write of the weights, optimiser state, running baselines and space."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".tmp{os.getpid()}")
+        torch.save(
+            {
+                "space": self.describe(),
+                "state_dict": self.net.state_dict(),
+                "optimizer": self.optimizer.state_dict(),
+                "running": dict(self.running),
+                "updates": self.updates,
+                "settings": {
+                    "lr": self.lr,
+                    "entropy_coef": self.entropy_coef,
+                    "baseline_decay": self.baseline_decay,
+                },
+            },
+            tmp,
+        )
+        os.replace(tmp, path)
+
+    @classmethod
+    def load(cls, path: Path, families: Sequence[str], **kwargs: Any) -> Policy | None:
+        """The policy saved at ``path`` if it was built on the same space, else None."""
+        path = Path(path)
+        if not path.is_file():
+            return None
+        try:
+            data = torch.load(path, weights_only=True)
+        except Exception:  # a corrupt or foreign file: start afresh rather than fail
+            return None
+        policy = cls(families, hidden=int(data["space"].get("hidden", 64)), **kwargs)
+        if data["space"] != policy.describe():
+            return None
+        policy.net.load_state_dict(data["state_dict"])
+        policy.optimizer.load_state_dict(data["optimizer"])
+        policy.running = {str(k): float(v) for k, v in data["running"].items()}
+        policy.updates = int(data["updates"])
+        return policy

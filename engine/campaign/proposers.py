@@ -1,0 +1,205 @@
+"""Proposers: given a problem, its search space and what has been tried, name the next configs.
+
+All proposers share one interface (``propose`` then ``observe``) and only choose untried members
+of the SearchSpace, so every proposal is valid for the problem. A campaign mixes them by weight
+(``{"rl": 0.5, "evolve": 0.3, "random": 0.2}``): each batch is split by largest remainder, and a
+proposer that comes up short (evolve with nothing measured yet) leaves its share to the others.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+
+from engine.campaign.policy import Policy
+from engine.campaign.space import OTHER_FAMILY_DISTANCE, SearchSpace
+from engine.campaign.storage import CandidateRecord
+from engine.families import KernelConfig
+from engine.problem import Problem
+
+
+@dataclass(frozen=True)
+class Proposal:
+    config: KernelConfig
+    proposer: str
+    parent: str | None = None
+
+
+class Proposer(Protocol):
+    name: str
+
+    def propose(
+        self,
+        problem: Problem,
+        space: SearchSpace,
+        n: int,
+        *,
+        history: Sequence[CandidateRecord],
+        exclude: set[str],
+        rng: random.Random,
+    ) -> list[Proposal]:
+        """Up to ``n`` proposals of configs in ``space`` whose names are not in ``exclude``."""
+        ...
+
+    def observe(
+        self, problem: Problem, space: SearchSpace, records: Sequence[CandidateRecord]
+    ) -> None:
+        """Learn from a batch of results (only the learned policy does)."""
+        ...
+
+
+class RandomProposer:
+    """Uniform over the untried valid configs."""
+
+    name = "random"
+
+    def propose(
+        self,
+        problem: Problem,
+        space: SearchSpace,
+        n: int,
+        *,
+        history: Sequence[CandidateRecord],
+        exclude: set[str],
+        rng: random.Random,
+    ) -> list[Proposal]:
+        untried = [c for c in space.configs if c.name not in exclude]
+        return [Proposal(c, self.name) for c in rng.sample(untried, min(n, len(untried)))]
+
+    def observe(
+        self, problem: Problem, space: SearchSpace, records: Sequence[CandidateRecord]
+    ) -> None:
+        return None
+
+
+class EvolveProposer:
+    """Mutates the top-k measured configs: each child differs from a random top-k parent in one
+    or two knobs (the nearest untried valid config when no such neighbour is left)."""
+
+    name = "evolve"
+
+    def __init__(self, top_k: int = 4, max_knobs: int = 2) -> None:
+        self.top_k = top_k
+        self.max_knobs = max_knobs
+
+    def propose(
+        self,
+        problem: Problem,
+        space: SearchSpace,
+        n: int,
+        *,
+        history: Sequence[CandidateRecord],
+        exclude: set[str],
+        rng: random.Random,
+    ) -> list[Proposal]:
+        measured = sorted(
+            (r for r in history if r.status == "ok" and r.name in space),
+            key=lambda r: r.reward,
+            reverse=True,
+        )
+        parents = [r.name for r in measured[: self.top_k]]
+        if not parents:
+            return []
+        taken = set(exclude)
+        out: list[Proposal] = []
+        for _ in range(n):
+            parent = rng.choice(parents)
+            distances = space.distances(parent)
+            untried = [
+                (int(d), i)
+                for i, d in enumerate(distances)
+                if space.configs[i].name not in taken and d < OTHER_FAMILY_DISTANCE
+            ]
+            if not untried:
+                continue
+            near = [i for d, i in untried if d <= self.max_knobs]
+            if not near:
+                closest = min(d for d, _ in untried)
+                near = [i for d, i in untried if d == closest]
+            child = space.configs[rng.choice(near)]
+            taken.add(child.name)
+            out.append(Proposal(child, self.name, parent))
+        return out
+
+    def observe(
+        self, problem: Problem, space: SearchSpace, records: Sequence[CandidateRecord]
+    ) -> None:
+        return None
+
+
+class PolicyProposer:
+    """Samples the learned policy without replacement; learns online from every batch."""
+
+    name = "rl"
+
+    def __init__(self, policy: Policy, *, seed: int = 0) -> None:
+        self.policy = policy
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def propose(
+        self,
+        problem: Problem,
+        space: SearchSpace,
+        n: int,
+        *,
+        history: Sequence[CandidateRecord],
+        exclude: set[str],
+        rng: random.Random,
+    ) -> list[Proposal]:
+        configs = self.policy.sample(problem, space, n, exclude=exclude, generator=self.generator)
+        return [Proposal(c, self.name) for c in configs]
+
+    def observe(
+        self, problem: Problem, space: SearchSpace, records: Sequence[CandidateRecord]
+    ) -> None:
+        rewards = {r.name: r.reward for r in records}
+        self.policy.update(problem, space, rewards)
+
+
+def split_batch(n: int, mix: Mapping[str, float]) -> dict[str, int]:
+    """``n`` slots shared by weight (largest remainder; ties to the first listed)."""
+    total = sum(w for w in mix.values() if w > 0)
+    if total <= 0:
+        raise ValueError("the proposer mix needs a positive weight")
+    exact = {name: n * w / total for name, w in mix.items() if w > 0}
+    counts = {name: math.floor(x) for name, x in exact.items()}
+    order = sorted(exact, key=lambda name: -(exact[name] - counts[name]))
+    for name in order[: n - sum(counts.values())]:
+        counts[name] += 1
+    return counts
+
+
+def propose_batch(
+    proposers: Mapping[str, Proposer],
+    mix: Mapping[str, float],
+    problem: Problem,
+    space: SearchSpace,
+    n: int,
+    *,
+    history: Sequence[CandidateRecord],
+    exclude: set[str],
+    rng: random.Random,
+) -> list[Proposal]:
+    """One batch from the mix; shortfalls go to the next proposers, then to random."""
+    out: list[Proposal] = []
+    taken = set(exclude)
+    shortfall = 0
+    counts = split_batch(n, mix)
+    names = [name for name in mix if name in counts]
+    for index, name in enumerate([*names, "random"]):
+        fallback = index == len(names)
+        want = (0 if fallback else counts[name]) + shortfall
+        if want <= 0:
+            continue
+        proposer = proposers.get(name) or RandomProposer()
+        got = proposer.propose(problem, space, want, history=history, exclude=taken, rng=rng)
+        got = [p for p in got if p.config.name not in taken][:want]
+        taken.update(p.config.name for p in got)
+        out += got
+        shortfall = want - len(got)
+    return out

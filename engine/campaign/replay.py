@@ -1,0 +1,268 @@
+"""The replay benchmark: every search strategy against recorded H200 measurements, on the CPU.
+
+For each held-out shape (leave-one-shape-out: both layouts of the shape are held out), the policy
+is pretrained on every other shape of the table, then each strategy runs a campaign against the
+ReplayExecutor for each layout of the held-out shape and each seed. A run's curve is the best
+speedup found (over the baseline, cuBLASLt-autotune by default) after each candidate, divided by
+the best speedup in the table for that problem; "to 95 %" is the number of candidates until that
+ratio reaches 0.95.
+
+The recorded tables are small (bench/results/2026-12-02-h200-families: 24 configs per layout on 8
+shapes, 6 per layout on 8 more), so a strategy's room to beat random is small too; the numbers
+say what they say.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from engine.campaign import make_proposers
+from engine.campaign.executor import ReplayExecutor, ReplayTable
+from engine.campaign.loop import Campaign, CampaignSettings
+from engine.campaign.policy import Policy
+from engine.campaign.space import SearchSpace, families_for_arch
+from engine.campaign.storage import SqliteStorage
+from engine.problem import Problem
+
+ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_TABLES = (
+    ROOT / "bench/results/2026-12-02-h200-families/families-run1.json",
+    ROOT / "bench/results/2026-12-02-h200-families/families-run2.json",
+)
+STRATEGIES: dict[str, dict[str, float]] = {
+    "random": {"random": 1.0},
+    "evolve": {"evolve": 1.0},
+    "rl": {"rl": 1.0},
+}
+TARGET = 0.95
+CHECKPOINTS = (1, 2, 4, 8, 16, 32)
+
+
+def default_tables() -> list[Path]:
+    return [p for p in DEFAULT_TABLES if p.is_file()]
+
+
+def space_of(table: ReplayTable, problem: Problem) -> SearchSpace:
+    return SearchSpace.from_configs(problem, table.configs_for(problem))
+
+
+def pretrained_policy(
+    table: ReplayTable, train: Sequence[Problem], *, baseline: str, steps: int, seed: int = 0
+) -> Policy:
+    """A fresh policy trained on the recorded rewards of ``train``."""
+    policy = Policy(families_for_arch(table.arch), seed=seed)
+    tasks = []
+    for problem in train:
+        space = space_of(table, problem)
+        rewards = {name: _log(s) for name, s in table.speedups(problem, baseline).items()}
+        tasks.append((problem, space, rewards))
+    if steps > 0:
+        policy.pretrain(tasks, steps=steps)
+    return policy
+
+
+def _log(x: float) -> float:
+    import math
+
+    return math.log(x)
+
+
+def run_strategy(
+    table: ReplayTable,
+    problem: Problem,
+    strategy: str,
+    *,
+    seed: int,
+    budget: int,
+    batch_size: int,
+    baseline: str,
+    policy: Policy | None,
+) -> list[float]:
+    """Best-so-far speedup after each candidate of one replayed campaign."""
+    mix = STRATEGIES[strategy]
+    settings = CampaignSettings(
+        name=f"replay-{strategy}-{seed}",
+        budget=budget,
+        batch_size=batch_size,
+        mix=mix,
+        baseline=baseline,
+        seed=seed,
+        pipeline=False,
+    )
+    campaign = Campaign(
+        [problem],
+        settings=settings,
+        executor=ReplayExecutor(table),
+        storage=SqliteStorage(":memory:"),
+        proposers=make_proposers(mix, policy=policy, seed=seed),
+        space_for=lambda p: space_of(table, p),
+        policy=policy,
+    )
+    (result,) = campaign.run()
+    return result.best_so_far(baseline)
+
+
+def replay_benchmark(
+    table: ReplayTable,
+    *,
+    strategies: Sequence[str] = tuple(STRATEGIES),
+    seeds: int = 5,
+    budget: int = 32,
+    batch_size: int = 4,
+    pretrain_steps: int = 200,
+    baseline: str = "cublaslt_autotune",
+    shapes: Sequence[str] | None = None,
+    progress: Callable[[str], None] = lambda _msg: None,
+) -> dict[str, Any]:
+    problems = table.problems()
+    held_shapes = list(dict.fromkeys(p.shape for p in problems))
+    if shapes:
+        held_shapes = [s for s in held_shapes if s in shapes]
+    runs: list[dict[str, Any]] = []
+    for shape in held_shapes:
+        held = [p for p in problems if p.shape == shape]
+        train = [p for p in problems if p.shape != shape]
+        policy = None
+        if "rl" in strategies:
+            policy = pretrained_policy(table, train, baseline=baseline, steps=pretrain_steps)
+        for problem in held:
+            speedups = table.speedups(problem, baseline)
+            optimum = max(speedups.values())
+            for seed in range(seeds):
+                for strategy in strategies:
+                    fresh = policy.clone() if policy is not None and strategy == "rl" else None
+                    curve = run_strategy(
+                        table,
+                        problem,
+                        strategy,
+                        seed=seed,
+                        budget=budget,
+                        batch_size=batch_size,
+                        baseline=baseline,
+                        policy=fresh,
+                    )
+                    normalised = [x / optimum for x in curve]
+                    normalised += [normalised[-1]] * (budget - len(normalised))
+                    reached = next(
+                        (i + 1 for i, x in enumerate(normalised) if x >= TARGET - 1e-12), None
+                    )
+                    runs.append(
+                        {
+                            "problem": problem.key,
+                            "configs": len(speedups),
+                            "strategy": strategy,
+                            "seed": seed,
+                            "optimum": optimum,
+                            "to_target": reached,
+                            "curve": normalised,
+                        }
+                    )
+            progress(f"{problem.key}: {len(speedups)} configs, optimum {optimum:.3f}x {baseline}")
+    return {
+        "settings": {
+            "tables": table.sources,
+            "strategies": list(strategies),
+            "seeds": seeds,
+            "budget": budget,
+            "batch_size": batch_size,
+            "pretrain_steps": pretrain_steps,
+            "baseline": baseline,
+            "target": TARGET,
+            "held_out": "leave-one-shape-out (both layouts of a shape)",
+        },
+        "summary": summarize(runs, strategies, budget),
+        "runs": runs,
+    }
+
+
+def summarize(
+    runs: Sequence[dict[str, Any]], strategies: Sequence[str], budget: int
+) -> dict[str, Any]:
+    """Per group of table size (and all together), per strategy: candidates to the target
+    (median and mean; a run that never gets there counts as budget + 1) and mean curves."""
+    groups: dict[str, list[dict[str, Any]]] = {"all": list(runs)}
+    for run in runs:
+        groups.setdefault(f"{run['configs']} configs", []).append(run)
+    out: dict[str, Any] = {}
+    for group, members in groups.items():
+        out[group] = {}
+        for strategy in strategies:
+            mine = [r for r in members if r["strategy"] == strategy]
+            if not mine:
+                continue
+            steps = [r["to_target"] or budget + 1 for r in mine]
+            curve = [statistics.fmean(r["curve"][i] for r in mine) for i in range(budget)]
+            out[group][strategy] = {
+                "runs": len(mine),
+                "problems": len({r["problem"] for r in mine}),
+                "median_to_target": statistics.median(steps),
+                "mean_to_target": statistics.fmean(steps),
+                "reached": sum(r["to_target"] is not None for r in mine) / len(mine),
+                "mean_curve": curve,
+                "at": {str(c): curve[c - 1] for c in CHECKPOINTS if c <= budget},
+            }
+        random_median = out[group].get("random", {}).get("median_to_target")
+        for stats in out[group].values():
+            if random_median:
+                stats["random_over_this"] = random_median / stats["median_to_target"]
+    return out
+
+
+def format_table(report: dict[str, Any]) -> str:
+    budget = report["settings"]["budget"]
+    checkpoints = [c for c in CHECKPOINTS if c <= budget]
+    lines = []
+    header = (
+        f"{'group':12} {'strategy':8} {'runs':>5} {'med→95%':>8} {'mean→95%':>9} {'reached':>8} "
+        f"{'rand/x':>7} " + " ".join(f"{'@' + str(c):>6}" for c in checkpoints)
+    )
+    lines.append(header)
+    lines.append("-" * len(header))
+    for group, strategies in report["summary"].items():
+        for strategy, s in strategies.items():
+            ratio = s.get("random_over_this")
+            lines.append(
+                f"{group:12} {strategy:8} {s['runs']:5d} {s['median_to_target']:8.1f} "
+                f"{s['mean_to_target']:9.2f} {s['reached']:8.0%} "
+                f"{(f'{ratio:.2f}x' if ratio else '-'):>7} "
+                + " ".join(f"{s['at'][str(c)]:6.3f}" for c in checkpoints)
+            )
+    lines.append(
+        f"med/mean→95%: candidates until the best found is ≥ {TARGET:.0%} of the table's optimum "
+        f"(never: counted as {budget + 1}); @k: mean best/optimum after k candidates"
+    )
+    return "\n".join(lines)
+
+
+def write_plot(report: dict[str, Any], path: Path) -> bool:
+    """A PNG of mean best-so-far vs candidates per strategy; False when matplotlib is missing."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    groups = report["summary"]
+    fig, axes = plt.subplots(1, len(groups), figsize=(5 * len(groups), 4), squeeze=False)
+    for ax, (group, strategies) in zip(axes[0], groups.items(), strict=True):
+        for strategy, s in strategies.items():
+            ax.plot(range(1, len(s["mean_curve"]) + 1), s["mean_curve"], label=strategy)
+        ax.axhline(TARGET, color="grey", linestyle=":")
+        ax.set_title(f"{group} (held-out shapes)")
+        ax.set_xlabel("candidates tried")
+        ax.set_ylabel("best found / table optimum")
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
+
+
+def write_report(report: dict[str, Any], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=1))

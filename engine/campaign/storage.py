@@ -1,0 +1,210 @@
+"""Where a campaign keeps its state: a Protocol, and a SQLite implementation for the CLI.
+
+The web app provides its own (Django-backed) implementation of the same Protocol. A candidate is
+keyed by (campaign, problem key, name), so a resumed campaign knows what it has already run and
+never runs it again.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from engine.problem import Problem
+
+
+@dataclass(frozen=True)
+class CandidateRecord:
+    """One executed (or failed) candidate of one problem in one campaign."""
+
+    name: str
+    family: str
+    knobs: Mapping[str, Any]
+    proposer: str
+    status: str
+    reward: float
+    parent: str | None = None
+    reason: str = ""
+    message: str = ""
+    seconds: float | None = None  # primary-protocol time; None on failure
+    baselines: Mapping[str, float] = field(default_factory=dict)
+    timings: Mapping[str, Any] = field(default_factory=dict)
+    gpu_seconds: float = 0.0
+    round: int = 0
+
+    def speedups(self) -> dict[str, float]:
+        """Speedup over each baseline (empty on failure)."""
+        if self.seconds is None or self.seconds <= 0:
+            return {}
+        return {b: t / self.seconds for b, t in self.baselines.items()}
+
+
+class CampaignStorage(Protocol):
+    def open_campaign(self, name: str, settings: Mapping[str, Any]) -> None:
+        """Create campaign ``name``, or reopen it (its stored settings are kept)."""
+        ...
+
+    def add_problem(self, campaign: str, problem: Problem) -> None: ...
+
+    def set_problem_status(self, campaign: str, problem_key: str, status: str) -> None: ...
+
+    def problem_status(self, campaign: str, problem_key: str) -> str | None: ...
+
+    def candidates(self, campaign: str, problem_key: str) -> list[CandidateRecord]:
+        """Stored candidates of one problem, in the order they were recorded."""
+        ...
+
+    def record(self, campaign: str, problem_key: str, records: Sequence[CandidateRecord]) -> None:
+        """Store ``records`` in one transaction (a name stored earlier is an error)."""
+        ...
+
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS campaigns (
+    name TEXT PRIMARY KEY,
+    settings TEXT NOT NULL,
+    created REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS problems (
+    campaign TEXT NOT NULL REFERENCES campaigns(name),
+    key TEXT NOT NULL,
+    m INTEGER NOT NULL, n INTEGER NOT NULL, k INTEGER NOT NULL, layout TEXT NOT NULL,
+    status TEXT NOT NULL DEFAULT 'pending',
+    PRIMARY KEY (campaign, key)
+);
+CREATE TABLE IF NOT EXISTS candidates (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    campaign TEXT NOT NULL,
+    problem TEXT NOT NULL,
+    name TEXT NOT NULL,
+    family TEXT NOT NULL,
+    knobs TEXT NOT NULL,
+    proposer TEXT NOT NULL,
+    parent TEXT,
+    status TEXT NOT NULL,
+    reason TEXT NOT NULL DEFAULT '',
+    message TEXT NOT NULL DEFAULT '',
+    reward REAL NOT NULL,
+    seconds REAL,
+    baselines TEXT NOT NULL DEFAULT '{}',
+    timings TEXT NOT NULL DEFAULT '{}',
+    gpu_seconds REAL NOT NULL DEFAULT 0,
+    round INTEGER NOT NULL DEFAULT 0,
+    created REAL NOT NULL,
+    UNIQUE (campaign, problem, name),
+    FOREIGN KEY (campaign, problem) REFERENCES problems(campaign, key)
+);
+"""
+
+
+class SqliteStorage:
+    """CampaignStorage in one SQLite file (``":memory:"`` for throw-away runs)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = str(path)
+        if self.path != ":memory:":
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(self.path, check_same_thread=False)
+        self._db.execute("PRAGMA foreign_keys = ON")
+        self._db.executescript(SCHEMA)
+        self._db.commit()
+
+    def close(self) -> None:
+        self._db.close()
+
+    def open_campaign(self, name: str, settings: Mapping[str, Any]) -> None:
+        with self._lock, self._db:
+            self._db.execute(
+                "INSERT OR IGNORE INTO campaigns (name, settings, created) VALUES (?, ?, ?)",
+                (name, json.dumps(settings, sort_keys=True), time.time()),
+            )
+
+    def campaign_settings(self, name: str) -> dict[str, Any] | None:
+        row = self._db.execute("SELECT settings FROM campaigns WHERE name = ?", (name,)).fetchone()
+        return json.loads(row[0]) if row else None
+
+    def add_problem(self, campaign: str, problem: Problem) -> None:
+        with self._lock, self._db:
+            self._db.execute(
+                "INSERT OR IGNORE INTO problems (campaign, key, m, n, k, layout) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (campaign, problem.key, problem.m, problem.n, problem.k, problem.layout.value),
+            )
+
+    def set_problem_status(self, campaign: str, problem_key: str, status: str) -> None:
+        with self._lock, self._db:
+            self._db.execute(
+                "UPDATE problems SET status = ? WHERE campaign = ? AND key = ?",
+                (status, campaign, problem_key),
+            )
+
+    def problem_status(self, campaign: str, problem_key: str) -> str | None:
+        row = self._db.execute(
+            "SELECT status FROM problems WHERE campaign = ? AND key = ?", (campaign, problem_key)
+        ).fetchone()
+        return row[0] if row else None
+
+    def candidates(self, campaign: str, problem_key: str) -> list[CandidateRecord]:
+        rows = self._db.execute(
+            "SELECT name, family, knobs, proposer, status, reward, parent, reason, message, "
+            "seconds, baselines, timings, gpu_seconds, round FROM candidates "
+            "WHERE campaign = ? AND problem = ? ORDER BY id",
+            (campaign, problem_key),
+        ).fetchall()
+        return [
+            CandidateRecord(
+                name=r[0],
+                family=r[1],
+                knobs=json.loads(r[2]),
+                proposer=r[3],
+                status=r[4],
+                reward=r[5],
+                parent=r[6],
+                reason=r[7],
+                message=r[8],
+                seconds=r[9],
+                baselines=json.loads(r[10]),
+                timings=json.loads(r[11]),
+                gpu_seconds=r[12],
+                round=r[13],
+            )
+            for r in rows
+        ]
+
+    def record(self, campaign: str, problem_key: str, records: Sequence[CandidateRecord]) -> None:
+        now = time.time()
+        with self._lock, self._db:
+            self._db.executemany(
+                "INSERT INTO candidates (campaign, problem, name, family, knobs, proposer, parent, "
+                "status, reason, message, reward, seconds, baselines, timings, gpu_seconds, "
+                "round, created) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (
+                        campaign,
+                        problem_key,
+                        r.name,
+                        r.family,
+                        json.dumps(dict(r.knobs), sort_keys=True),
+                        r.proposer,
+                        r.parent,
+                        r.status,
+                        r.reason,
+                        r.message,
+                        r.reward,
+                        r.seconds,
+                        json.dumps(dict(r.baselines), sort_keys=True),
+                        json.dumps(dict(r.timings), sort_keys=True),
+                        r.gpu_seconds,
+                        r.round,
+                        now,
+                    )
+                    for r in records
+                ],
+            )

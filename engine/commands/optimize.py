@@ -1,0 +1,206 @@
+"""``python -m engine optimize``: a campaign over shapes, resumable from its SQLite file.
+
+Ctrl-C stops it; the same command again resumes where it stopped (stored candidates are never
+run again). ``--replay FILE`` answers from recorded measurements instead of the GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from engine.campaign import (
+    PROPOSER_NAMES,
+    Campaign,
+    CampaignSettings,
+    CandidateRecord,
+    LocalGpuExecutor,
+    Policy,
+    Progress,
+    ReplayExecutor,
+    ReplayTable,
+    SearchSpace,
+    SqliteStorage,
+    campaign_report,
+    families_for_arch,
+    make_proposers,
+    policy_path,
+)
+from engine.campaign.loop import compile_configs
+from engine.config import load as load_config
+from engine.problem import Layout, Problem, ProblemError
+
+# Called after each stored candidate; tests use it to interrupt a campaign part-way.
+after_record_hook: Callable[[CandidateRecord], None] | None = None
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "optimize", help="search kernels for shapes (resumable campaign, live progress)"
+    )
+    parser.add_argument("--shapes", required=True, help="comma-separated MxNxK shapes")
+    parser.add_argument("--layout", default="tn", choices=[x.value for x in Layout])
+    parser.add_argument("--budget", type=int, default=64, help="candidates per shape")
+    parser.add_argument("--gpu-seconds", type=float, help="GPU-seconds budget for the campaign")
+    parser.add_argument("--batch", type=int, default=8, help="candidates per round")
+    parser.add_argument(
+        "--proposers", default="rl,evolve,random", help=f"from {','.join(PROPOSER_NAMES)}"
+    )
+    parser.add_argument("--mix", help="weights, e.g. rl=0.5,evolve=0.3,random=0.2")
+    parser.add_argument("--baseline", default="cublaslt_autotune")
+    parser.add_argument("--patience", type=int, help="stop a shape after N rounds without gain")
+    parser.add_argument("--min-entropy", type=float, help="stop when the policy converged")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--name", help="campaign name (default: from layout and shapes)")
+    parser.add_argument("--db", type=Path, help="SQLite file (default: cache dir)")
+    parser.add_argument("--replay", type=Path, action="append", help="recorded table(s)")
+    parser.add_argument("--policy", type=Path, help="policy file (default: cache dir, per arch)")
+    parser.add_argument("--no-save-policy", action="store_true")
+    parser.add_argument("--jobs", type=int, help="parallel nvcc processes")
+    parser.add_argument("--out", type=Path, help="results JSON (default: beside the db)")
+    parser.set_defaults(func=run)
+
+
+def parse_mix(proposers: str, mix: str | None) -> dict[str, float]:
+    if mix:
+        out = {}
+        for part in mix.split(","):
+            name, _, weight = part.partition("=")
+            try:
+                out[name.strip()] = float(weight)
+            except ValueError:
+                raise SystemExit(f"error: cannot read --mix part {part!r}") from None
+    else:
+        names = [p.strip() for p in proposers.split(",") if p.strip()]
+        out = {name: 1.0 / len(names) for name in names} if names else {}
+    unknown = sorted(set(out) - set(PROPOSER_NAMES))
+    if unknown or not out:
+        raise SystemExit(f"error: proposers must be from {list(PROPOSER_NAMES)}, got {unknown}")
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        layout = Layout.parse(args.layout)
+        problems = [Problem.parse(s, layout) for s in args.shapes.split(",") if s.strip()]
+    except ProblemError as exc:
+        raise SystemExit(f"error: {exc}") from None
+    if not problems:
+        raise SystemExit("error: --shapes names no shape")
+    mix = parse_mix(args.proposers, args.mix)
+    config = load_config()
+    name = args.name or default_name(problems, replay=bool(args.replay))
+    try:
+        settings = CampaignSettings(
+            name=name,
+            budget=args.budget,
+            gpu_seconds=args.gpu_seconds,
+            batch_size=args.batch,
+            mix=mix,
+            baseline=args.baseline,
+            patience=args.patience,
+            min_entropy=args.min_entropy,
+            seed=args.seed,
+        )
+    except ValueError as exc:
+        raise SystemExit(f"error: {exc}") from None
+    if args.replay:
+        for path in args.replay:
+            if not path.is_file():
+                raise SystemExit(f"error: no such replay table: {path}")
+        table = ReplayTable.load(args.replay)
+        executor: ReplayExecutor | LocalGpuExecutor = ReplayExecutor(table)
+
+        def space_for(problem: Problem) -> SearchSpace:
+            if problem.key not in table.seconds:
+                raise SystemExit(f"error: the replay table has no {problem.key}")
+            return SearchSpace.from_configs(problem, table.configs_for(problem))
+
+    else:
+        executor = LocalGpuExecutor()
+        families = families_for_arch(executor.arch)
+
+        def space_for(problem: Problem) -> SearchSpace:
+            return SearchSpace.full(problem, families=families)
+
+    families = families_for_arch(executor.arch)
+    policy = None
+    policy_file = None
+    if "rl" in mix:
+        policy_file = args.policy or policy_path(config.cache_dir, executor.arch)
+        policy = Policy.load(policy_file, families) or Policy(families, seed=args.seed)
+        print(
+            f"policy: {policy_file} ({policy.updates} earlier updates)"
+            if policy.updates
+            else f"policy: fresh (will be saved to {policy_file})",
+            flush=True,
+        )
+        if args.no_save_policy:
+            policy_file = None
+    db = args.db or config.cache_dir / "campaigns.sqlite"
+    storage = SqliteStorage(db)
+    print(
+        f"campaign {name}: {len(problems)} shapes × {args.budget} candidates, mix {mix}, "
+        f"{'replay ' + ','.join(map(str, args.replay)) if args.replay else 'GPU ' + executor.arch}"
+        f", db {db}",
+        flush=True,
+    )
+    campaign = Campaign(
+        problems,
+        settings=settings,
+        executor=executor,
+        storage=storage,
+        proposers=make_proposers(mix, policy=policy, seed=args.seed),
+        space_for=space_for,
+        policy=policy,
+        policy_file=policy_file,
+        compiler=lambda configs: compile_configs(configs, jobs=args.jobs, config=config),
+        progress=print_progress,
+        after_record=after_record_hook,
+    )
+    try:
+        results = campaign.run()
+    except KeyboardInterrupt:
+        print(f"stopped; run the same command again to resume campaign {name}", file=sys.stderr)
+        raise
+    finally:
+        storage.close()
+    report = campaign_report(results, settings, executor=type(executor).__name__)
+    out = args.out or Path(db).with_name(f"{name}.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=1))
+    for entry in report["problems"]:
+        speedups = entry["best_speedups"]
+        print(
+            f"{entry['problem']}: {entry['candidates']} candidates ({entry['stopped']}), "
+            f"best {speedups.get(settings.baseline, 0):.3f}x {settings.baseline}: {entry['best']}"
+        )
+    print(f"results: {out}")
+    return 0
+
+
+def default_name(problems: list[Problem], *, replay: bool) -> str:
+    keys = ",".join(p.key for p in problems)
+    digest = hashlib.sha256(keys.encode()).hexdigest()[:8]
+    return f"{'replay-' if replay else ''}{problems[0].layout.value}-{len(problems)}shapes-{digest}"
+
+
+def print_progress(p: Progress) -> None:
+    order = ("cublaslt_autotune", "cublaslt_heuristic", "cublas", "torch")
+    best = " ".join(f"{p.best[b]:.3f}x {b}" for b in order if b in p.best) or "none yet"
+    eta = "-" if p.eta is None else _clock(p.eta)
+    share = p.campaign_done / p.campaign_total if p.campaign_total else 0.0
+    print(
+        f"[{p.campaign_done:4d}/{p.campaign_total} {share:4.0%}] {p.problem.key}: "
+        f"{p.done}/{p.budget} done, {p.failed} failed | best {best} | ETA {eta}",
+        flush=True,
+    )
+
+
+def _clock(seconds: float) -> str:
+    seconds = round(seconds)
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
