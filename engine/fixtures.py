@@ -16,6 +16,7 @@ REPO = Path(__file__).resolve().parent.parent
 REFERENCE = REPO / "engine" / "kernels" / "reference.cu"
 BAD_KERNELS = REPO / "tests" / "fixtures" / "bad_kernels"
 GOOD_KERNELS = REPO / "tests" / "fixtures" / "good_kernels"
+CHEATS = REPO / "tests" / "fixtures" / "cheats"
 _EXPECT_RE = re.compile(r"^// expect: (\w+)", re.MULTILINE)
 
 
@@ -30,6 +31,10 @@ def bad_kernel_paths() -> list[Path]:
     return sorted(BAD_KERNELS.glob("*.cu"))
 
 
+def cheat_paths() -> list[Path]:
+    return sorted(CHEATS.glob("*.cu"))
+
+
 def layout_flag(layout: Layout) -> str:
     return f"-DGEMMFORGE_LAYOUT_TN={int(layout is Layout.TN)}"
 
@@ -40,10 +45,10 @@ def build(paths: list[Path], layout: Layout, *, jobs: int = 8) -> list[CompileRe
         return list(pool.map(lambda path: build_one(path, layout), paths))
 
 
-def build_one(path: Path, layout: Layout) -> CompileResult:
+def build_one(path: Path, layout: Layout, *, extra_flags: tuple[str, ...] = ()) -> CompileResult:
     """Compiles one fixture kernel; a source that includes cuBLAS is linked with it."""
     source = path.read_text()
-    flags = [layout_flag(layout), f"-I{abi.CUDA_DIR}"]
+    flags = [layout_flag(layout), f"-I{abi.CUDA_DIR}", *extra_flags]
     libraries: tuple[str, ...] = ()
     if "cublas_v2.h" in source:
         cublas = find_cublas()

@@ -34,6 +34,11 @@ REASONS = {
     "stream": "work escaped the caller's stream (wrong or late when called as a user would)",
     "c_dependent": "the result depends on C's previous contents",
     "threads": "started host threads",
+    # the static gate (engine.static_checks), before any GPU time
+    "static_size": "source over the size limit",
+    "static_include": "includes a header outside the allow-list",
+    "static_api": "source names a forbidden API (regex pre-filter)",
+    "static_symbols": "the built library imports a symbol outside the allow-list",
 }
 
 

@@ -27,13 +27,15 @@ def add_problem_arguments(parser: argparse.ArgumentParser, *, many: bool = False
     parser.add_argument("--layout", default="nn", choices=[x.value for x in Layout])
 
 
-def compile_kernel_file(path: Path, layout: Layout) -> CompileResult:
+def compile_kernel_file(
+    path: Path, layout: Layout, *, extra_flags: tuple[str, ...] = ()
+) -> CompileResult:
     """Compiles a user's .cu file (``-DGEMMFORGE_LAYOUT_TN`` tells layout-generic sources)."""
     if not path.is_file():
         raise SystemExit(f"error: no such kernel file: {path}")
     result = compile_source(
         path.read_text(),
-        extra_flags=(f"-DGEMMFORGE_LAYOUT_TN={int(layout is Layout.TN)}",),
+        extra_flags=(f"-DGEMMFORGE_LAYOUT_TN={int(layout is Layout.TN)}", *extra_flags),
     )
     if not result.ok:
         print(result.log, file=sys.stderr)

@@ -6,6 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
+from engine import static_checks
 from engine.commands.common import add_problem_arguments, compile_kernel_file, problem_from_args
 from engine.verify import REASONS, verify
 
@@ -21,7 +22,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     problems = [problem_from_args(shape, args.layout) for shape in args.shape]
-    compiled = compile_kernel_file(args.kernel, problems[0].layout)
+    if not args.kernel.is_file():
+        raise SystemExit(f"error: no such kernel file: {args.kernel}")
+    source = args.kernel.read_text(errors="replace")
+    if not _gate_passes(static_checks.check_candidate(source), args):
+        return 1
+    compiled = compile_kernel_file(
+        args.kernel, problems[0].layout, extra_flags=static_checks.candidate_flags()
+    )
+    if not _gate_passes(static_checks.check_candidate(source, compiled.library), args):
+        return 1
     reports = {}
     failures = 0
     for problem in problems:
@@ -39,3 +49,17 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         args.json.write_text(json.dumps(reports, indent=1, default=str))
     return 1 if failures else 0
+
+
+def _gate_passes(result: static_checks.StaticResult, args: argparse.Namespace) -> bool:
+    """Prints a static rejection (and writes it to --json); True when the gate passed."""
+    if result.ok:
+        return True
+    print(f"static gate: REJECT [{result.reason}] {result.message}")
+    for finding in result.findings:
+        where = f"line {finding.line}: " if finding.line else ""
+        print(f"    {where}{finding.message}")
+    print(f"    reason: {REASONS.get(result.reason, result.reason)}")
+    if args.json:
+        args.json.write_text(json.dumps({"static": result.to_dict()}, indent=1))
+    return False
