@@ -45,3 +45,21 @@ install_redis() {
         die "no Redis at ${REDIS_URL:-redis://127.0.0.1:6379/0} and no redis-server to start: install it (sudo apt-get install redis-server) or set REDIS_URL"
     fi
 }
+
+# install_chromium: Debian's chromium and chromium-driver for the browser test (tests/webapp/
+# test_browser.py), when we may (root with apt-get). Without them that test skips, loudly, except
+# under CI=true, where it fails. Returns non-zero (and says why) when it cannot install.
+install_chromium() {
+    [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ] && return 0
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+        say "installing Debian's chromium and chromium-driver for the browser test (about 2 minutes)"
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+            --no-install-recommends chromium chromium-driver fonts-dejavu-core >/dev/null \
+            && return 0
+        say "apt-get install chromium chromium-driver failed: the browser test cannot run"
+    else
+        say "no /usr/bin/chromium or /usr/bin/chromedriver and not root with apt-get: the browser" \
+            "test will skip (sudo apt-get install chromium chromium-driver)"
+    fi
+    return 1
+}

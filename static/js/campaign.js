@@ -1,4 +1,4 @@
-// Charts of the campaign page; data from the Dashboard JSON API (see README).
+// Charts of the campaign and shape pages; data from the Dashboard JSON API (see README).
 (function () {
   "use strict";
   const COLORS = ["#64748b", "#2f5bd3", "#d97706", "#16a34a"];
@@ -73,7 +73,32 @@
     canvas.dataset.loaded = points.length;
   }
 
+  async function rewardChart(canvas) {
+    const data = await getJSON(canvas.dataset.src);
+    new Chart(canvas, {
+      type: "line",
+      data: {
+        labels: data.rewards.map((_, i) => i + 1),
+        datasets: [
+          { label: "reward", data: data.rewards, showLine: false, pointRadius: 2, backgroundColor: COLORS[1] },
+          { label: "best so far", data: data.best_so_far, pointRadius: 0, borderColor: COLORS[3], stepped: true },
+        ],
+      },
+      options: {
+        animation: false,
+        maintainAspectRatio: false,
+        scales: {
+          x: { title: { display: true, text: "candidate" } },
+          y: { title: { display: true, text: "reward (log speedup over cuBLASLt autotuned)" } },
+        },
+      },
+    });
+    canvas.dataset.loaded = data.rewards.length;
+  }
+
   document.addEventListener("DOMContentLoaded", () => {
+    const rewards = document.getElementById("rewards-chart");
+    if (rewards) rewardChart(rewards).catch(console.error);
     const bars = document.getElementById("speedups-chart");
     if (bars) speedupChart(bars).catch(console.error);
     const form = document.getElementById("heatmap-form");

@@ -1,0 +1,190 @@
+"""The dashboard in a real browser: Debian's headless Chromium, driven by Selenium, against a live
+server with the recorded H200 run imported.
+
+Needs /usr/bin/chromium and /usr/bin/chromedriver (bin/test installs them with apt-get when it runs
+as root). Without them the test skips with the reason, except under CI=true, where it fails.
+GEMMFORGE_SCREENSHOTS=1 also saves PNGs of the main pages under docs/screenshots/.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+
+from webapp.campaigns.models import Campaign
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMEDRIVER = Path("/usr/bin/chromedriver")
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",  # CI runs as root
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--window-size=1440,900",
+]
+WAIT_S = 20
+SCREENSHOTS = settings.BASE_DIR / "docs" / "screenshots"
+PASSWORD = "wonderland-42"  # the alice fixture's
+
+
+def chromium_missing() -> str:
+    missing = [str(p) for p in (CHROMIUM, CHROMEDRIVER) if not p.exists()]
+    if missing:
+        return f"{' and '.join(missing)} not found: apt-get install chromium chromium-driver"
+    try:
+        import selenium  # noqa: F401
+    except ImportError:
+        return "selenium is not installed: pip install -r requirements-dev.txt"
+    return ""
+
+
+@pytest.fixture
+def browser() -> Iterator:
+    reason = chromium_missing()
+    if reason:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"the browser test must run in CI: {reason}")
+        pytest.skip(f"BROWSER TEST NOT RUN: {reason}")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(CHROMIUM)
+    for flag in CHROMIUM_FLAGS:
+        options.add_argument(flag)
+    driver = webdriver.Chrome(options=options, service=Service(executable_path=str(CHROMEDRIVER)))
+    driver.set_page_load_timeout(WAIT_S)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def wait_for(driver, condition, message: str):
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    return WebDriverWait(driver, WAIT_S).until(condition, message=message)
+
+
+def css(driver, selector: str):
+    from selenium.webdriver.common.by import By
+
+    return driver.find_element(By.CSS_SELECTOR, selector)
+
+
+def chart_points(driver, canvas_id: str) -> int:
+    """Waits until Chart.js drew the canvas with data; returns its first dataset's length."""
+    script = (
+        "const canvas = document.getElementById(arguments[0]);"
+        "const chart = canvas && window.Chart && Chart.getChart(canvas);"
+        "return chart ? chart.data.datasets[0].data.length : 0;"
+    )
+    return wait_for(
+        driver,
+        lambda d: d.execute_script(script, canvas_id),
+        f"the chart #{canvas_id} never rendered data",
+    )
+
+
+def screenshot(driver, name: str) -> None:
+    if os.environ.get("GEMMFORGE_SCREENSHOTS") != "1":
+        return
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    height = driver.execute_script("return document.documentElement.scrollHeight")
+    driver.set_window_size(1440, max(600, min(int(height) + 120, 2400)))
+    driver.save_screenshot(str(SCREENSHOTS / f"{name}.png"))
+    driver.set_window_size(1440, 900)
+
+
+def fetch(driver, url: str) -> dict:
+    """GET ``url`` from the page (with its session cookie): status, headers we check, body."""
+    return driver.execute_async_script(
+        "const done = arguments[arguments.length - 1];"
+        "fetch(arguments[0], {credentials: 'same-origin'}).then(async (r) => done({"
+        "  status: r.status, type: r.headers.get('content-type'),"
+        "  disposition: r.headers.get('content-disposition'), body: await r.text()"
+        "})).catch((e) => done({status: 0, body: String(e)}));",
+        url,
+    )
+
+
+def test_a_user_launches_a_campaign_and_reads_the_recorded_run(
+    browser, live_server, recorded_campaign
+):
+    driver = browser
+    base = live_server.url
+
+    # Log in (the launch form redirects there first)
+    driver.get(f"{base}/campaigns/new/")
+    wait_for(driver, lambda d: "/accounts/login/" in d.current_url, "no redirect to log in")
+    css(driver, "#id_username").send_keys("alice")
+    css(driver, "#id_password").send_keys(PASSWORD)
+    css(driver, "form.stacked button[type=submit]").click()
+    wait_for(driver, lambda d: d.current_url.endswith("/campaigns/new/"), "login failed")
+
+    # Launch a campaign through the form
+    screenshot(driver, "launch-form")
+    css(driver, "#id_name").send_keys("browser launch")
+    css(driver, "#id_shapes").send_keys("4096x4096x4096\n8192x1024x4096\n4096x4096x4096")
+    css(driver, "form.stacked button[type=submit]").click()
+    wait_for(driver, lambda d: "/campaigns/new/" not in d.current_url, "the launch failed")
+    launched = Campaign.objects.get(name="browser launch")
+    assert driver.current_url.endswith(f"/campaigns/{launched.id}/")
+    assert launched.problems.count() == 2  # the duplicate was merged
+    assert "Waiting for the campaign runner" in css(driver, "#waiting").text
+
+    # Find it in the list, next to the imported run
+    driver.get(f"{base}/")
+    links = driver.find_elements("css selector", "#campaigns tbody td:first-child a")
+    names = [a.text for a in links]
+    assert names[:2] == ["browser launch", recorded_campaign.name]
+    screenshot(driver, "dashboard")
+
+    # The imported campaign: shapes table and both charts with data
+    driver.get(f"{base}/campaigns/{recorded_campaign.id}/")
+    assert chart_points(driver, "speedups-chart") == 16
+    assert chart_points(driver, "heatmap-chart") > 0
+    assert "NVIDIA H200" in css(driver, "#environment").text
+    screenshot(driver, "campaign")
+
+    # The CSV download, with the session cookie
+    href = css(driver, "a[href$='results.csv']").get_attribute("href")
+    csv = fetch(driver, href)
+    assert csv["status"] == 200
+    assert csv["type"].startswith("text/csv")
+    assert f"gemmforge-campaign-{recorded_campaign.id}-" in csv["disposition"]
+    lines = csv["body"].strip().splitlines()
+    assert lines[0].startswith("campaign_id,shape,m,n,k,layout")
+    assert len(lines) == 1 + 334
+
+    # A shape: the candidate table and the reward curve
+    driver.find_element("link text", "4096x4096x4096").click()
+    wait_for(driver, lambda d: "/shapes/" in d.current_url, "the shape link did not open")
+    assert chart_points(driver, "rewards-chart") > 0
+    rows = driver.find_elements("css selector", "#candidates tbody tr")
+    assert len(rows) > 1
+    screenshot(driver, "shape")
+
+    # Its best candidate: config, verdict, timings
+    css(driver, "#candidates tbody tr:first-child td:first-child a").click()
+    wait_for(driver, lambda d: "/candidates/" in d.current_url, "the candidate link did not open")
+    assert '"tile_m"' in css(driver, "#config").text
+    assert "passed" in css(driver, "#verification").text
+    assert css(driver, "#timings tbody tr")
+    screenshot(driver, "candidate")
+
+    browser_errors = [
+        entry for entry in driver.get_log("browser") if entry.get("level") == "SEVERE"
+    ]
+    assert not browser_errors, browser_errors
+
