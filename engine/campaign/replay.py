@@ -264,5 +264,8 @@ def write_plot(report: dict[str, Any], path: Path) -> bool:
 
 
 def write_report(report: dict[str, Any], path: Path) -> None:
+    """Settings and summary indented; one line per run (the curves make the bulk)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(report, indent=1))
+    head = json.dumps({k: v for k, v in report.items() if k != "runs"}, indent=1)
+    runs = ",\n".join("  " + json.dumps(run) for run in report.get("runs", []))
+    path.write_text(f'{head[:-2]},\n "runs": [\n{runs}\n ]\n}}\n')
