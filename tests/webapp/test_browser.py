@@ -100,6 +100,7 @@ def screenshot(driver, name: str) -> None:
     if os.environ.get("GEMMFORGE_SCREENSHOTS") != "1":
         return
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    driver.execute_script("window.scrollTo(0, 0)")
     height = driver.execute_script("return document.documentElement.scrollHeight")
     driver.set_window_size(1440, max(600, min(int(height) + 120, 2400)))
     driver.save_screenshot(str(SCREENSHOTS / f"{name}.png"))
@@ -175,12 +176,19 @@ def test_a_user_launches_a_campaign_and_reads_the_recorded_run(
     assert len(rows) > 1
     screenshot(driver, "shape")
 
-    # Its best candidate: config, verdict, timings
-    css(driver, "#candidates tbody tr:first-child td:first-child a").click()
+    # Its second-best candidate: config, verdict, timings, and its diff against the best
+    css(driver, "#candidates tbody tr:nth-child(2) td:first-child a").click()
     wait_for(driver, lambda d: "/candidates/" in d.current_url, "the candidate link did not open")
     assert '"tile_m"' in css(driver, "#config").text
     assert "passed" in css(driver, "#verification").text
     assert css(driver, "#timings tbody tr")
+    diff = css(driver, "#diff-best")
+    assert "config JSON" in diff.text
+    assert diff.find_elements("css selector", ".diff-unified .diff-add")
+    diff.find_element("css selector", "details:not([open]) summary").click()  # side by side
+    side = diff.find_element("css selector", ".diff-side table.diff")
+    assert side.is_displayed()
+    assert side.find_elements("css selector", ".diff_chg, .diff_add, .diff_sub")
     screenshot(driver, "candidate")
 
     browser_errors = [

@@ -12,7 +12,7 @@ from pygments import highlight
 from pygments.formatters import HtmlFormatter
 from pygments.lexers import CppLexer
 
-from webapp.campaigns import exports, selectors, services
+from webapp.campaigns import diffs, exports, selectors, services
 from webapp.campaigns.forms import CampaignForm, CandidateFilterForm, HeatmapForm
 from webapp.campaigns.models import Campaign, Candidate, Problem
 from webapp.workers.selectors import workers_online
@@ -154,6 +154,7 @@ def candidate_detail(request, candidate_id: int):
             }
         )
     formatter = HtmlFormatter(linenos="table", cssclass="source")
+    best = selectors.candidates_best_first(problem=problem).first()
     return render(
         request,
         "campaigns/candidate.html",
@@ -169,6 +170,8 @@ def candidate_detail(request, candidate_id: int):
             "compile_json": json.dumps(candidate.compile_result, indent=2, sort_keys=True),
             "verification": candidate.verification_result or {},
             "timings": timings,
+            "diffs": diffs.candidate_diffs(candidate=candidate, best=best),
+            "is_best": best is not None and best.id == candidate.id,
         },
     )
 
