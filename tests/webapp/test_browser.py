@@ -133,15 +133,23 @@ def test_a_user_launches_a_campaign_and_reads_the_recorded_run(
     css(driver, "form.stacked button[type=submit]").click()
     wait_for(driver, lambda d: d.current_url.endswith("/campaigns/new/"), "login failed")
 
-    # Launch a campaign through the form
-    screenshot(driver, "launch-form")
+    # Launch a campaign through the form: lines and a grid; the count updates as one types
     css(driver, "#id_name").send_keys("browser launch")
     css(driver, "#id_shapes").send_keys("4096x4096x4096\n8192x1024x4096\n4096x4096x4096")
+    for field, values in [("m", "128, 4096"), ("n", "4096"), ("k", "4096")]:
+        css(driver, f"#id_grid_{field}").send_keys(values)
+    budget = css(driver, "#id_budget_per_shape")
+    budget.clear()
+    budget.send_keys("64")
+    assert css(driver, "#shape-count").text == "3 shapes"  # 4096³ is in both
+    assert css(driver, "#gpu-estimate").text == "2 min"  # 3 × 64 × 0.66 s
+    screenshot(driver, "launch-form")
     css(driver, "form.stacked button[type=submit]").click()
     wait_for(driver, lambda d: "/campaigns/new/" not in d.current_url, "the launch failed")
     launched = Campaign.objects.get(name="browser launch")
     assert driver.current_url.endswith(f"/campaigns/{launched.id}/")
-    assert launched.problems.count() == 2  # the duplicate was merged
+    assert launched.problems.count() == 3  # the duplicates were merged
+    assert "2 duplicates merged" in css(driver, ".messages").text
     assert "Waiting for the campaign runner" in css(driver, "#waiting").text
 
     # Find it in the list, next to the imported run

@@ -67,6 +67,9 @@ def test_launching_creates_a_queued_campaign_and_shows_it(alice_client, alice):
             "name": "attention",
             "shapes": "4096x4096x4096\n128x4096x4096\n4096x4096x4096",
             "layout": "tn",
+            "budget_per_shape": "64",
+            "proposer_mix": "rl=3, evolve=1",
+            "reward_protocol": "device",
         },
     )
     campaign = Campaign.objects.get()
@@ -74,8 +77,11 @@ def test_launching_creates_a_queued_campaign_and_shows_it(alice_client, alice):
     assert response["Location"] == reverse("campaign-detail", args=[campaign.id])
     assert (campaign.owner, campaign.status, campaign.layout) == (alice, "queued", "tn")
     assert campaign.problems.count() == 2
+    assert (campaign.budget_per_shape, campaign.reward_protocol) == (64, "device")
+    assert campaign.proposer_mix == {"rl": 0.75, "evolve": 0.25}
     page = alice_client.get(response["Location"]).content.decode()
     assert "Waiting for the campaign runner" in page
+    assert "Launched 2 shapes, 1 duplicates merged; estimated GPU time 85 s." in page
     assert "128x4096x4096" in page
 
 

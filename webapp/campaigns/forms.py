@@ -1,28 +1,145 @@
 from __future__ import annotations
 
+import math
+import re
+
 from django import forms
 
+from engine.problem import MAX_DIM, ProblemError
 from engine.problem import Layout as EngineLayout
 from engine.problem import Problem as EngineProblem
-from engine.problem import ProblemError
+from webapp.campaigns.launch import (
+    DEFAULT_MIX,
+    MODELS,
+    PRESET_CHOICES,
+    PROPOSERS,
+    REWARD_PROTOCOLS,
+    estimated_gpu_seconds,
+    preset_shapes,
+)
 from webapp.campaigns.models import BaselineResult, Candidate, Layout
 
-MAX_SHAPES = 64
+MAX_SHAPES = 1024  # the CUDA-L2 grid (1000) fits
 MAX_SHOWN_CHARS = 40  # a pasted essay is quoted back shortened
+MAX_VALUES_PER_AXIS = 32
+MAX_TOKEN_COUNTS = 16
+MAX_BUDGET_PER_SHAPE = 4096
+MAX_SHOWN_ERRORS = 5
+_SPLIT = re.compile(r"[\s,;]+")
+
+
+def parse_values(text: str, *, what: str, limit: int) -> list[int]:
+    """ "64, 128 256" → [64, 128, 256]: positive whole numbers, duplicates merged, order kept."""
+    values: dict[int, None] = {}
+    errors = []
+    for item in _SPLIT.split(text.strip()):
+        if not item:
+            continue
+        shown = item if len(item) <= MAX_SHOWN_CHARS else item[:MAX_SHOWN_CHARS] + "…"
+        if not (item.isascii() and item.isdigit()):
+            errors.append(f"{what}: {shown!r} is not a whole number")
+        elif int(item) < 1:
+            errors.append(f"{what}: {item} must be positive")
+        elif int(item) > MAX_DIM:
+            errors.append(f"{what}: {item} is over the limit of {MAX_DIM}")
+        else:
+            values[int(item)] = None
+    if errors:
+        raise forms.ValidationError(errors[:MAX_SHOWN_ERRORS])
+    if len(values) > limit:
+        raise forms.ValidationError(f"{what}: {len(values)} values is over the limit of {limit}")
+    return list(values)
+
+
+def parse_mix(text: str) -> dict[str, float]:
+    """ "rl=0.5, evolve=0.3" → shares normalised to sum 1; empty → {} (the engine's default)."""
+    shares: dict[str, float] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, sep, value = (part.strip() for part in item.replace(":", "=").partition("="))
+        if not sep:
+            shown = item[:MAX_SHOWN_CHARS]
+            raise forms.ValidationError(f"{shown!r}: write name=share, e.g. rl=0.5")
+        if name not in PROPOSERS:
+            raise forms.ValidationError(
+                f"unknown proposer {name[:MAX_SHOWN_CHARS]!r}: expected {', '.join(PROPOSERS)}"
+            )
+        if name in shares:
+            raise forms.ValidationError(f"{name} is given twice")
+        try:
+            share = float(value)
+        except ValueError:
+            share = math.nan
+        if not math.isfinite(share) or share < 0:
+            raise forms.ValidationError(
+                f"{name}: {value[:MAX_SHOWN_CHARS]!r} is not a share (a number ≥ 0)"
+            )
+        shares[name] = share
+    total = sum(shares.values())
+    if shares and total <= 0:
+        raise forms.ValidationError("the shares add up to 0: give at least one a positive share")
+    return {name: share / total for name, share in shares.items() if share > 0}
+
+
+def grid_shapes(ms, ns, ks):
+    return [(m, n, k) for m in ms for n in ns for k in ks]
 
 
 class CampaignForm(forms.Form):
+    """Shapes from lines, a grid and a preset (their union, duplicates merged), and run settings."""
+
     name = forms.CharField(max_length=200)
     shapes = forms.CharField(
-        widget=forms.Textarea(attrs={"rows": 8, "placeholder": "4096x4096x4096\n8192x1024x4096"}),
+        widget=forms.Textarea(attrs={"rows": 6, "placeholder": "4096x4096x4096\n8192x1024x4096"}),
         max_length=MAX_SHAPES * 64,
-        error_messages={"required": "Enter at least one shape, e.g. 4096x4096x4096."},
-        help_text=f"One MxNxK per line, at most {MAX_SHAPES}; duplicates are merged.",
+        required=False,
+        label="Shapes, one per line",
+        help_text="MxNxK per line.",
     )
-    layout = forms.ChoiceField(choices=Layout.choices, initial=Layout.NN)
+    grid_m = forms.CharField(max_length=400, required=False, label="Grid: M values")
+    grid_n = forms.CharField(max_length=400, required=False, label="N values")
+    grid_k = forms.CharField(
+        max_length=400,
+        required=False,
+        label="K values",
+        help_text=f"Every combination of the three lists, e.g. 64, 128, 256 (at most "
+        f"{MAX_VALUES_PER_AXIS} values each).",
+    )
+    preset = forms.ChoiceField(choices=PRESET_CHOICES, required=False)
+    tokens = forms.CharField(
+        max_length=400,
+        required=False,
+        initial="16, 128, 1024, 4096",
+        label="Token counts (M) for a model preset",
+        help_text="Projection (q/o, k/v), gate/up and down shapes of every layer, at each M.",
+    )
+    layout = forms.ChoiceField(choices=Layout.choices, initial=Layout.TN)
+    budget_per_shape = forms.IntegerField(
+        initial=256,
+        min_value=1,
+        max_value=MAX_BUDGET_PER_SHAPE,
+        label="Budget per shape (candidates)",
+        error_messages={
+            "required": "Enter a budget: how many candidates to evaluate per shape.",
+            "invalid": "Enter the budget as a whole number of candidates, e.g. 256.",
+            "min_value": "The budget must be at least 1 candidate per shape.",
+            "max_value": f"The budget is over the limit of {MAX_BUDGET_PER_SHAPE} per shape.",
+        },
+    )
+    proposer_mix = forms.CharField(
+        max_length=200,
+        required=False,
+        initial=", ".join(f"{k}={v}" for k, v in DEFAULT_MIX.items()),
+        help_text=f"name=share, comma separated; proposers: {', '.join(PROPOSERS)}. "
+        "Shares are normalised; empty: the engine's default.",
+    )
+    reward_protocol = forms.ChoiceField(
+        choices=[(p, p) for p in REWARD_PROTOCOLS],
+        initial="device",
+        help_text="The timing protocol whose median the reward compares with the baselines.",
+    )
 
-    def clean_shapes(self) -> list[EngineProblem]:
-        problems: dict[EngineProblem, None] = {}  # ordered set
+    def clean_shapes(self) -> list[tuple[int, int, int]]:
+        found: list[tuple[int, int, int]] = []
         errors: list[str] = []
         for number, line in enumerate(self.cleaned_data["shapes"].splitlines(), start=1):
             text = line.strip()
@@ -32,22 +149,77 @@ class CampaignForm(forms.Form):
                 errors.append(f"line {number}: {text[:MAX_SHOWN_CHARS]!r}… is not a shape MxNxK")
                 continue
             try:
-                problems[EngineProblem.parse(text, EngineLayout.NN)] = None
+                p = EngineProblem.parse(text, EngineLayout.NN)
             except ProblemError as exc:
                 errors.append(f"line {number}: {exc}")
+            else:
+                found.append((p.m, p.n, p.k))
         if errors:
             raise forms.ValidationError(errors)
-        if len(problems) > MAX_SHAPES:
-            raise forms.ValidationError(
-                f"{len(problems)} shapes is over the limit of {MAX_SHAPES} per campaign."
-            )
-        return list(problems)
+        return found
+
+    def clean_grid_m(self) -> list[int]:
+        return parse_values(self.cleaned_data["grid_m"], what="M", limit=MAX_VALUES_PER_AXIS)
+
+    def clean_grid_n(self) -> list[int]:
+        return parse_values(self.cleaned_data["grid_n"], what="N", limit=MAX_VALUES_PER_AXIS)
+
+    def clean_grid_k(self) -> list[int]:
+        return parse_values(self.cleaned_data["grid_k"], what="K", limit=MAX_VALUES_PER_AXIS)
+
+    def clean_tokens(self) -> list[int]:
+        return parse_values(self.cleaned_data["tokens"], what="M", limit=MAX_TOKEN_COUNTS)
+
+    def clean_proposer_mix(self) -> dict[str, float]:
+        return parse_mix(self.cleaned_data["proposer_mix"])
 
     def clean(self) -> dict:
         cleaned = super().clean()
-        if "shapes" in cleaned and "layout" in cleaned:
-            layout = EngineLayout(cleaned["layout"])
-            cleaned["problems"] = [EngineProblem(p.m, p.n, p.k, layout) for p in cleaned["shapes"]]
+        if any(f in self.errors for f in ("shapes", "grid_m", "grid_n", "grid_k", "tokens")):
+            return cleaned
+        wanted = list(cleaned.get("shapes") or [])
+        axes = [cleaned.get(f) or [] for f in ("grid_m", "grid_n", "grid_k")]
+        if any(axes) and not all(axes):
+            for field, values in zip(("grid_m", "grid_n", "grid_k"), axes, strict=True):
+                if not values:
+                    self.add_error(field, "A grid needs values for M, N and K.")
+            return cleaned
+        wanted += grid_shapes(*axes)
+        preset = cleaned.get("preset") or ""
+        if preset in MODELS and not cleaned.get("tokens"):
+            self.add_error("tokens", "A model preset needs at least one token count (M).")
+            return cleaned
+        wanted += preset_shapes(preset, cleaned.get("tokens") or [])
+        distinct = list(dict.fromkeys(wanted))
+        cleaned["duplicates"] = len(wanted) - len(distinct)
+        if not distinct:
+            self.add_error("shapes", "Enter at least one shape: MxNxK lines, a grid or a preset.")
+            return cleaned
+        if len(distinct) > MAX_SHAPES:
+            self.add_error(
+                "shapes",
+                f"{len(distinct)} shapes is over the limit of {MAX_SHAPES} per campaign.",
+            )
+            return cleaned
+        if "layout" not in cleaned:
+            return cleaned
+        layout = EngineLayout(cleaned["layout"])
+        problems, errors = [], []
+        for m, n, k in distinct:
+            try:
+                problems.append(EngineProblem(m, n, k, layout))
+            except ProblemError as exc:
+                errors.append(f"{m}x{n}x{k}: {exc}")
+        if errors:
+            more = len(errors) - MAX_SHOWN_ERRORS
+            shown = errors[:MAX_SHOWN_ERRORS] + ([f"… and {more} more"] if more > 0 else [])
+            self.add_error(None, forms.ValidationError(shown))
+            return cleaned
+        cleaned["problems"] = problems
+        if "budget_per_shape" in cleaned:
+            cleaned["estimated_gpu_s"] = estimated_gpu_seconds(
+                shapes=len(problems), budget_per_shape=cleaned["budget_per_shape"]
+            )
         return cleaned
 
 

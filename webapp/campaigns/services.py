@@ -13,14 +13,27 @@ from webapp.campaigns.models import Campaign, Layout, Problem
 
 @transaction.atomic
 def campaign_create(
-    *, owner: AbstractBaseUser, name: str, layout: str, problems: Sequence[EngineProblem]
+    *,
+    owner: AbstractBaseUser,
+    name: str,
+    layout: str,
+    problems: Sequence[EngineProblem],
+    budget_per_shape: int = 256,
+    proposer_mix: dict[str, float] | None = None,
+    reward_protocol: str = "device",
 ) -> Campaign:
     """A queued campaign with one queued Problem per distinct shape.
 
     Nothing runs it yet: the campaign runner (a later piece) claims queued campaigns.
     """
     campaign = Campaign.objects.create(
-        owner=owner, name=name, layout=Layout(layout), status=Campaign.Status.QUEUED
+        owner=owner,
+        name=name,
+        layout=Layout(layout),
+        status=Campaign.Status.QUEUED,
+        budget_per_shape=budget_per_shape,
+        proposer_mix=proposer_mix or {},
+        reward_protocol=reward_protocol,
     )
     distinct = dict.fromkeys(problems)
     Problem.objects.bulk_create(

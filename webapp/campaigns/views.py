@@ -12,8 +12,8 @@ from pygments import highlight
 from pygments.formatters import HtmlFormatter
 from pygments.lexers import CppLexer
 
-from webapp.campaigns import diffs, exports, selectors, services
-from webapp.campaigns.forms import CampaignForm, CandidateFilterForm, HeatmapForm
+from webapp.campaigns import diffs, exports, launch, selectors, services
+from webapp.campaigns.forms import MAX_SHAPES, CampaignForm, CandidateFilterForm, HeatmapForm
 from webapp.campaigns.models import Campaign, Candidate, Problem
 from webapp.workers.selectors import workers_online
 
@@ -47,14 +47,33 @@ def dashboard(request):
 def campaign_new(request):
     form = CampaignForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
+        data = form.cleaned_data
         campaign = services.campaign_create(
             owner=request.user,
-            name=form.cleaned_data["name"],
-            layout=form.cleaned_data["layout"],
-            problems=form.cleaned_data["problems"],
+            name=data["name"],
+            layout=data["layout"],
+            problems=data["problems"],
+            budget_per_shape=data["budget_per_shape"],
+            proposer_mix=data["proposer_mix"],
+            reward_protocol=data["reward_protocol"],
+        )
+        merged = f", {data['duplicates']} duplicates merged" if data["duplicates"] else ""
+        messages.success(
+            request,
+            f"Launched {len(data['problems'])} shapes{merged}; estimated GPU time "
+            f"{launch.duration_text(data['estimated_gpu_s'])}.",
         )
         return redirect("campaign-detail", campaign_id=campaign.id)
-    return render(request, "campaigns/new.html", {"form": form})
+    return render(
+        request,
+        "campaigns/new.html",
+        {
+            "form": form,
+            "presets": launch.presets_for_js(),
+            "seconds_per_candidate": launch.GPU_SECONDS_PER_CANDIDATE,
+            "max_shapes": MAX_SHAPES,
+        },
+    )
 
 
 @require_GET

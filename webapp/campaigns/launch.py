@@ -1,0 +1,80 @@
+"""What the launch form offers: shape presets, proposers, reward protocols, the GPU-time estimate.
+
+The proposer and protocol names mirror the engine's (engine.campaign.PROPOSER_NAMES,
+engine.bench.PROTOCOLS; a test keeps them equal) without importing torch into the web process.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+PROPOSERS = ("rl", "evolve", "random")  # engine.campaign.PROPOSER_NAMES
+DEFAULT_MIX = {"rl": 0.5, "evolve": 0.3, "random": 0.2}  # engine.campaign.loop.DEFAULT_MIX
+REWARD_PROTOCOLS = ("device", "offline", "server", "graph")  # engine.bench.PROTOCOLS
+
+# GPU seconds per candidate, from the recorded H200 run (bench/results/2026-12-02-h200-families,
+# families-run1.log): 221 s of GPU wall time (17:48:54 → 17:52:35: verifying 48 configs in 37 s,
+# then timing 334 candidate×shape pairs beside the 4 baselines, cuBLASLt autotuning included, in
+# 184 s) over 334 candidates = 0.66 s. Shapes there ran from 64³ to 8192³; compiling is CPU time.
+GPU_SECONDS_PER_CANDIDATE = 221 / 334
+
+CUDA_L2_VALUES = (64, 128, 256, 512, 1024, 2048, 4096, 8192, 12288, 16384)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelDims:
+    label: str
+    hidden: int
+    ffn: int
+    kv: int  # key/value heads × head size
+
+    def nk(self) -> list[tuple[int, int]]:
+        """(N, K) of each projection (nn.Linear, so the TN layout fits): q and o, k and v, gate
+        and up, down."""
+        h, f, kv = self.hidden, self.ffn, self.kv
+        return [(h, h), (kv, h), (f, h), (h, f)]
+
+
+MODELS = {
+    "llama-3-8b": ModelDims("Llama-3-8B", 4096, 14336, 1024),
+    "llama-3-70b": ModelDims("Llama-3-70B", 8192, 28672, 1024),
+    "qwen2.5-7b": ModelDims("Qwen2.5-7B", 3584, 18944, 512),
+    "mixtral-8x7b": ModelDims("Mixtral-8x7B (per expert)", 4096, 14336, 1024),
+}
+PRESET_CHOICES = [
+    ("", "none"),
+    ("cuda-l2", "CUDA-L2 grid: {64 … 16384}³, 1000 shapes"),
+    *[(key, f"{m.label}: projections and FFN at the token counts") for key, m in MODELS.items()],
+]
+
+
+def preset_shapes(preset: str, tokens: list[int]) -> list[tuple[int, int, int]]:
+    """(M, N, K) of a preset; model presets take M from ``tokens``."""
+    if preset == "cuda-l2":
+        v = CUDA_L2_VALUES
+        return [(m, n, k) for m in v for n in v for k in v]
+    if preset in MODELS:
+        return [(m, n, k) for m in tokens for n, k in MODELS[preset].nk()]
+    return []
+
+
+def presets_for_js() -> dict:
+    """The presets as the launch page's counter needs them (static/js/launch.js)."""
+    return {
+        "cuda-l2": {"grid": list(CUDA_L2_VALUES)},
+        **{key: {"nk": model.nk()} for key, model in MODELS.items()},
+    }
+
+
+def estimated_gpu_seconds(*, shapes: int, budget_per_shape: int) -> float:
+    return shapes * budget_per_shape * GPU_SECONDS_PER_CANDIDATE
+
+
+def duration_text(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 48 * 3600:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} days"
