@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 
 # Modules under engine.commands; each defines register(subparsers) and sets args.func.
-COMMAND_MODULES: tuple[str, ...] = ("bench", "verify", "prebuild", "optimize", "replay")
+COMMAND_MODULES: tuple[str, ...] = ("bench", "verify", "prebuild", "optimize", "replay", "bundle")
 
 
 def build_parser() -> argparse.ArgumentParser:

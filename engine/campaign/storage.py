@@ -130,6 +130,13 @@ class SqliteStorage:
         row = self._db.execute("SELECT settings FROM campaigns WHERE name = ?", (name,)).fetchone()
         return json.loads(row[0]) if row else None
 
+    def problems(self, campaign: str) -> list[Problem]:
+        """The campaign's problems, in the order they were added."""
+        rows = self._db.execute(
+            "SELECT m, n, k, layout FROM problems WHERE campaign = ? ORDER BY rowid", (campaign,)
+        ).fetchall()
+        return [Problem(m, n, k, layout) for m, n, k, layout in rows]
+
     def add_problem(self, campaign: str, problem: Problem) -> None:
         with self._lock, self._db:
             self._db.execute(

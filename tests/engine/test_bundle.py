@@ -1,0 +1,160 @@
+"""Kernel bundles from a fixture campaign built from recorded H200 measurements."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from engine.bundle import best_kernels, write_bundle
+from engine.campaign.storage import CandidateRecord, SqliteStorage
+from engine.cli import main
+from engine.problem import Problem
+
+RECORDED = (
+    Path(__file__).resolve().parents[2]
+    / "bench/results/2026-12-02-h200-families/families-run1.json"
+)
+PROBLEM = Problem.parse("4096x4096x4096", "tn")
+
+
+def recorded_records(problem: Problem) -> tuple[list[CandidateRecord], dict]:
+    """The problem's candidates as measured on the H200 (device protocol medians)."""
+    report = json.loads(RECORDED.read_text())
+    row = next(r for r in report["sweep"] if r["problem"] == problem.key)
+    seconds = row["seconds"]
+    baselines = {
+        b: min(seconds[f"{b}_nn"], seconds[f"{b}_tn"])
+        for b in ("torch", "cublas", "cublaslt_heuristic", "cublaslt_autotune")
+    }
+    records = [
+        CandidateRecord(
+            name=name,
+            family=report["configs"][name]["family"],
+            knobs=report["configs"][name]["knobs"],
+            proposer="random",
+            status="ok",
+            reward=math.log(baselines["cublaslt_autotune"] / t),
+            seconds=t,
+            baselines=baselines,
+        )
+        for name, t in seconds.items()
+        if name in report["configs"]
+    ]
+    return records, row["environment"]
+
+
+@pytest.fixture
+def campaign_db(tmp_path: Path) -> Path:
+    db = tmp_path / "campaign.sqlite"
+    records, environment = recorded_records(PROBLEM)
+    storage = SqliteStorage(db)
+    storage.open_campaign("recorded", {"environment": environment})
+    storage.add_problem("recorded", PROBLEM)
+    storage.add_problem("recorded", Problem.parse("64x64x64"))  # nothing measured: falls back
+    storage.record("recorded", PROBLEM.key, records)
+    storage.close()
+    return db
+
+
+def test_it_bundles_nothing_that_does_not_beat_torch(campaign_db, tmp_path):
+    storage = SqliteStorage(campaign_db)
+    kernels = best_kernels(storage, "recorded", storage.problems("recorded"))
+    storage.close()
+    # measured on the H200: no sampled config beat torch.matmul at 4096^3 TN
+    assert kernels == []
+
+
+def test_it_picks_the_highest_reward_kernel_per_shape_when_asked(campaign_db):
+    storage = SqliteStorage(campaign_db)
+    kernels = best_kernels(storage, "recorded", storage.problems("recorded"), include_slower=True)
+    best = max(storage.candidates("recorded", PROBLEM.key), key=lambda r: r.reward)
+    storage.close()
+    assert [k.problem for k in kernels] == [PROBLEM]
+    assert kernels[0].name == best.name
+    assert "gemmforge_hgemm" in kernels[0].source
+
+
+def test_the_cli_writes_a_zip_with_sources_manifest_results_and_readme(campaign_db, tmp_path):
+    out = tmp_path / "bundle.zip"
+    assert (
+        main(
+            ["bundle", "recorded", "--db", str(campaign_db), "--out", str(out), "--include-slower"]
+        )
+        == 0
+    )
+    names = zipfile.ZipFile(out).namelist()
+    assert {"README.md", "results.csv", "results.json"} <= set(names)
+    assert "gemmforge_bundle/kernels.json" in names
+    assert "gemmforge_bundle/include/gemmforge_abi.h" in names
+    assert any(n.startswith("gemmforge_bundle/kernels/hgemm_sm") for n in names)
+
+
+def test_the_cli_rejects_an_unknown_campaign(campaign_db, tmp_path):
+    with pytest.raises(SystemExit, match="no campaign named"):
+        main(["bundle", "nope", "--db", str(campaign_db), "--out", str(tmp_path / "x.zip")])
+
+
+def run_python(code: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(cwd)}
+    env.pop("DJANGO_SETTINGS_MODULE", None)
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def unpacked(campaign_db: Path, tmp_path: Path) -> Path:
+    out = tmp_path / "bundle.zip"
+    storage = SqliteStorage(campaign_db)
+    kernels = best_kernels(storage, "recorded", storage.problems("recorded"), include_slower=True)
+    storage.close()
+    write_bundle(kernels, out, environment={"gpu_name": "NVIDIA H200"}, title="test")
+    target = tmp_path / "unpacked"
+    zipfile.ZipFile(out).extractall(target)
+    return target
+
+
+def test_the_package_imports_on_a_cpu_machine_and_says_it_needs_cuda(campaign_db, tmp_path):
+    root = unpacked(campaign_db, tmp_path)
+    done = run_python(
+        "import torch, gemmforge_bundle\n"
+        "print(sorted(gemmforge_bundle.dispatch_table()))\n"
+        "a = torch.zeros(8, 8, dtype=torch.float16)\n"
+        "try:\n"
+        "    torch.ops.gemmforge.hgemm(a, a)\n"
+        "except RuntimeError as exc:\n"
+        "    print('ERROR', exc)\n",
+        root,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "(4096, 4096, 4096, 'tn')" in done.stdout
+    assert "needs CUDA tensors" in done.stdout
+
+
+@pytest.mark.nvcc
+@pytest.mark.slow
+def test_the_bundle_builds_its_kernels_with_nvcc(campaign_db, tmp_path):
+    root = unpacked(campaign_db, tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-m", "gemmforge_bundle.build", "--jobs", "2"],
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": str(root)},
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert list((root / "gemmforge_bundle" / "lib").glob("hgemm_sm*.so"))
