@@ -71,6 +71,12 @@ class Problem(models.Model):
     k = models.PositiveIntegerField()
     layout = models.CharField(max_length=2, choices=Layout.choices, default=Layout.NN)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
+    arch = models.CharField(
+        max_length=16, default="sm_90", help_text="GPU arch its GPU steps run on (queue gpu.sm90)."
+    )
+    stopped = models.CharField(
+        max_length=32, blank=True, help_text="The engine's stop reason (budget, exhausted, ...)."
+    )
     best_speedups = models.JSONField(
         default=dict, blank=True, help_text='Baseline name → best speedup, e.g. {"cublas": 1.07}.'
     )
@@ -95,6 +101,11 @@ class Problem(models.Model):
 
     def as_engine(self) -> EngineProblem:
         return EngineProblem(self.m, self.n, self.k, EngineLayout(self.layout))
+
+    @property
+    def gpu_queue(self) -> str:
+        """The Celery queue of its GPU steps: sm_90 → gpu.sm90."""
+        return "gpu." + self.arch.replace("_", "")
 
 
 class Candidate(models.Model):
@@ -136,6 +147,11 @@ class Candidate(models.Model):
     reward = models.FloatField(null=True, blank=True)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.PROPOSED)
     failure_reason = models.TextField(blank=True)
+    outcome = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="The engine's CandidateRecord once measured or failed; null while in flight.",
+    )
     created = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -186,3 +202,56 @@ class BaselineResult(models.Model):
 
     def __str__(self) -> str:
         return f"{self.baseline} {self.m}x{self.n}x{self.k}_{self.layout} ({self.variant})"
+
+
+class WorkItem(models.Model):
+    """One unit of a running campaign: a round's compile step or its GPU step for one problem.
+
+    The database, not the broker, is the source of truth: a task claims its item with a
+    conditional UPDATE (status queued → running, a fresh lease token), extends the lease while it
+    works, and finishes only while it still holds the lease. A periodic job (work_requeue)
+    re-queues items whose lease expired and fails those past ``max_attempts``.
+    """
+
+    class Kind(models.TextChoices):
+        COMPILE = "compile", "Compile"
+        GPU = "gpu", "GPU"
+
+    class Status(models.TextChoices):
+        QUEUED = "queued", "Queued"
+        RUNNING = "running", "Running"
+        DONE = "done", "Done"
+        FAILED = "failed", "Failed"
+
+    campaign = models.ForeignKey(Campaign, on_delete=models.CASCADE, related_name="work_items")
+    problem = models.ForeignKey(Problem, on_delete=models.CASCADE, related_name="work_items")
+    kind = models.CharField(max_length=8, choices=Kind.choices)
+    round = models.PositiveIntegerField(default=0)
+    status = models.CharField(max_length=8, choices=Status.choices, default=Status.QUEUED)
+    queue = models.CharField(max_length=32, help_text="Celery queue its task goes to.")
+    payload = models.JSONField(default=dict, blank=True, help_text="e.g. candidate ids.")
+    attempts = models.PositiveIntegerField(default=0, help_text="Claims so far.")
+    max_attempts = models.PositiveIntegerField(default=3)
+    lease_token = models.CharField(max_length=32, blank=True)
+    lease_expires = models.DateTimeField(null=True, blank=True)
+    worker = models.CharField(max_length=255, blank=True, help_text="Celery node holding it.")
+    enqueued = models.DateTimeField(null=True, blank=True, help_text="Last sent to the broker.")
+    reason = models.TextField(blank=True, help_text="Why it failed, or the last retry's error.")
+    result = models.JSONField(default=dict, blank=True)
+    created = models.DateTimeField(auto_now_add=True)
+    updated = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["problem", "round", "kind"], name="work_item_unique_step"
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["status", "lease_expires"], name="work_item_lease_idx"),
+            models.Index(fields=["campaign", "status"], name="work_item_campaign_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} round {self.round} of {self.problem_id} ({self.status})"

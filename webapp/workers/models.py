@@ -48,6 +48,10 @@ class WorkerHeartbeat(models.Model):
     started = models.DateTimeField()
     last_seen = models.DateTimeField()
     stopped = models.DateTimeField(null=True, blank=True, help_text="Set on a clean shutdown.")
+    gpu_failed = models.DateTimeField(
+        null=True, blank=True, help_text="When its GPU failed a health probe (its queue stopped)."
+    )
+    gpu_failure = models.TextField(blank=True, help_text="What the failed health probe said.")
 
     class Meta:
         ordering = ["hostname"]
@@ -59,4 +63,4 @@ class WorkerHeartbeat(models.Model):
     @property
     def serves_gpu(self) -> bool:
         """True when it consumes a GPU queue (gpu.sm90, gpu.sm80, ...)."""
-        return any(str(queue).startswith("gpu.") for queue in self.queues)
+        return self.gpu_failed is None and any(str(q).startswith("gpu.") for q in self.queues)
