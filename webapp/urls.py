@@ -33,6 +33,11 @@ urlpatterns = [
         name="api-campaign-speedups",
     ),
     path(
+        "api/campaigns/<int:campaign_id>/progress.json",
+        campaign_views.api_campaign_progress,
+        name="api-campaign-progress",
+    ),
+    path(
         "api/campaigns/<int:campaign_id>/heatmap.json",
         campaign_views.api_campaign_heatmap,
         name="api-campaign-heatmap",

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
-from webapp.campaigns.models import Campaign
+from webapp.campaigns.models import Campaign, Problem
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -150,6 +150,22 @@ def test_a_user_launches_a_campaign_and_reads_the_recorded_run(
     assert driver.current_url.endswith(f"/campaigns/{launched.id}/")
     assert launched.problems.count() == 3  # the duplicates were merged
     assert "2 duplicates merged" in css(driver, ".messages").text
+
+    # Live progress: the page polls and shows what the runner records, without a reload
+    first = launched.problems.order_by("k", "m", "n").first()
+    Problem.objects.filter(id=first.id).update(
+        status=Problem.Status.DONE, best_speedups={"cublaslt_autotune": 1.031}
+    )
+    Campaign.objects.filter(id=launched.id).update(status=Campaign.Status.RUNNING)
+    driver.execute_script("document.body.dataset.sameDocument = 'yes'")
+    wait_for(
+        driver,
+        lambda d: css(d, "#progress [data-progress=shapes_done]").text == "1",
+        "the progress never updated",
+    )
+    assert css(driver, "#campaign-status").text == "Running"
+    assert "×1.031" in css(driver, f"tr[data-problem='{first.id}']").text
+    assert driver.execute_script("return document.body.dataset.sameDocument") == "yes"
     assert "Waiting for the campaign runner" in css(driver, "#waiting").text
 
     # Find it in the list, next to the imported run

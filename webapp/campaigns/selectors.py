@@ -234,3 +234,36 @@ def problem_rewards_data(*, problem: Problem) -> dict[str, Any]:
             current = reward
         best.append(current)
     return {"problem": problem.id, "rewards": rewards, "best_so_far": best}
+
+
+def campaign_progress_data(*, campaign: Campaign) -> dict[str, Any]:
+    """What the campaign page polls: status, counts and best speedups, overall and per shape."""
+    problems = list(
+        campaign.problems.annotate(candidate_count=Count("candidates"))
+        .order_by("k", "m", "n", "layout")
+        .values("id", "status", "candidate_count", "best_speedups")
+    )
+    labels = dict(Problem.Status.choices)
+    overall: dict[str, float | None] = {}
+    for b in BASELINES:
+        values = [(p["best_speedups"] or {}).get(b) for p in problems]
+        overall[b] = max((v for v in values if v is not None), default=None)
+    return {
+        "campaign": campaign.id,
+        "status": campaign.status,
+        "status_label": campaign.get_status_display(),
+        "shapes": len(problems),
+        "shapes_done": sum(p["status"] == Problem.Status.DONE for p in problems),
+        "candidates": sum(p["candidate_count"] for p in problems),
+        "best_speedups": overall,
+        "problems": [
+            {
+                "problem": p["id"],
+                "status": p["status"],
+                "status_label": labels.get(p["status"], p["status"]),
+                "candidates": p["candidate_count"],
+                "best_speedups": {b: (p["best_speedups"] or {}).get(b) for b in BASELINES},
+            }
+            for p in problems
+        ],
+    }

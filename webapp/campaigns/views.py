@@ -94,6 +94,11 @@ def campaign_detail(request, campaign_id: int):
                 ks=sorted({p.k for p in problems}), layouts=sorted({p.layout for p in problems})
             ),
             "can_control": request.user.is_authenticated and request.user.id == campaign.owner_id,
+            "progress": {
+                "shapes": len(problems),
+                "shapes_done": sum(p.status == Problem.Status.DONE for p in problems),
+                "candidates": sum(p.candidate_count for p in problems),
+            },
         },
     )
 
@@ -202,6 +207,12 @@ def candidate_detail(request, candidate_id: int):
 def api_campaign_speedups(request, campaign_id: int):
     campaign = get_object_or_404(Campaign, id=campaign_id)
     return JsonResponse(selectors.campaign_speedups_data(campaign=campaign))
+
+
+@require_GET
+def api_campaign_progress(request, campaign_id: int):
+    campaign = get_object_or_404(Campaign, id=campaign_id)
+    return JsonResponse(selectors.campaign_progress_data(campaign=campaign))
 
 
 @require_GET

@@ -1,0 +1,59 @@
+// Live progress of the campaign page without reloading: polls the progress endpoint (README,
+// "Dashboard JSON API") every few seconds and updates the counts, status and best speedups.
+(function () {
+  "use strict";
+  const box = document.getElementById("progress");
+  if (!box) return;
+  const FINAL = new Set(["done", "failed", "cancelled"]);
+  const pollMs = parseInt(box.dataset.pollMs, 10) || 5000;
+
+  function speedup(cell, value) {
+    if (value === null || value === undefined) {
+      cell.textContent = "—";
+      return;
+    }
+    const span = document.createElement("span");
+    span.className = value >= 1 ? "win" : "loss";
+    span.textContent = "×" + value.toFixed(3);
+    cell.replaceChildren(span);
+  }
+
+  function apply(data) {
+    for (const el of box.querySelectorAll("[data-progress]")) {
+      el.textContent = data[el.dataset.progress];
+    }
+    for (const el of box.querySelectorAll("[data-best]")) speedup(el, data.best_speedups[el.dataset.best]);
+    const status = document.getElementById("campaign-status");
+    if (status) {
+      status.textContent = data.status_label;
+      status.className = "status status-" + data.status;
+    }
+    const keys = Object.keys(data.best_speedups);
+    for (const p of data.problems) {
+      const row = document.querySelector(`tr[data-problem="${p.problem}"]`);
+      if (!row) continue;
+      row.querySelector('[data-field="status_label"]').textContent = p.status_label;
+      row.querySelector('[data-field="candidates"]').textContent = p.candidates;
+      for (const cell of row.querySelectorAll("[data-best-index]")) {
+        speedup(cell, p.best_speedups[keys[parseInt(cell.dataset.bestIndex, 10)]]);
+      }
+    }
+    box.dataset.polled = String((parseInt(box.dataset.polled, 10) || 0) + 1);
+    document.getElementById("progress-updated").textContent =
+      "· updated " + new Date().toLocaleTimeString();
+    return !FINAL.has(data.status);
+  }
+
+  async function poll() {
+    let again = true;
+    try {
+      const response = await fetch(box.dataset.src, { headers: { Accept: "application/json" } });
+      if (response.ok) again = apply(await response.json());
+    } catch (error) {
+      console.warn("progress:", error);
+    }
+    if (again) setTimeout(poll, pollMs);
+  }
+
+  poll();
+})();
