@@ -162,3 +162,43 @@ CELERY_TASK_QUEUES = [Queue(name) for name in ("default", "compile", "gpu.sm90",
 WORKER_HEARTBEAT_SECONDS = env_int("WORKER_HEARTBEAT_SECONDS", 10, minimum=1)
 # A worker counts as connected when its last heartbeat is this recent.
 WORKER_ONLINE_SECONDS = env_int("WORKER_ONLINE_SECONDS", 3 * WORKER_HEARTBEAT_SECONDS, minimum=1)
+
+# --- Distributed campaign work (webapp/campaigns/work.py, runner.py) -----------------------------
+# Where GPU steps run: "local" (this machine's GPU, in a child process) or "replay:<path>" (recorded
+# H200 measurements, e.g. bench/results/2026-12-02-h200-families/families-run1.json: no GPU used;
+# for the fault tests and demos on machines without one).
+GEMMFORGE_EXECUTOR = env_str("GEMMFORGE_EXECUTOR", "local")
+if GEMMFORGE_EXECUTOR != "local" and not (
+    GEMMFORGE_EXECUTOR.startswith("replay:") and GEMMFORGE_EXECUTOR[len("replay:") :]
+):
+    raise ImproperlyConfigured(
+        f"GEMMFORGE_EXECUTOR must be 'local' or 'replay:<path>', not {GEMMFORGE_EXECUTOR!r}"
+    )
+GEMMFORGE_BATCH_SIZE = env_int("GEMMFORGE_BATCH_SIZE", 8, minimum=1)  # candidates per round
+GEMMFORGE_GPU_DEVICE = env_str("GEMMFORGE_GPU_DEVICE", "0")  # CUDA_VISIBLE_DEVICES of GPU steps
+WORK_LEASE_SECONDS = env_int("WORK_LEASE_SECONDS", 120, minimum=1)  # extended every third of it
+WORK_MAX_ATTEMPTS = env_int("WORK_MAX_ATTEMPTS", 3, minimum=1)
+WORK_RETRY_DELAY_SECONDS = env_int("WORK_RETRY_DELAY_SECONDS", 5, minimum=0)
+WORK_REQUEUE_SECONDS = env_int("WORK_REQUEUE_SECONDS", 30, minimum=1)  # the periodic job's period
+# A queued item whose task message is older than this is sent again (a broker that lost it).
+WORK_STALE_QUEUED_SECONDS = env_int("WORK_STALE_QUEUED_SECONDS", 600, minimum=1)
+COMPILE_STEP_TIMEOUT = env_int("COMPILE_STEP_TIMEOUT", 900, minimum=1)
+GPU_STEP_TIMEOUT = env_int("GPU_STEP_TIMEOUT", 1200, minimum=1)
+if max(COMPILE_STEP_TIMEOUT, GPU_STEP_TIMEOUT) >= CELERY_TASK_SOFT_TIME_LIMIT:
+    raise ImproperlyConfigured(
+        "COMPILE_STEP_TIMEOUT and GPU_STEP_TIMEOUT must be below CELERY_TASK_SOFT_TIME_LIMIT"
+    )
+# Fault injection, for the fault tests and demos only: a command each compile step runs (e.g.
+# "sleep 60", timed out after COMPILE_STEP_TIMEOUT); a step kind ("compile" or "gpu") that raises
+# every time; a file the replay executor appends each executed candidate to; replay GPU seconds.
+GEMMFORGE_COMPILE_HOOK = env_str("GEMMFORGE_COMPILE_HOOK", "")
+GEMMFORGE_CRASH_STEP = env_str("GEMMFORGE_CRASH_STEP", "")
+GEMMFORGE_EXECUTION_LOG = env_str("GEMMFORGE_EXECUTION_LOG", "")
+GEMMFORGE_REPLAY_DELAY_MS = env_int("GEMMFORGE_REPLAY_DELAY_MS", 0, minimum=0)
+CELERY_BEAT_SCHEDULE = {
+    "work-requeue": {
+        "task": "webapp.campaigns.tasks.work_requeue",
+        "schedule": float(WORK_REQUEUE_SECONDS),
+        "options": {"queue": "default", "expires": float(WORK_REQUEUE_SECONDS)},
+    },
+}

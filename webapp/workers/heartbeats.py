@@ -22,10 +22,13 @@ logger = logging.getLogger(__name__)
 
 
 class HeartbeatThread(threading.Thread):
-    def __init__(self, *, hostname: str, queues: list[str], interval_s: float) -> None:
+    def __init__(
+        self, *, hostname: str, queues: list[str], interval_s: float, app: Any = None
+    ) -> None:
         super().__init__(name=f"heartbeat-{hostname}", daemon=True)
         self.hostname = hostname
         self.queues = queues
+        self.app = app  # when given, the queues are read from it each beat (a cancelled one goes)
         self.interval_s = interval_s
         self.stopping = threading.Event()
 
@@ -39,6 +42,8 @@ class HeartbeatThread(threading.Thread):
     def beat(self) -> None:
         close_old_connections()
         try:
+            if self.app is not None:
+                self.queues = consumed_queues(self.app)
             services.heartbeat_record(hostname=self.hostname, queues=self.queues)
         except Exception:  # a database hiccup must not kill the thread; the next beat retries
             logger.exception("heartbeat for %s failed", self.hostname)
@@ -66,7 +71,10 @@ def on_worker_ready(sender: Any, **kwargs: Any) -> None:
     if _thread is not None:
         _thread.stop()
     _thread = HeartbeatThread(
-        hostname=hostname, queues=queues, interval_s=settings.WORKER_HEARTBEAT_SECONDS
+        hostname=hostname,
+        queues=queues,
+        interval_s=settings.WORKER_HEARTBEAT_SECONDS,
+        app=sender.app,
     )
     _thread.start()
     logger.info("heartbeat started for %s on queues %s", hostname, ",".join(queues))

@@ -1,0 +1,368 @@
+"""The campaign's steps as services: a round's compile step and its GPU step, for one problem.
+
+compile step (queue ``compile``): rebuild the proposers from the stored history, propose a batch,
+render and compile it, store the candidates; then a GPU step (queue ``gpu.<arch>`` of the problem)
+or, when nothing is left to run, the problem's stop reason. GPU step: run the batch in a child
+process (``python -m engine.gpu_step``, CUDA_VISIBLE_DEVICES pinned, its process group killed on
+timeout; the worker never initialises CUDA), probe the GPU's health, record the outcomes through
+DjangoStorage and queue the next round's compile step. Each step commits only while it holds
+its work item's lease, so a step that lost its lease (its worker was presumed dead) changes
+nothing, and a candidate is recorded once.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import os
+import random
+import shlex
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+
+from engine import toolchain
+from engine.campaign.storage import CandidateRecord
+from webapp.campaigns.models import Campaign, Candidate, Problem, WorkItem
+from webapp.campaigns.storage import DjangoStorage, source_hash, source_of
+from webapp.campaigns.work import (
+    LeaseKeeper,
+    LeaseLost,
+    campaign_finish_if_done,
+    work_item_claim,
+    work_item_create,
+    work_item_done,
+    work_item_hold,
+    work_item_retry_or_fail,
+)
+
+logger = logging.getLogger(__name__)
+
+BASELINE = "cublaslt_autotune"
+FAILURE_REWARD = -2.0  # engine.campaign.loop.CampaignSettings.failure_reward
+
+
+class GpuUnhealthy(Exception):
+    """The GPU failed its health probe after a step: the step's results are not trusted."""
+
+
+class StepCrashed(Exception):
+    """A step failed in a way that another attempt may fix (its child crashed, say)."""
+
+
+# -- configuration -----------------------------------------------------------------------------
+def executor_spec() -> str:
+    """settings.GEMMFORGE_EXECUTOR with a replay path made absolute."""
+    spec = settings.GEMMFORGE_EXECUTOR
+    if spec.startswith("replay:"):
+        path = Path(spec[len("replay:") :])
+        return f"replay:{path if path.is_absolute() else settings.BASE_DIR / path}"
+    return spec
+
+
+@functools.cache
+def replay_table(spec: str) -> Any:
+    from engine.campaign.executor import ReplayTable
+
+    return ReplayTable.load([spec[len("replay:") :]])
+
+
+def search_space(problem: Problem) -> Any:
+    from engine.campaign.space import SearchSpace, families_for_arch
+
+    engine_problem = problem.as_engine()
+    spec = executor_spec()
+    if spec.startswith("replay:"):
+        table = replay_table(spec)
+        return SearchSpace.from_configs(engine_problem, table.configs_for(engine_problem))
+    return SearchSpace.full(engine_problem, families=families_for_arch(problem.arch))
+
+
+def proposer_mix(campaign: Campaign) -> dict[str, float]:
+    from engine.campaign import PROPOSER_NAMES
+    from engine.campaign.loop import DEFAULT_MIX
+
+    mix = {k: float(v) for k, v in (campaign.proposer_mix or {}).items() if k in PROPOSER_NAMES}
+    return {k: v for k, v in mix.items() if v > 0} or dict(DEFAULT_MIX)
+
+
+def crash_hook(kind: str) -> None:
+    if kind == settings.GEMMFORGE_CRASH_STEP:
+        raise RuntimeError(f"injected crash in the {kind} step (GEMMFORGE_CRASH_STEP={kind})")
+
+
+# -- the compile step --------------------------------------------------------------------------
+def compile_step(*, item_id: int, token: str) -> dict[str, Any]:
+    from engine.campaign import Policy, make_proposers, propose_batch
+    from engine.campaign.space import families_for_arch
+
+    item = WorkItem.objects.select_related("problem", "campaign").get(id=item_id)
+    campaign, problem = item.campaign, item.problem
+    storage = DjangoStorage(campaign)
+    engine_problem = problem.as_engine()
+    history = storage.candidates(campaign.name, engine_problem.key)
+    space = search_space(problem)
+    tried = set(Candidate.objects.filter(problem=problem).values_list("name", flat=True))
+    room = campaign.budget_per_shape - len(history)
+    if room <= 0 or len(tried & space.by_name.keys()) >= len(space):
+        return _finish_problem(item, token, "budget" if room <= 0 else "exhausted")
+    mix = proposer_mix(campaign)
+    policy = None
+    if "rl" in mix:
+        policy = Policy(families_for_arch(problem.arch), seed=campaign.id)
+    proposers = make_proposers(mix, policy=policy, seed=campaign.id)
+    if history:
+        for proposer in proposers.values():
+            proposer.observe(engine_problem, space, history)
+    rng = random.Random(f"{campaign.id}:{problem.id}:{item.round}")
+    batch = propose_batch(
+        proposers,
+        mix,
+        engine_problem,
+        space,
+        min(settings.GEMMFORGE_BATCH_SIZE, room),
+        history=history,
+        exclude=tried,
+        rng=rng,
+    )
+    if not batch:
+        return _finish_problem(item, token, "exhausted")
+    crash_hook("compile")
+    failures = compile_batch([p.config for p in batch])
+    with transaction.atomic():
+        item = work_item_hold(item_id=item_id, token=token)
+        parents = {
+            c.name: c
+            for c in Candidate.objects.filter(
+                problem=problem, name__in=[p.parent for p in batch if p.parent]
+            )
+        }
+        failed_records, compiled_ids = [], []
+        for proposal in batch:
+            config = proposal.config
+            failure = failures.get(config.name)
+            if failure is not None:
+                failed_records.append(
+                    CandidateRecord(
+                        name=config.name,
+                        family=config.FAMILY,
+                        knobs=config.knobs(),
+                        proposer=proposal.proposer,
+                        parent=proposal.parent,
+                        status=failure["status"],
+                        reason=failure["reason"],
+                        message=failure["message"],
+                        reward=FAILURE_REWARD,
+                        round=item.round,
+                    )
+                )
+                continue
+            source = source_of(config.FAMILY, config.knobs())
+            row = Candidate.objects.create(
+                problem=problem,
+                name=config.name,
+                family=config.FAMILY,
+                config=config.knobs(),
+                source=source,
+                source_hash=source_hash(source),
+                proposer=proposal.proposer,
+                parent=parents.get(proposal.parent or ""),
+                status=Candidate.Status.COMPILED,
+                compile_status=Candidate.CompileStatus.OK,
+            )
+            compiled_ids.append(row.id)
+        if failed_records:
+            storage.record(campaign.name, engine_problem.key, failed_records)
+        if compiled_ids:
+            work_item_create(
+                problem=problem,
+                kind=WorkItem.Kind.GPU,
+                round=item.round,
+                payload={"candidates": compiled_ids},
+            )
+        else:
+            work_item_create(problem=problem, kind=WorkItem.Kind.COMPILE, round=item.round + 1)
+        result = {"proposed": len(batch), "compiled": len(compiled_ids), "failed": len(failures)}
+        work_item_done(item, result=result)
+    return result
+
+
+def compile_batch(configs: list[Any]) -> dict[str, dict[str, str]]:
+    """Compile failures by name (status, reason, message); an empty dict when all built.
+
+    With the local executor the configs are compiled with nvcc into the engine's compile cache
+    (the GPU step, on this host, finds them there). GEMMFORGE_COMPILE_HOOK, when set, runs as
+    well, once per step, under COMPILE_STEP_TIMEOUT: a hook that hangs times the batch out.
+    """
+    failures: dict[str, dict[str, str]] = {}
+    if executor_spec() == "local":
+        from engine.campaign.loop import compile_configs
+
+        for config, result in zip(configs, compile_configs(configs), strict=True):
+            if not (result.ok and result.library is not None):
+                status = "timeout" if result.timed_out else "compile_error"
+                reason = "nvcc_timeout" if result.timed_out else "nvcc"
+                failures[config.name] = {
+                    "status": status,
+                    "reason": reason,
+                    "message": result.error or "did not compile",
+                }
+    if settings.GEMMFORGE_COMPILE_HOOK:
+        ran = toolchain.run(
+            shlex.split(settings.GEMMFORGE_COMPILE_HOOK), timeout=settings.COMPILE_STEP_TIMEOUT
+        )
+        if ran.timed_out or not ran.ok:
+            failure = {
+                "status": "timeout" if ran.timed_out else "compile_error",
+                "reason": "nvcc_timeout" if ran.timed_out else "nvcc",
+                "message": (
+                    f"compile step timed out after {settings.COMPILE_STEP_TIMEOUT} s: {ran.command}"
+                    if ran.timed_out
+                    else f"compile step failed ({ran.returncode}): {ran.stderr[-500:]}"
+                ),
+            }
+            failures.update({c.name: failure for c in configs})
+    return failures
+
+
+def _finish_problem(item: WorkItem, token: str, reason: str) -> dict[str, Any]:
+    with transaction.atomic():
+        item = work_item_hold(item_id=item.id, token=token)
+        DjangoStorage(item.campaign).set_problem_status(
+            item.campaign.name, item.problem.as_engine().key, reason
+        )
+        work_item_done(item, result={"stopped": reason})
+        campaign_finish_if_done(campaign_id=item.campaign_id)
+    return {"stopped": reason}
+
+
+# -- the GPU step ------------------------------------------------------------------------------
+def gpu_step(*, item_id: int, token: str) -> dict[str, Any]:
+    from engine.campaign.executor import Outcome
+    from engine.campaign.loop import reward_of
+
+    item = WorkItem.objects.select_related("problem", "campaign").get(id=item_id)
+    campaign, problem = item.campaign, item.problem
+    key = problem.as_engine().key
+    rows = list(
+        Candidate.objects.filter(
+            id__in=item.payload.get("candidates", []), outcome__isnull=True
+        ).order_by("id")
+    )  # a re-run skips what an earlier attempt recorded
+    crash_hook("gpu")
+    outcomes = run_gpu_child(key, rows) if rows else []
+    if executor_spec() == "local":
+        from engine import gpu_health
+
+        health = gpu_health.probe(settings.GEMMFORGE_GPU_DEVICE)
+        if not health.ok:
+            raise GpuUnhealthy(health.message)
+    by_id = {r.name: r for r in rows}
+    records = []
+    for raw in outcomes:
+        outcome = Outcome(**raw)
+        row = by_id[outcome.name]
+        records.append(
+            CandidateRecord(
+                name=row.name,
+                family=row.family,
+                knobs=row.config,
+                proposer=row.proposer,
+                parent=row.parent.name if row.parent_id else None,
+                status=outcome.status,
+                reason=outcome.reason,
+                message=outcome.message,
+                reward=reward_of(outcome, BASELINE, FAILURE_REWARD),
+                seconds=outcome.seconds,
+                baselines=dict(outcome.baselines),
+                timings=dict(outcome.timings),
+                gpu_seconds=outcome.gpu_seconds,
+                round=item.round,
+            )
+        )
+    with transaction.atomic():
+        item = work_item_hold(item_id=item_id, token=token)
+        if records:
+            DjangoStorage(campaign).record(campaign.name, key, records)
+        work_item_create(problem=problem, kind=WorkItem.Kind.COMPILE, round=item.round + 1)
+        result = {"measured": len(records), "ok": sum(r.status == "ok" for r in records)}
+        work_item_done(item, result=result)
+    return result
+
+
+def run_gpu_child(problem_key: str, rows: list[Candidate]) -> list[dict[str, Any]]:
+    """The batch's outcomes from ``python -m engine.gpu_step`` in a child process."""
+    spec = executor_spec()
+    with tempfile.TemporaryDirectory(prefix="gemmforge-gpu-") as tmp:
+        batch, out = Path(tmp) / "batch.json", Path(tmp) / "outcomes.json"
+        batch.write_text(
+            json.dumps([{"name": r.name, "family": r.family, "knobs": r.config} for r in rows])
+        )
+        argv = [sys.executable, "-m", "engine.gpu_step", "--executor", spec,
+                "--problem", problem_key, "--batch", str(batch), "--out", str(out)]  # fmt: skip
+        if spec.startswith("replay:"):
+            if settings.GEMMFORGE_EXECUTION_LOG:
+                argv += ["--execution-log", settings.GEMMFORGE_EXECUTION_LOG]
+            argv += ["--delay-ms", str(settings.GEMMFORGE_REPLAY_DELAY_MS)]
+        env = {**os.environ, "CUDA_VISIBLE_DEVICES": settings.GEMMFORGE_GPU_DEVICE}
+        ran = toolchain.run(argv, timeout=settings.GPU_STEP_TIMEOUT, cwd=settings.BASE_DIR, env=env)
+        if ran.timed_out:
+            message = f"GPU step killed after {settings.GPU_STEP_TIMEOUT} s"
+            return [
+                {"name": r.name, "status": "timeout", "reason": "gpu_timeout", "message": message}
+                for r in rows
+            ]
+        if not ran.ok or not out.is_file():
+            raise StepCrashed(f"GPU step exited with {ran.returncode}: {ran.stderr[-800:]}")
+        return json.loads(out.read_text())
+
+
+# -- running a step under its lease ------------------------------------------------------------
+Step = Callable[..., dict[str, Any]]
+
+
+def work_item_run(*, item_id: int, hostname: str, step: Step) -> dict[str, Any]:
+    """Claim, run ``step`` while keeping the lease, and own the failure: retry up to the attempt
+    cap; a failed GPU health probe stops this worker's GPU queue and hands the item on."""
+    token = work_item_claim(item_id=item_id, hostname=hostname)
+    if token is None:
+        return {"skipped": "not queued (done, running elsewhere, or its campaign is not running)"}
+    with LeaseKeeper(item_id=item_id, token=token):
+        try:
+            return step(item_id=item_id, token=token)
+        except LeaseLost as exc:
+            logger.warning("work item %s: %s; its results were dropped", item_id, exc)
+            return {"lost": str(exc)}
+        except GpuUnhealthy as exc:
+            logger.error("GPU failed its health probe on %s: %s", hostname, exc)
+            work_item_retry_or_fail(
+                item_id=item_id, token=token, reason=f"GPU unhealthy: {exc}", count_attempt=False
+            )
+            gpu_queue_stop(hostname=hostname, item_id=item_id, reason=str(exc))
+            return {"gpu_unhealthy": str(exc)}
+        except Exception as exc:  # SoftTimeLimitExceeded included
+            logger.exception("work item %s failed on %s", item_id, hostname)
+            status = work_item_retry_or_fail(
+                item_id=item_id, token=token, reason=f"{type(exc).__name__}: {exc}"
+            )
+            return {"error": f"{type(exc).__name__}: {exc}", "status": status}
+
+
+def gpu_queue_stop(*, hostname: str, item_id: int, reason: str) -> None:
+    """Make this worker stop consuming the GPU queue and say so on its heartbeat."""
+    from webapp.celery import app
+    from webapp.workers.services import heartbeat_gpu_failed
+
+    queue = WorkItem.objects.filter(id=item_id).values_list("queue", flat=True).first() or ""
+    if hostname and queue:
+        try:
+            app.control.cancel_consumer(queue, destination=[hostname], reply=True, timeout=5)
+        except Exception:
+            logger.exception("could not cancel %s's consumer of %s", hostname, queue)
+    heartbeat_gpu_failed(hostname=hostname, queue=queue, reason=reason)

@@ -1,0 +1,261 @@
+"""Work items and their leases: the database decides who runs what (the broker only delivers).
+
+A task claims its item with one conditional UPDATE (queued → running, attempts + 1, a fresh lease
+token), a LeaseKeeper thread extends the lease while the step works, and the step commits its
+results only while it still holds the lease (work_item_hold). work_requeue, run periodically by
+Celery beat (and by ``manage.py requeue_work``), starts queued campaigns, re-queues items whose
+lease expired (a worker that died), fails those that used up their attempts, and re-sends queued
+items whose message the broker seems to have lost (a Redis restart without persistence).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import close_old_connections, connection, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from webapp.campaigns.models import Campaign, Problem, WorkItem
+
+logger = logging.getLogger(__name__)
+
+
+class LeaseLost(Exception):
+    """The item is no longer ours: its lease expired and it was re-queued or failed."""
+
+
+def lease_delta() -> timedelta:
+    return timedelta(seconds=settings.WORK_LEASE_SECONDS)
+
+
+# -- sending -----------------------------------------------------------------------------------
+def work_send(*, item_id: int, kind: str, queue: str, countdown: float = 0) -> None:
+    """Send the item's task now; a broker error is logged (work_requeue sends it again)."""
+    from webapp.campaigns import tasks
+
+    task = tasks.compile_step if kind == WorkItem.Kind.COMPILE else tasks.gpu_step
+    try:
+        task.apply_async(args=[item_id], queue=queue, countdown=countdown or None)
+    except Exception:
+        logger.exception("could not send work item %s to %s; the periodic job will", item_id, queue)
+
+
+def work_enqueue(item: WorkItem, *, countdown: float = 0) -> None:
+    """Send the item's task once the current transaction commits."""
+    item_id, kind, queue = item.id, item.kind, item.queue
+    transaction.on_commit(
+        lambda: work_send(item_id=item_id, kind=kind, queue=queue, countdown=countdown)
+    )
+
+
+def work_item_create(
+    *, problem: Problem, kind: str, round: int, payload: dict[str, Any] | None = None
+) -> WorkItem:
+    """The (problem, round, kind) step, created once (a re-run step finds the one it made)."""
+    queue = "compile" if kind == WorkItem.Kind.COMPILE else problem.gpu_queue
+    item, created = WorkItem.objects.get_or_create(
+        problem=problem,
+        round=round,
+        kind=kind,
+        defaults={
+            "campaign_id": problem.campaign_id,
+            "queue": queue,
+            "payload": payload or {},
+            "max_attempts": settings.WORK_MAX_ATTEMPTS,
+            "enqueued": timezone.now(),
+        },
+    )
+    if created:
+        work_enqueue(item)
+    return item
+
+
+# -- claiming and holding ----------------------------------------------------------------------
+def work_item_claim(*, item_id: int, hostname: str) -> str | None:
+    """The lease token if this call claimed the item; None if it is not queued (done, failed,
+    running elsewhere) or its campaign is not running (paused, cancelled)."""
+    token = uuid.uuid4().hex
+    claimed = WorkItem.objects.filter(
+        id=item_id, status=WorkItem.Status.QUEUED, campaign__status=Campaign.Status.RUNNING
+    ).update(
+        status=WorkItem.Status.RUNNING,
+        attempts=F("attempts") + 1,
+        lease_token=token,
+        lease_expires=timezone.now() + lease_delta(),
+        worker=hostname,
+    )
+    return token if claimed == 1 else None
+
+
+def work_item_extend(*, item_id: int, token: str) -> bool:
+    """Push the lease out; False when it is no longer ours."""
+    return (
+        WorkItem.objects.filter(
+            id=item_id, status=WorkItem.Status.RUNNING, lease_token=token
+        ).update(lease_expires=timezone.now() + lease_delta())
+        == 1
+    )
+
+
+def work_item_hold(*, item_id: int, token: str) -> WorkItem:
+    """Lock the item for the rest of the transaction; LeaseLost unless we still hold it."""
+    item = WorkItem.objects.select_for_update().get(id=item_id)
+    if item.status != WorkItem.Status.RUNNING or item.lease_token != token:
+        raise LeaseLost(f"work item {item_id} is {item.status} under another lease")
+    return item
+
+
+def work_item_done(item: WorkItem, *, result: dict[str, Any]) -> None:
+    """Inside the holding transaction."""
+    item.status, item.result = WorkItem.Status.DONE, result
+    item.lease_token, item.lease_expires = "", None
+    item.save(update_fields=["status", "result", "lease_token", "lease_expires", "updated"])
+
+
+class LeaseKeeper(threading.Thread):
+    """Extends a lease every third of its length until stopped; ``lost`` once it could not."""
+
+    def __init__(self, *, item_id: int, token: str) -> None:
+        super().__init__(name=f"lease-{item_id}", daemon=True)
+        self.item_id, self.token = item_id, token
+        self.stopping = threading.Event()
+        self.lost = False
+
+    def run(self) -> None:
+        try:
+            while not self.stopping.wait(settings.WORK_LEASE_SECONDS / 3):
+                close_old_connections()
+                try:
+                    if not work_item_extend(item_id=self.item_id, token=self.token):
+                        self.lost = True
+                        return
+                except Exception:  # a database hiccup: the next beat retries
+                    logger.exception("extending the lease of work item %s failed", self.item_id)
+        finally:
+            connection.close()
+
+    def __enter__(self) -> LeaseKeeper:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stopping.set()
+        self.join(10)
+
+
+# -- failure, retry, expiry --------------------------------------------------------------------
+def _problem_failed(item: WorkItem, reason: str) -> None:
+    Problem.objects.filter(id=item.problem_id).update(
+        status=Problem.Status.FAILED, stopped="failed", updated=timezone.now()
+    )
+    logger.error("work item %s failed for good: %s", item.id, reason)
+    campaign_finish_if_done(campaign_id=item.campaign_id)
+
+
+def work_item_retry_or_fail(
+    *, item_id: int, token: str, reason: str, count_attempt: bool = True
+) -> str:
+    """After a failed step: back to queued (sent again after WORK_RETRY_DELAY_SECONDS) or, past
+    the attempt cap, failed with the reason, its problem failed too. Returns the new status."""
+    with transaction.atomic():
+        try:
+            item = work_item_hold(item_id=item_id, token=token)
+        except LeaseLost:
+            return "lost"
+        if not count_attempt:
+            item.attempts -= 1
+        item.lease_token, item.lease_expires = "", None
+        if item.attempts >= item.max_attempts:
+            item.status = WorkItem.Status.FAILED
+            item.reason = f"gave up after {item.attempts} attempts; last: {reason}"
+            item.save()
+            _problem_failed(item, item.reason)
+        else:
+            item.status = WorkItem.Status.QUEUED
+            item.reason = f"attempt {item.attempts} failed: {reason}"
+            item.enqueued = timezone.now()
+            item.save()
+            work_enqueue(item, countdown=settings.WORK_RETRY_DELAY_SECONDS)
+        return item.status
+
+
+def campaign_finish_if_done(*, campaign_id: int) -> None:
+    """Once no problem is queued or running: done if any finished, failed if all failed."""
+    problems = Problem.objects.filter(campaign_id=campaign_id)
+    if problems.filter(status__in=(Problem.Status.QUEUED, Problem.Status.RUNNING)).exists():
+        return
+    final = (
+        Campaign.Status.DONE
+        if problems.filter(status=Problem.Status.DONE).exists()
+        else Campaign.Status.FAILED
+    )
+    Campaign.objects.filter(id=campaign_id, status=Campaign.Status.RUNNING).update(status=final)
+
+
+def campaign_start_work(*, campaign: Campaign) -> int:
+    """A round-0 compile step for each unfinished problem without work; re-send its queued items
+    (a resumed campaign). Returns how many items were created or sent."""
+    count = 0
+    for problem in Problem.objects.filter(
+        campaign=campaign, status__in=(Problem.Status.QUEUED, Problem.Status.RUNNING)
+    ):
+        if not problem.work_items.exists():
+            work_item_create(problem=problem, kind=WorkItem.Kind.COMPILE, round=0)
+            Problem.objects.filter(id=problem.id).update(status=Problem.Status.RUNNING)
+            count += 1
+    for item in WorkItem.objects.filter(campaign=campaign, status=WorkItem.Status.QUEUED):
+        work_enqueue(item)
+        count += 1
+    campaign_finish_if_done(campaign_id=campaign.id)
+    return count
+
+
+def work_requeue() -> dict[str, int]:
+    """The periodic job; see the module docstring. Returns what it did."""
+    now = timezone.now()
+    counts = {"started": 0, "requeued": 0, "failed": 0, "resent": 0}
+    for campaign in Campaign.objects.filter(status=Campaign.Status.QUEUED):
+        with transaction.atomic():
+            if Campaign.objects.filter(id=campaign.id, status=Campaign.Status.QUEUED).update(
+                status=Campaign.Status.RUNNING
+            ):
+                campaign_start_work(campaign=campaign)
+                counts["started"] += 1
+    expired = WorkItem.objects.filter(status=WorkItem.Status.RUNNING, lease_expires__lt=now)
+    for item in expired:
+        with transaction.atomic():
+            try:
+                held = work_item_hold(item_id=item.id, token=item.lease_token)
+            except LeaseLost:
+                continue
+            if held.lease_expires is None or held.lease_expires >= now:
+                continue  # extended meanwhile
+            why = f"lease expired on {held.worker or 'a worker'} (attempt {held.attempts})"
+            held.lease_token, held.lease_expires = "", None
+            if held.attempts >= held.max_attempts:
+                held.status = WorkItem.Status.FAILED
+                held.reason = f"gave up after {held.attempts} attempts; last: {why}"
+                held.save()
+                _problem_failed(held, held.reason)
+                counts["failed"] += 1
+            else:
+                held.status, held.reason, held.enqueued = WorkItem.Status.QUEUED, why, now
+                held.save()
+                work_enqueue(held)
+                counts["requeued"] += 1
+    stale = now - timedelta(seconds=settings.WORK_STALE_QUEUED_SECONDS)
+    for item in WorkItem.objects.filter(
+        status=WorkItem.Status.QUEUED, campaign__status=Campaign.Status.RUNNING, enqueued__lt=stale
+    ):
+        if WorkItem.objects.filter(
+            id=item.id, status=WorkItem.Status.QUEUED, enqueued=item.enqueued
+        ).update(enqueued=now):
+            work_send(item_id=item.id, kind=item.kind, queue=item.queue)
+            counts["resent"] += 1
+    return counts
