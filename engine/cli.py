@@ -8,7 +8,15 @@ import sys
 from collections.abc import Sequence
 
 # Modules under engine.commands; each defines register(subparsers) and sets args.func.
-COMMAND_MODULES: tuple[str, ...] = ("bench", "verify", "prebuild", "optimize", "replay", "bundle")
+COMMAND_MODULES: tuple[str, ...] = (
+    "bench",
+    "verify",
+    "prebuild",
+    "optimize",
+    "replay",
+    "bundle",
+    "train_llm",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

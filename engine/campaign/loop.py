@@ -28,6 +28,7 @@ from engine.baselines import BASELINES
 from engine.campaign.executor import (
     STATUS_COMPILE_ERROR,
     STATUS_OK,
+    STATUS_REJECTED,
     STATUS_TIMEOUT,
     CompiledCandidate,
     GpuExecutor,
@@ -295,6 +296,8 @@ class Campaign:
         for config, result in zip(configs, results, strict=True):
             if result.ok and result.library is not None:
                 compiled.append(CompiledCandidate(config.name, config, result.library))
+            elif gate := getattr(result, "rejected_by", ""):  # engine.llm: the static gate
+                failed[config.name] = Outcome(config.name, STATUS_REJECTED, gate, result.log)
             else:
                 status = STATUS_TIMEOUT if result.timed_out else STATUS_COMPILE_ERROR
                 failed[config.name] = Outcome(
@@ -345,6 +348,8 @@ class Campaign:
                     timings=dict(outcome.timings),
                     gpu_seconds=outcome.gpu_seconds,
                     round=round_no,
+                    source=proposal.source,
+                    meta=dict(proposal.meta),
                 )
             )
         self.campaign_done += len(records)

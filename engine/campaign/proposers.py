@@ -11,8 +11,8 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Protocol
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 import torch
 
@@ -28,6 +28,9 @@ class Proposal:
     config: KernelConfig
     proposer: str
     parent: str | None = None
+    # Model-written candidates (engine.llm): the source and what produced it (prompt, answer, …).
+    source: str | None = None
+    meta: Mapping[str, Any] = field(default_factory=dict)
 
 
 class Proposer(Protocol):

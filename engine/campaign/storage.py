@@ -37,6 +37,8 @@ class CandidateRecord:
     timings: Mapping[str, Any] = field(default_factory=dict)
     gpu_seconds: float = 0.0
     round: int = 0
+    source: str | None = None  # model-written candidates (engine.llm) carry their source
+    meta: Mapping[str, Any] = field(default_factory=dict)  # e.g. the prompt and raw answer
 
     def speedups(self) -> dict[str, float]:
         """Speedup over each baseline (empty on failure)."""
@@ -100,6 +102,14 @@ CREATE TABLE IF NOT EXISTS candidates (
     UNIQUE (campaign, problem, name),
     FOREIGN KEY (campaign, problem) REFERENCES problems(campaign, key)
 );
+CREATE TABLE IF NOT EXISTS candidate_sources (
+    campaign TEXT NOT NULL,
+    problem TEXT NOT NULL,
+    name TEXT NOT NULL,
+    source TEXT,
+    meta TEXT NOT NULL DEFAULT '{}',
+    PRIMARY KEY (campaign, problem, name)
+);
 """
 
 
@@ -161,7 +171,8 @@ class SqliteStorage:
     def candidates(self, campaign: str, problem_key: str) -> list[CandidateRecord]:
         rows = self._db.execute(
             "SELECT name, family, knobs, proposer, status, reward, parent, reason, message, "
-            "seconds, baselines, timings, gpu_seconds, round FROM candidates "
+            "seconds, baselines, timings, gpu_seconds, round, s.source, s.meta FROM candidates "
+            "LEFT JOIN candidate_sources AS s USING (campaign, problem, name) "
             "WHERE campaign = ? AND problem = ? ORDER BY id",
             (campaign, problem_key),
         ).fetchall()
@@ -181,6 +192,8 @@ class SqliteStorage:
                 timings=json.loads(r[11]),
                 gpu_seconds=r[12],
                 round=r[13],
+                source=r[14],
+                meta=json.loads(r[15]) if r[15] else {},
             )
             for r in rows
         ]
@@ -213,5 +226,14 @@ class SqliteStorage:
                         now,
                     )
                     for r in records
+                ],
+            )
+            self._db.executemany(
+                "INSERT INTO candidate_sources (campaign, problem, name, source, meta) "
+                "VALUES (?, ?, ?, ?, ?)",
+                [
+                    (campaign, problem_key, r.name, r.source, json.dumps(dict(r.meta), default=str))
+                    for r in records
+                    if r.source is not None or r.meta
                 ],
             )
