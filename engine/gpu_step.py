@@ -60,6 +60,7 @@ def run_batch(
         if execution_log is not None:
             with execution_log.open("a") as log:
                 log.writelines(f"{problem.key} {o.name}\n" for o in outcomes)
+                log.write(f"# pid {os.getpid()} ppid {os.getppid()} at {time.time():.2f}\n")
     elif executor_spec == "local":
         from engine.campaign.executor import STATUS_COMPILE_ERROR, Outcome
         from engine.campaign.loop import compile_configs
