@@ -23,15 +23,24 @@ from pathlib import Path
 from engine.families import get_family
 from engine.problem import Problem
 
+PARENT_DIED = 3
 
-def watch_parent(interval_s: float = 0.5) -> None:
-    parent = os.getppid()
+
+def exit_if_orphaned(parent: int) -> None:
+    """Exits at once when the process that started this one is gone (re-parented)."""
+    if os.getppid() != parent:
+        os._exit(PARENT_DIED)
+
+
+def watch_parent(parent: int, interval_s: float = 0.1) -> None:
+    """Checks now and then every ``interval_s``. The parent's pid comes from the parent itself:
+    read here with getppid(), it would already be init's when the parent died during start-up."""
+    exit_if_orphaned(parent)
 
     def watch() -> None:
         while True:
             time.sleep(interval_s)
-            if os.getppid() != parent:
-                os._exit(3)
+            exit_if_orphaned(parent)
 
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
@@ -43,6 +52,7 @@ def run_batch(
     *,
     execution_log: Path | None = None,
     delay_s: float = 0.0,
+    parent: int | None = None,
 ) -> list[dict]:
     from engine.campaign.executor import (
         CompiledCandidate,
@@ -56,6 +66,8 @@ def run_batch(
         executor = ReplayExecutor(ReplayTable.load([executor_spec[len("replay:") :]]))
         if delay_s:
             time.sleep(delay_s)  # stands in for the GPU's time
+        if parent is not None:
+            exit_if_orphaned(parent)  # a worker killed during the GPU's time measures nothing
         outcomes = executor.execute(problem, [CompiledCandidate(c.name, c) for c in configs])
         if execution_log is not None:
             with execution_log.open("a") as log:
@@ -90,8 +102,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True, help="where the outcomes go")
     parser.add_argument("--execution-log", type=Path)
     parser.add_argument("--delay-ms", type=int, default=0, help="replay: simulated GPU time")
+    parser.add_argument("--parent-pid", type=int, help="exit when this process is gone")
     args = parser.parse_args(argv)
-    watch_parent()
+    parent = args.parent_pid if args.parent_pid is not None else os.getppid()
+    watch_parent(parent)
     shape, _, layout = args.problem.rpartition("_")
     outcomes = run_batch(
         args.executor,
@@ -99,6 +113,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         json.loads(args.batch.read_text()),
         execution_log=args.execution_log,
         delay_s=args.delay_ms / 1000,
+        parent=parent,
     )
     args.out.write_text(json.dumps(outcomes))
     return 0

@@ -305,7 +305,8 @@ def run_gpu_child(problem_key: str, rows: list[Candidate]) -> list[dict[str, Any
             json.dumps([{"name": r.name, "family": r.family, "knobs": r.config} for r in rows])
         )
         argv = [sys.executable, "-m", "engine.gpu_step", "--executor", spec,
-                "--problem", problem_key, "--batch", str(batch), "--out", str(out)]  # fmt: skip
+                "--problem", problem_key, "--batch", str(batch), "--out", str(out),
+                "--parent-pid", str(os.getpid())]  # fmt: skip
         if spec.startswith("replay:"):
             if settings.GEMMFORGE_EXECUTION_LOG:
                 argv += ["--execution-log", settings.GEMMFORGE_EXECUTION_LOG]
