@@ -1,11 +1,12 @@
 from django.contrib import admin
 from django.urls import include, path, re_path
+from django.views.decorators.http import require_GET
 
 from webapp.campaigns import views as campaign_views
 from webapp.workers import views as worker_views
 
 urlpatterns = [
-    path("", campaign_views.dashboard, name="dashboard"),
+    path("", require_GET(campaign_views.dashboard), name="dashboard"),  # read-only: GET/HEAD
     path("campaigns/new/", campaign_views.campaign_new, name="campaign-new"),
     path("campaigns/<int:campaign_id>/", campaign_views.campaign_detail, name="campaign-detail"),
     re_path(
@@ -23,7 +24,17 @@ urlpatterns = [
         campaign_views.campaign_results_json,
         name="campaign-results-json",
     ),
+    path(
+        "campaigns/<int:campaign_id>/bundle.zip",
+        campaign_views.campaign_bundle,
+        name="campaign-bundle",
+    ),
     path("shapes/<int:problem_id>/", campaign_views.problem_detail, name="problem-detail"),
+    path(
+        "shapes/<int:problem_id>/best.cu",
+        campaign_views.problem_best_kernel,
+        name="problem-best-kernel",
+    ),
     path(
         "candidates/<int:candidate_id>/", campaign_views.candidate_detail, name="candidate-detail"
     ),

@@ -5,14 +5,14 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
-from django.http import HttpResponse, JsonResponse, StreamingHttpResponse
+from django.http import FileResponse, Http404, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from pygments import highlight
 from pygments.formatters import HtmlFormatter
 from pygments.lexers import CppLexer
 
-from webapp.campaigns import diffs, exports, launch, selectors, services
+from webapp.campaigns import artifacts, diffs, exports, launch, selectors, services
 from webapp.campaigns.forms import MAX_SHAPES, CampaignForm, CandidateFilterForm, HeatmapForm
 from webapp.campaigns.models import Campaign, Candidate, Problem
 from webapp.workers.selectors import workers_online
@@ -191,7 +191,7 @@ def candidate_detail(request, candidate_id: int):
             else "",
             "source_css": formatter.get_style_defs(".source") if candidate.source else "",
             "config_json": json.dumps(candidate.config, indent=2, sort_keys=True),
-            "compile_json": json.dumps(candidate.compile_result, indent=2, sort_keys=True),
+            "compile_report": artifacts.compile_report(candidate.compile_result),
             "verification": candidate.verification_result or {},
             "timings": timings,
             "diffs": diffs.candidate_diffs(candidate=candidate, best=best),
@@ -273,3 +273,35 @@ def campaign_results_json(request, campaign_id: int):
     name = exports.download_name(campaign=campaign, extension="json")
     response["Content-Disposition"] = f'attachment; filename="{name}"'
     return response
+
+
+@require_GET
+def problem_best_kernel(request, problem_id: int):
+    """The shape's best verified kernel as a .cu file (rendered from its config if unstored)."""
+    problem = get_object_or_404(Problem.objects.select_related("campaign"), id=problem_id)
+    best = artifacts.best_verified(problem=problem)
+    if best is None:
+        raise Http404("no verified kernel for this shape yet")
+    best.problem = problem
+    return HttpResponse(
+        artifacts.kernel_source(best),
+        content_type="text/x-cuda; charset=utf-8",
+        headers={
+            "Content-Disposition": (
+                f'attachment; filename="{artifacts.kernel_file_name(candidate=best)}"'
+            )
+        },
+    )
+
+
+@require_GET
+def campaign_bundle(request, campaign_id: int):
+    """The kernel bundle zip; ?slower=1 keeps kernels slower than torch.matmul too."""
+    campaign = get_object_or_404(Campaign, id=campaign_id)
+    include_slower = request.GET.get("slower") == "1"
+    return FileResponse(
+        artifacts.campaign_bundle(campaign=campaign, include_slower=include_slower),
+        as_attachment=True,
+        filename=artifacts.bundle_file_name(campaign=campaign, include_slower=include_slower),
+        content_type="application/zip",
+    )
