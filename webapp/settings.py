@@ -158,6 +158,18 @@ CELERY_TASK_DEFAULT_QUEUE = "default"
 # compile: CPU work (nvcc); gpu.<arch>: one process per GPU; default: bookkeeping.
 CELERY_TASK_QUEUES = [Queue(name) for name in ("default", "compile", "gpu.sm90", "gpu.sm80")]
 
+# --- Cache: rate-limit counters (webapp/ratelimit.py), shared by every web worker -----------------
+CACHES = {
+    "default": {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": REDIS_URL,
+        "KEY_PREFIX": "gemmforge",
+    }
+}
+# Launches (POSTs to /campaigns/new/) per user per window; one more is answered 429.
+LAUNCH_RATE_LIMIT = env_int("LAUNCH_RATE_LIMIT", 5, minimum=1)
+LAUNCH_RATE_WINDOW_SECONDS = env_int("LAUNCH_RATE_WINDOW_SECONDS", 60, minimum=1)
+
 # --- Worker heartbeats ---------------------------------------------------------------------------
 WORKER_HEARTBEAT_SECONDS = env_int("WORKER_HEARTBEAT_SECONDS", 10, minimum=1)
 # A worker counts as connected when its last heartbeat is this recent.

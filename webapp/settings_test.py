@@ -15,3 +15,5 @@ STATIC_ROOT = None  # WhiteNoise serves from the finders; nothing is collected i
 WHITENOISE_USE_FINDERS = True
 CELERY_TASK_ALWAYS_EAGER = True
 CELERY_TASK_EAGER_PROPAGATES = True
+# Rate-limit counters in this process's memory; tests clear it (tests/webapp/conftest.py).
+CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}

@@ -48,3 +48,13 @@ def recorded_campaign(alice) -> Campaign:
 
     call_command("import_results", str(settings.BASE_DIR / RECORDED_RUN), owner="alice")
     return Campaign.objects.get(owner=alice)
+
+
+@pytest.fixture(autouse=True)
+def _empty_cache():
+    """Rate-limit counters (webapp/ratelimit.py) start at zero in every test."""
+    from django.core.cache import cache
+
+    cache.clear()
+    yield
+    cache.clear()

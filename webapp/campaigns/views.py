@@ -43,6 +43,7 @@ def dashboard(request):
 
 
 @login_required
+@launch.rate_limit
 @require_http_methods(["GET", "POST"])
 def campaign_new(request):
     form = CampaignForm(request.POST or None)

@@ -1,9 +1,11 @@
 from django.conf import settings
 from django.shortcuts import render
+from django.views.decorators.http import require_GET
 
 from webapp.workers import selectors
 
 
+@require_GET
 def workers(request):
     online = list(selectors.workers_online())
     online_names = {w.hostname for w in online}
