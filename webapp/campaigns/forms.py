@@ -17,7 +17,7 @@ from webapp.campaigns.launch import (
     estimated_gpu_seconds,
     preset_shapes,
 )
-from webapp.campaigns.models import BaselineResult, Candidate, Layout
+from webapp.campaigns.models import BaselineResult, Candidate, Layout, gpu_pools
 
 MAX_SHAPES = 1024  # the CUDA-L2 grid (1000) fits
 MAX_SHOWN_CHARS = 40  # a pasted essay is quoted back shortened
@@ -137,6 +137,24 @@ class CampaignForm(forms.Form):
         initial="device",
         help_text="The timing protocol whose median the reward compares with the baselines.",
     )
+    gpu_pool = forms.ChoiceField(
+        required=False,
+        label="GPU pool",
+        help_text="The GPU architecture queue (gpu.<pool>) whose workers run this campaign's GPU "
+        "steps; empty: each shape's own arch (sm90).",
+    )
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        pools = gpu_pools()
+        field = self.fields["gpu_pool"]
+        field.choices = [("", "per shape (its arch)"), *[(p, p) for p in pools]]
+        field.error_messages["invalid_choice"] = (
+            f"Unknown GPU pool %(value)s: choose one of {', '.join(pools)}, or leave it empty."
+        )
+
+    def clean_gpu_pool(self) -> str:
+        return self.cleaned_data.get("gpu_pool") or ""
 
     def clean_shapes(self) -> list[tuple[int, int, int]]:
         found: list[tuple[int, int, int]] = []

@@ -42,6 +42,13 @@ class Campaign(models.Model):
         default="cold_l2_median",
         help_text="Which timing protocol the reward (speedup over the best baseline) uses.",
     )
+    gpu_pool = models.CharField(
+        max_length=16,
+        blank=True,
+        default="",
+        help_text="GPU architecture queue its GPU steps go to (e.g. sm90 → gpu.sm90); "
+        "empty: each shape's own arch.",
+    )
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)
 
@@ -106,6 +113,12 @@ class Problem(models.Model):
     def gpu_queue(self) -> str:
         """The Celery queue of its GPU steps: sm_90 → gpu.sm90."""
         return "gpu." + self.arch.replace("_", "")
+
+
+def gpu_pools() -> list[str]:
+    """The GPU pools workers can serve: the ``gpu.<pool>`` queues of CELERY_TASK_QUEUES."""
+    queues = [getattr(q, "name", q) for q in settings.CELERY_TASK_QUEUES]
+    return [name.removeprefix("gpu.") for name in queues if name.startswith("gpu.")]
 
 
 class Candidate(models.Model):

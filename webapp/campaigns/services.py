@@ -21,6 +21,7 @@ def campaign_create(
     budget_per_shape: int = 256,
     proposer_mix: dict[str, float] | None = None,
     reward_protocol: str = "device",
+    gpu_pool: str = "",
 ) -> Campaign:
     """A queued campaign with one queued Problem per distinct shape.
 
@@ -34,6 +35,7 @@ def campaign_create(
         budget_per_shape=budget_per_shape,
         proposer_mix=proposer_mix or {},
         reward_protocol=reward_protocol,
+        gpu_pool=gpu_pool,
     )
     distinct = dict.fromkeys(problems)
     Problem.objects.bulk_create(

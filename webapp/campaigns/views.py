@@ -57,6 +57,7 @@ def campaign_new(request):
             budget_per_shape=data["budget_per_shape"],
             proposer_mix=data["proposer_mix"],
             reward_protocol=data["reward_protocol"],
+            gpu_pool=data.get("gpu_pool", ""),
         )
         merged = f", {data['duplicates']} duplicates merged" if data["duplicates"] else ""
         messages.success(

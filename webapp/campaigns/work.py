@@ -54,11 +54,18 @@ def work_enqueue(item: WorkItem, *, countdown: float = 0) -> None:
     )
 
 
+def gpu_queue_for(problem: Problem) -> str:
+    """The campaign's GPU pool when it has one, else the queue of the shape's arch."""
+    pool = Campaign.objects.filter(id=problem.campaign_id).values_list("gpu_pool", flat=True)
+    chosen = pool.first()
+    return f"gpu.{chosen}" if chosen else problem.gpu_queue
+
+
 def work_item_create(
     *, problem: Problem, kind: str, round: int, payload: dict[str, Any] | None = None
 ) -> WorkItem:
     """The (problem, round, kind) step, created once (a re-run step finds the one it made)."""
-    queue = "compile" if kind == WorkItem.Kind.COMPILE else problem.gpu_queue
+    queue = "compile" if kind == WorkItem.Kind.COMPILE else gpu_queue_for(problem)
     item, created = WorkItem.objects.get_or_create(
         problem=problem,
         round=round,
