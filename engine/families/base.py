@@ -71,6 +71,15 @@ class KernelConfig:
         ``self.layout``; ``arch=None``: legal for the family's first arch."""
         raise NotImplementedError
 
+    def within_space(self) -> Validity:
+        """Every knob takes one of its SPACE values and the layout is a Layout."""
+        for knob, values in self.SPACE.items():
+            if getattr(self, knob) not in values:
+                return invalid(f"{knob}={getattr(self, knob)!r} is not one of {list(values)}")
+        if not isinstance(self.layout, Layout):
+            return invalid(f"layout {self.layout!r} is not a Layout")
+        return VALID
+
     def fits(self, problem: Problem | None) -> Validity:
         """The problem-dependent part of legality shared by every family: the layout matches
         and a split-K count (``splits``) does not exceed the number of K tiles."""

@@ -90,11 +90,8 @@ class Sm80Config(KernelConfig):
 
     # -- legality --------------------------------------------------------------------------
     def is_valid(self, problem: Problem | None = None, arch: str | None = None) -> Validity:
-        for knob, values in self.SPACE.items():
-            if getattr(self, knob) not in values:
-                return invalid(f"{knob}={getattr(self, knob)!r} is not one of {list(values)}")
-        if not isinstance(self.layout, Layout):
-            return invalid(f"layout {self.layout!r} is not a Layout")
+        if not (in_space := self.within_space()):
+            return in_space
         arch = arch or self.ARCHS[0]
         if arch not in SMEM_LIMIT:
             return invalid(f"unknown arch {arch}: expected one of {sorted(SMEM_LIMIT)}")

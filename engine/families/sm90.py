@@ -96,11 +96,8 @@ class Sm90Config(KernelConfig):
 
     # -- legality --------------------------------------------------------------------------
     def is_valid(self, problem: Problem | None = None, arch: str | None = None) -> Validity:
-        for knob, values in self.SPACE.items():
-            if getattr(self, knob) not in values:
-                return invalid(f"{knob}={getattr(self, knob)!r} is not one of {list(values)}")
-        if not isinstance(self.layout, Layout):
-            return invalid(f"layout {self.layout!r} is not a Layout")
+        if not (in_space := self.within_space()):
+            return in_space
         if arch is not None and arch not in ("sm_90a",):
             return invalid(f"sm90 kernels need sm_90a (wgmma, TMA), not {arch}")
         if self.schedule == "coop" and self.tile_m < 128:
