@@ -1,8 +1,10 @@
-"""Kernel-family run on the GPU (issue 4): compile a uniform sample of valid configs of each
-family in parallel, verify every one (isolated child processes, every input distribution), then
-time the verified ones against every baseline over a set of shapes (device protocol).
+"""Kernel-family run on the GPU (issue 4): compile configs of each family in parallel (a uniform
+sample, the curated library with --library, or the best of an earlier report), verify each one as
+soon as it is built (isolated child processes, every input distribution), then time the verified
+ones against every baseline over a set of shapes (device protocol). With --sanitize-best, each
+shape's best config must also pass compute-sanitizer (memcheck, racecheck, initcheck).
 
-Writes families.json under --out and prints the best config per shape with its speedup.
+Writes families.json under --out after every shape and prints the best config per shape.
 """
 
 from __future__ import annotations
@@ -12,12 +14,13 @@ import json
 import math
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
-from engine.compile import compile_source
+from engine.compile import compile_many
 from engine.config import load as load_config
 from engine.families import FAMILIES
+from engine.families.library import library
 from engine.measure import load_shim, measure
 from engine.problem import Layout, Problem
 from engine.verify import verify
@@ -49,6 +52,15 @@ SWEEP_SHAPES = (
     "2048x8192x1024",
     "512x16384x2048",
     "8192x1024x4096",
+    # 8 more for the replay table (>= 24 shapes)
+    "4096x4096x1024",
+    "1024x8192x8192",
+    "8192x4096x2048",
+    "256x8192x8192",
+    "12288x4096x4096",
+    "128x16384x16384",
+    "4096x1024x16384",
+    "2048x2048x8192",
 )
 
 
@@ -79,15 +91,30 @@ def best_configs(report: dict, top: int) -> list:
     return chosen
 
 
-def main() -> int:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--per-layout", type=int, default=12, help="configs per family × layout")
+    parser.add_argument("--library", action="store_true", help="the curated library configs")
+    parser.add_argument("--families", default="sm90,sm80")
+    parser.add_argument("--layouts", default="nn,tn", help="layouts to build and verify")
     parser.add_argument("--verify-jobs", type=int, default=6)
     parser.add_argument(
         "--sweep-shapes",
         default=f"0:{len(SWEEP_SHAPES)}",
         help="slice of SWEEP_SHAPES to time, e.g. 8:16",
+    )
+    parser.add_argument("--sweep-layouts", default="nn,tn", help="layouts to time")
+    parser.add_argument(
+        "--tn-shapes", type=int, help="time TN on the first N of the sliced shapes only"
+    )
+    parser.add_argument("--device-seconds", type=float, default=20.0, help="per shape and run")
+    parser.add_argument("--deadline", type=float, help="start no new shape after N seconds")
+    parser.add_argument("--sanitize-best", action="store_true")
+    parser.add_argument(
+        "--verdicts",
+        type=Path,
+        help="an earlier families.json of this machine: configs it verified are not verified again",
     )
     parser.add_argument(
         "--from-report",
@@ -101,33 +128,56 @@ def main() -> int:
         help="with --from-report: best configs per layout by geomean speedup",
     )
     parser.add_argument("--seed", type=int, default=2026)
-    args = parser.parse_args()
-    config = load_config()
-    report: dict = {"configs": {}, "sweep": []}
+    return parser.parse_args()
+
+
+def choose_configs(args: argparse.Namespace) -> list:
     if args.from_report:
-        configs = best_configs(json.loads(args.from_report.read_text()), args.top)
-    else:
-        configs = []
-        for family in FAMILIES.values():
-            for layout in (Layout.NN, Layout.TN):
+        return best_configs(json.loads(args.from_report.read_text()), args.top)
+    configs = []
+    for name in args.families.split(","):
+        family = FAMILIES[name]
+        for layout in (Layout.parse(x) for x in args.layouts.split(",")):
+            if args.library:
+                configs += library(name, layout)
+            else:
                 configs += family.sample(args.per_layout, layout=layout, seed=args.seed)
-    log(f"compiling {len(configs)} configs on {config.compile_jobs} jobs")
-    started = time.monotonic()
-    with ThreadPoolExecutor(config.compile_jobs) as pool:
-        built = list(pool.map(lambda c: compile_source(c.render(), archs=c.archs), configs))
-    report["compile_wall_s"] = time.monotonic() - started
-    log(f"compiled in {report['compile_wall_s']:.0f} s")
+    return configs
+
+
+def local_arch() -> str:
+    import torch
+
+    major, minor = torch.cuda.get_device_capability()
+    return f"sm_{major}{minor}"
+
+
+def build_and_verify(configs: list, args: argparse.Namespace, config) -> tuple[list, list, float]:
+    """Compiles every config (per family, in parallel) and verifies each one as soon as its
+    build finishes; returns (build results, report entries, compile wall seconds)."""
+    arch = local_arch()
+    built: list = [None] * len(configs)
+    futures: dict[int, Future] = {}
+    verifier = ThreadPoolExecutor(args.verify_jobs)
+    done = 0
+
+    earlier = json.loads(args.verdicts.read_text())["configs"] if args.verdicts else {}
 
     def check(index: int) -> dict:
         cfg, result = configs[index], built[index]
+        if result.ok and earlier.get(cfg.name, {}).get("verify") == "ok":
+            return {**earlier[cfg.name], "verdict_from": str(args.verdicts)}
         entry = {
             "family": cfg.FAMILY,
             "layout": cfg.layout.value,
             "knobs": cfg.knobs(),
+            "archs": list(cfg.archs_for(arch)),
             "compile_ok": result.ok,
             "compile_s": result.seconds,
+            "compile_cached": result.cached,
             "compile_error": result.error,
             "registers": result.max_registers,
+            "spills": result.spills,
         }
         if result.ok:
             shape = VERIFY_SHAPES[index % len(VERIFY_SHAPES)]
@@ -136,20 +186,79 @@ def main() -> int:
             entry.update(verified_at=problem.key, verify=verdict.reason, message=verdict.message)
         return entry
 
-    with ThreadPoolExecutor(args.verify_jobs) as pool:
-        entries = list(pool.map(check, range(len(configs))))
+    def build_family(family: str) -> None:
+        where = [i for i, c in enumerate(configs) if family == c.FAMILY]
+
+        def progress(j: int, result) -> None:
+            nonlocal done
+            index = where[j]
+            built[index] = result
+            futures[index] = verifier.submit(check, index)
+            done += 1
+            if done % 20 == 0:
+                log(f"built {done}/{len(configs)}")
+
+        compile_many(
+            [configs[i].render() for i in where],
+            archs=FAMILIES[family].archs_for(arch),
+            jobs=config.compile_jobs,
+            config=config,
+            progress=progress,
+        )
+
+    started = time.monotonic()
+    families = sorted({c.FAMILY for c in configs})
+    with ThreadPoolExecutor(len(families)) as pool:  # families build side by side
+        list(pool.map(build_family, families))
+    compile_wall = time.monotonic() - started
+    log(f"compiled in {compile_wall:.0f} s")
+    entries = [futures[i].result() for i in range(len(configs))]
+    verifier.shutdown()
+    return built, entries, compile_wall
+
+
+def sanitize_best(report: dict, libraries: dict[str, Path], jobs: int = 4) -> None:
+    """compute-sanitizer on every config that is some shape's best; results in the report."""
+    from engine.sanitize import sanitize
+
+    names = sorted({row["best"] for row in report["sweep"] if row.get("best")})
+    log(f"sanitizing {len(names)} best configs")
+    with ThreadPoolExecutor(jobs) as pool:
+        verdicts = dict(zip(names, pool.map(lambda n: sanitize(libraries[n]), names), strict=True))
+    for name, verdict in verdicts.items():
+        report["configs"][name]["sanitize"] = verdict.to_dict()
+        log(f"sanitize {name}: {verdict.reason} {verdict.message}")
+
+
+def main() -> int:
+    args = parse_args()
+    config = load_config()
+    report: dict = {"configs": {}, "sweep": []}
+    configs = choose_configs(args)
+    log(f"compiling {len(configs)} configs on {config.compile_jobs} jobs")
+    started = time.monotonic()
+    built, entries, report["compile_wall_s"] = build_and_verify(configs, args, config)
     for cfg, entry in zip(configs, entries, strict=True):
         report["configs"][cfg.name] = entry
     passed = [
         (c, b) for c, b, e in zip(configs, built, entries, strict=True) if e.get("verify") == "ok"
     ]
-    log(f"verified: {len(passed)} of {len(configs)} pass")
+    failed = [n for n, e in report["configs"].items() if e.get("verify") not in ("ok", None)]
+    log(f"verified: {len(passed)} of {len(configs)} pass; failing: {failed[:10]}")
+    report["build_verify_wall_s"] = time.monotonic() - started
     (args.out / "families.json").write_text(json.dumps(report, indent=1, default=str))
 
     shim = load_shim(config)
     first, last = (int(x) for x in args.sweep_shapes.split(":"))
-    for shape in SWEEP_SHAPES[first:last]:
-        for layout in (Layout.NN, Layout.TN):
+    sweep_layouts = [Layout.parse(x) for x in args.sweep_layouts.split(",")]
+    for position, shape in enumerate(SWEEP_SHAPES[first:last]):
+        if args.deadline and time.monotonic() - started > args.deadline:
+            log(f"deadline reached: {shape} and later shapes not timed")
+            report["deadline_stopped_at"] = shape
+            break
+        for layout in sweep_layouts:
+            if layout is Layout.TN and args.tn_shapes is not None and position >= args.tn_shapes:
+                continue
             problem = Problem.parse(shape, layout)
             candidates = {
                 c.name: b.library for c, b in passed if c.layout is layout and c.is_valid(problem)
@@ -162,6 +271,7 @@ def main() -> int:
                 protocols=("device",),
                 shim=shim,
                 heat_seconds=1.0,
+                device_seconds=args.device_seconds,
                 progress=log,
             )
             device = record["protocols"]["device"]
@@ -173,7 +283,9 @@ def main() -> int:
                 "best": best,
                 "best_speedups": speedups.get(best),
                 "seconds": device["seconds"],
+                "reps": device.get("reps"),
                 "rejected_while_timed": device["rejected_while_timed"],
+                "autotune": record["autotune"],
                 "environment": record["environment"],
             }
             report["sweep"].append(row)
@@ -183,6 +295,11 @@ def main() -> int:
                     f"{speedups[best]['cublaslt_autotune']:.3f}x ({len(candidates)} configs)"
                 )
             (args.out / "families.json").write_text(json.dumps(report, indent=1, default=str))
+    if args.sanitize_best:
+        libraries = {c.name: b.library for c, b in passed}
+        sanitize_best(report, libraries)
+    report["wall_s"] = time.monotonic() - started
+    (args.out / "families.json").write_text(json.dumps(report, indent=1, default=str))
     return 0
 
 

@@ -1,7 +1,7 @@
 """Markdown tables from committed GPU results (used for bench/results/*/README.md and README.md).
 
-    python bench/tables.py baselines bench/results/2026-12-02-h200-harness/baselines.json
-    python bench/tables.py families bench/results/2026-12-02-h200-families/families-run*.json
+python bench/tables.py baselines bench/results/2026-12-02-h200-harness/baselines.json
+python bench/tables.py families bench/results/2026-12-02-h200-families/families-run*.json
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ def baselines_table(records: list[dict]) -> str:
         "Best of NN/TN per baseline; device = median of CUDA-event times with L2 flushed; "
         "offline = mean host time with a sync per call (CUDA-L2's protocol).",
         "",
-        "| shape | " + " | ".join(f"{b} device µs" for b in BASELINES)
+        "| shape | "
+        + " | ".join(f"{b} device µs" for b in BASELINES)
         + " | autotune TFLOP/s | autotune offline µs | device spread (3 runs) |",
         "|---" * (len(BASELINES) + 4) + "|",
     ]
@@ -35,7 +36,8 @@ def baselines_table(records: list[dict]) -> str:
         auto_name = f"cublaslt_autotune_{auto['layout']}"
         spread = max(device.get("run_to_run_spread", {0: 0.0}).values())
         lines.append(
-            f"| {p['m']}x{p['n']}x{p['k']} | " + " | ".join(cells)
+            f"| {p['m']}x{p['n']}x{p['k']} | "
+            + " | ".join(cells)
             + f" | {device['tflops'][auto_name]:.1f}"
             + f" | {offline['best_baselines']['cublaslt_autotune']['seconds'] * 1e6:.2f}"
             + f" | {spread * 100:.2f} % |"
@@ -60,8 +62,10 @@ def families_table(reports: list[dict]) -> str:
                 f"{s['cublaslt_autotune']:.3f} | {s['cublas']:.3f} | {s['torch']:.3f} |"
             )
     geomean = math.exp(sum(math.log(x) for x in speedups) / len(speedups))
-    lines.append(f"\nGeomean speedup of the best config over cuBLASLt-autotune: {geomean:.3f} "
-                 f"over {len(speedups)} (shape, layout) rows.")
+    lines.append(
+        f"\nGeomean speedup of the best config over cuBLASLt-autotune: {geomean:.3f} "
+        f"over {len(speedups)} (shape, layout) rows."
+    )
     return "\n".join(lines)
 
 

@@ -42,6 +42,7 @@ def measure(
     seed: int | None = None,
     device_runs: int = 1,
     heat_seconds: float = 3.0,
+    device_seconds: float = 20.0,
     progress: Callable[[str], None] = lambda _msg: None,
 ) -> dict[str, Any]:
     """Times every baseline in both layouts and each candidate library, interleaved.
@@ -72,7 +73,7 @@ def measure(
     bench.heat_up(runners, heat_seconds)
     for protocol in protocols:
         progress(f"{problem}: {protocol} protocol")
-        result = run_protocol(bench, runners, protocol)
+        result = run_protocol(bench, runners, protocol, device_seconds=device_seconds)
         summary = summarize_protocol(problem, result.to_dict(), environment)
         if protocol == "device" and device_runs > 1:
             summary["repeat_medians"] = repeat_medians(bench, runners, result, device_runs)
@@ -111,9 +112,11 @@ def noop_overhead(shim: BaselineLibrary, calls: int = 2000) -> float:
     return (time.perf_counter() - started) / calls
 
 
-def run_protocol(bench: Bench, runners: list[Runner], protocol: str):
+def run_protocol(
+    bench: Bench, runners: list[Runner], protocol: str, *, device_seconds: float = 20.0
+):
     if protocol == "device":
-        return bench.device(runners)
+        return bench.device(runners, max_seconds=device_seconds)
     if protocol == "offline":
         return bench.offline(runners)
     if protocol == "server":

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -86,8 +87,12 @@ class LocalGpuExecutor:
         config: Any = None,
         verify_timeout: float | None = None,
         heat_seconds: float = 1.0,
+        verify_jobs: int = 1,
+        device_seconds: float = 20.0,
     ) -> None:
+        self.device_seconds = device_seconds
         self.protocols = tuple(protocols)
+        self.verify_jobs = max(1, verify_jobs)
         self.arch = arch or _local_arch()
         self.config = config
         self.verify_timeout = verify_timeout
@@ -104,8 +109,13 @@ class LocalGpuExecutor:
         for candidate in batch:
             if candidate.library is None:
                 raise ValueError(f"{candidate.name}: LocalGpuExecutor needs a compiled library")
-            kwargs = {"timeout": self.verify_timeout} if self.verify_timeout else {}
-            verdict = verify_module.verify(candidate.library, problem, **kwargs)
+        kwargs = {"timeout": self.verify_timeout} if self.verify_timeout else {}
+        # each verification is its own child process; several may share the GPU at once
+        with ThreadPoolExecutor(self.verify_jobs) as pool:
+            verdicts = list(
+                pool.map(lambda c: verify_module.verify(c.library, problem, **kwargs), batch)
+            )
+        for candidate, verdict in zip(batch, verdicts, strict=True):
             if verdict.ok:
                 passed[candidate.name] = candidate.library
             else:
@@ -125,6 +135,7 @@ class LocalGpuExecutor:
                 config=self.config,
                 shim=self._shim,
                 heat_seconds=self.heat_seconds,
+                device_seconds=self.device_seconds,
             )
         share = (time.monotonic() - started) / max(1, len(batch))
         outcomes = []

@@ -124,9 +124,15 @@ def reward_of(outcome: Outcome, baseline: str, failure_reward: float) -> float:
 
 
 def compile_configs(
-    configs: Sequence[KernelConfig], *, jobs: int | None = None, config: Any = None
+    configs: Sequence[KernelConfig],
+    *,
+    jobs: int | None = None,
+    config: Any = None,
+    target_arch: str | None = None,
 ) -> list[CompileResult]:
-    """Render and compile ``configs`` (compile_many per family, cached); results keep order."""
+    """Render and compile ``configs`` (compile_many per family, cached); results keep order.
+
+    ``target_arch`` (the GPU's, e.g. ``sm_90``) builds only the SASS that GPU runs."""
     from engine.compile import compile_many
 
     results: list[CompileResult | None] = [None] * len(configs)
@@ -136,7 +142,7 @@ def compile_configs(
         built = compile_many(
             [configs[i].render() for i in where],
             jobs=jobs,
-            archs=get_family(family).ARCHS,
+            archs=get_family(family).archs_for(target_arch),
             config=config,
         )
         for i, result in zip(where, built, strict=True):

@@ -70,6 +70,16 @@ class SearchSpace:
         return cls(problem, configs)
 
     @classmethod
+    def library(
+        cls, problem: Problem, *, families: Sequence[str], arch: str | None = None
+    ) -> SearchSpace:
+        """The curated library configs of ``families`` that are valid for ``problem``."""
+        from engine.families.library import LIBRARIES, library
+
+        configs = [c for f in families if f in LIBRARIES for c in library(f, problem.layout)]
+        return cls.from_configs(problem, configs, arch=arch)
+
+    @classmethod
     def from_configs(
         cls, problem: Problem, configs: Iterable[KernelConfig], *, arch: str | None = None
     ) -> SearchSpace:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import math
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -30,6 +31,7 @@ from engine.campaign import (
     make_proposers,
     policy_path,
 )
+from engine.campaign.final import final_measurements
 from engine.campaign.loop import compile_configs
 from engine.config import load as load_config
 from engine.problem import Layout, Problem, ProblemError
@@ -60,8 +62,39 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--replay", type=Path, action="append", help="recorded table(s)")
     parser.add_argument("--policy", type=Path, help="policy file (default: cache dir, per arch)")
     parser.add_argument("--no-save-policy", action="store_true")
+    parser.add_argument(
+        "--pretrain",
+        type=Path,
+        action="append",
+        help="recorded table(s) to train the policy on before the campaign starts",
+    )
+    parser.add_argument("--pretrain-steps", type=int, default=200)
+    parser.add_argument(
+        "--space",
+        default="full",
+        choices=("full", "library"),
+        help="full: every valid config of the GPU's families; library: the curated, prebuildable "
+        "configs of engine/families/library.py (GPU runs only)",
+    )
     parser.add_argument("--jobs", type=int, help="parallel nvcc processes")
+    parser.add_argument(
+        "--device-seconds",
+        type=float,
+        default=20.0,
+        help="cap on one batch's device-protocol timing run (GPU runs)",
+    )
+    parser.add_argument(
+        "--verify-jobs", type=int, default=1, help="verifications at once (each its own process)"
+    )
     parser.add_argument("--out", type=Path, help="results JSON (default: beside the db)")
+    parser.add_argument(
+        "--final-top",
+        type=int,
+        default=3,
+        help="GPU runs: re-measure each shape's top N in a fresh process in every protocol "
+        "(0: skip)",
+    )
+    parser.add_argument("--final-device-seconds", type=float, default=20.0)
     parser.set_defaults(func=run)
 
 
@@ -121,11 +154,20 @@ def run(args: argparse.Namespace) -> int:
             return SearchSpace.from_configs(problem, table.configs_for(problem))
 
     else:
-        executor = LocalGpuExecutor()
+        executor = LocalGpuExecutor(
+            verify_jobs=args.verify_jobs, device_seconds=args.device_seconds
+        )
         families = families_for_arch(executor.arch)
 
-        def space_for(problem: Problem) -> SearchSpace:
-            return SearchSpace.full(problem, families=families)
+        if args.space == "library":
+
+            def space_for(problem: Problem) -> SearchSpace:
+                return SearchSpace.library(problem, families=families)
+
+        else:
+
+            def space_for(problem: Problem) -> SearchSpace:
+                return SearchSpace.full(problem, families=families)
 
     families = families_for_arch(executor.arch)
     policy = None
@@ -139,6 +181,8 @@ def run(args: argparse.Namespace) -> int:
             else f"policy: fresh (will be saved to {policy_file})",
             flush=True,
         )
+        if args.pretrain:
+            pretrain(policy, args.pretrain, baseline=args.baseline, steps=args.pretrain_steps)
         if args.no_save_policy:
             policy_file = None
     db = args.db or config.cache_dir / "campaigns.sqlite"
@@ -158,7 +202,9 @@ def run(args: argparse.Namespace) -> int:
         space_for=space_for,
         policy=policy,
         policy_file=policy_file,
-        compiler=lambda configs: compile_configs(configs, jobs=args.jobs, config=config),
+        compiler=lambda configs: compile_configs(
+            configs, jobs=args.jobs, config=config, target_arch=executor.arch
+        ),
         progress=print_progress,
         after_record=after_record_hook,
     )
@@ -170,6 +216,18 @@ def run(args: argparse.Namespace) -> int:
     finally:
         storage.close()
     report = campaign_report(results, settings, executor=type(executor).__name__)
+    if isinstance(executor, LocalGpuExecutor) and args.final_top > 0:
+        report["final"] = final_measurements(
+            results,
+            baseline=settings.baseline,
+            top=args.final_top,
+            compile=lambda configs: compile_configs(
+                configs, jobs=args.jobs, config=config, target_arch=executor.arch
+            ),
+            device_seconds=args.final_device_seconds,
+            progress=lambda msg: print(msg, flush=True),
+        )
+        print_finals(report["final"], settings.baseline)
     out = args.out or Path(db).with_name(f"{name}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=1))
@@ -181,6 +239,34 @@ def run(args: argparse.Namespace) -> int:
         )
     print(f"results: {out}")
     return 0
+
+
+def pretrain(policy: Policy, tables: list[Path], *, baseline: str, steps: int) -> None:
+    """Trains ``policy`` on the recorded rewards of every problem in ``tables``."""
+    missing = [str(p) for p in tables if not p.is_file()]
+    if missing:
+        raise SystemExit(f"error: no such pretraining table: {', '.join(missing)}")
+    table = ReplayTable.load(tables)
+    tasks = []
+    for problem in table.problems():
+        space = SearchSpace.from_configs(problem, table.configs_for(problem))
+        rewards = {n: math.log(s) for n, s in table.speedups(problem, baseline).items() if s > 0}
+        if len(space) and rewards:
+            tasks.append((problem, space, rewards))
+    policy.pretrain(tasks, steps=steps)
+    print(f"policy: pretrained on {len(tasks)} recorded problems ({steps} steps)", flush=True)
+
+
+def print_finals(finals: dict, baseline: str) -> None:
+    for key, final in finals.items():
+        if "error" in final:
+            print(f"{key}: final re-measurement failed: {final['error']}")
+            continue
+        parts = []
+        for protocol, summary in final["protocols"].items():
+            best = max((s.get(baseline, 0.0) for s in summary["speedups"].values()), default=0.0)
+            parts.append(f"{protocol} {best:.3f}x")
+        print(f"{key}: final best vs {baseline}: {', '.join(parts)}")
 
 
 def default_name(problems: list[Problem], *, replay: bool) -> str:

@@ -10,6 +10,7 @@ import time
 from engine.compile import CompileResult, compile_many
 from engine.config import load as load_config
 from engine.families import FAMILIES, get_family
+from engine.families.library import library
 from engine.problem import Layout, Problem, ProblemError
 
 
@@ -22,6 +23,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--layout", default="tn", choices=[x.value for x in Layout])
     parser.add_argument("--shape", help="only variants valid for this MxNxK problem")
     parser.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
+    parser.add_argument(
+        "--library",
+        action="store_true",
+        help="the family's curated library (engine/families/library.py) instead of a sample",
+    )
+    parser.add_argument(
+        "--arch", help="build only the SASS this GPU runs, e.g. sm_90 (default: every family arch)"
+    )
     parser.add_argument("--jobs", type=int, help="parallel nvcc processes (ENGINE_COMPILE_JOBS)")
     parser.set_defaults(func=run)
 
@@ -35,11 +44,15 @@ def run(args: argparse.Namespace) -> int:
             problem = Problem.parse(args.shape, layout)
         except ProblemError as exc:
             raise SystemExit(f"error: {exc}") from None
-    configs = family.sample(args.limit, problem, layout=layout, seed=args.seed)
+    if args.library:
+        configs = [c for c in library(family.FAMILY, layout) if c.is_valid(problem)]
+    else:
+        configs = family.sample(args.limit, problem, layout=layout, seed=args.seed)
+    archs = family.archs_for(args.arch)
     config = load_config()
     jobs = args.jobs or config.compile_jobs
     print(
-        f"{family.FAMILY}: compiling {len(configs)} variants for {','.join(family.ARCHS)} "
+        f"{family.FAMILY}: compiling {len(configs)} variants for {','.join(archs)} "
         f"with {jobs} jobs",
         flush=True,
     )
@@ -53,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
     results = compile_many(
         [c.render() for c in configs],
         jobs=jobs,
-        archs=family.ARCHS,
+        archs=archs,
         config=config,
         progress=progress,
     )

@@ -117,6 +117,12 @@ class KernelConfig:
     def archs(self) -> tuple[str, ...]:
         return self.ARCHS
 
+    @classmethod
+    def archs_for(cls, target: str | None = None) -> tuple[str, ...]:
+        """The archs to compile for when the library will run on ``target`` (e.g. ``sm_90``);
+        ``None``: every arch of the family (a portable build)."""
+        return cls.ARCHS
+
     def knobs(self) -> dict[str, Any]:
         """Knob name → value (the layout included), JSON-ready."""
         out: dict[str, Any] = {}

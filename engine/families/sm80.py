@@ -77,6 +77,18 @@ class Sm80Config(KernelConfig):
     swizzle: int = 1
     splits: int = 1
 
+    @classmethod
+    def archs_for(cls, target: str | None = None) -> tuple[str, ...]:
+        """Only the SASS ``target`` runs: ``sm_90`` on Hopper, ``sm_80`` on Ampere and Ada
+        (sm_80 SASS runs on sm_86/sm_89) — half the compile time of the portable build."""
+        if target is None:
+            return cls.ARCHS
+        if target.startswith("sm_90"):
+            return ("sm_90",)
+        if target in ("sm_80", "sm_86", "sm_87", "sm_89"):
+            return ("sm_80",)
+        return cls.ARCHS
+
     @property
     def threads(self) -> int:
         return 32 * self.warp_m * self.warp_n

@@ -86,3 +86,17 @@ def test_optimize_rejects_an_unknown_proposer(tmp_path):
     with pytest.raises(SystemExit) as info:
         cli.main([*argv(tmp_path), "--proposers", "rl,magic"])
     assert "proposers must be from" in str(info.value.code)
+
+
+def test_optimize_pretrains_the_policy_on_recorded_tables(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("ENGINE_CACHE_DIR", str(tmp_path / "cache"))
+    args = [*argv(tmp_path), "--pretrain", str(RUN1), "--pretrain-steps", "5"]
+    assert cli.main(args) == 0
+    out = capsys.readouterr().out
+    assert "pretrained on 16 recorded problems (5 steps)" in out
+
+
+def test_optimize_names_a_missing_pretraining_table(tmp_path, monkeypatch):
+    monkeypatch.setenv("ENGINE_CACHE_DIR", str(tmp_path / "cache"))
+    with pytest.raises(SystemExit, match="no such pretraining table"):
+        cli.main([*argv(tmp_path), "--pretrain", str(tmp_path / "nope.json")])

@@ -44,7 +44,9 @@ SCRIPT = textwrap.dedent(
 
 def test_a_built_bundle_verifies_and_replays_under_graph_capture(campaign_db, tmp_path):  # noqa: F811
     root = unpacked(campaign_db, tmp_path)
-    env = {**os.environ, "PYTHONPATH": str(root)}
+    # keep the caller's PYTHONPATH: on the GPU host it holds the carried nvidia-cutlass wheel
+    path = os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH")) if p)
+    env = {**os.environ, "PYTHONPATH": path}
     for argv in (["-m", "gemmforge_bundle.build"], ["-m", "gemmforge_bundle.verify"],
                  ["-c", SCRIPT]):
         done = subprocess.run([sys.executable, *argv], cwd=root, env=env, capture_output=True,

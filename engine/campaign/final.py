@@ -1,0 +1,135 @@
+"""The end of a campaign: each problem's top-k kernels re-measured in a fresh process, with
+longer runs, in every protocol (device, CUDA-L2's offline and server modes).
+
+The search ranks candidates by short device-protocol runs inside a long-lived process; the
+numbers a campaign reports come from here instead: a new process (no state left over from the
+search), the top-k and every baseline interleaved, device runs up to ``device_seconds``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from engine import toolchain
+from engine.campaign.executor import STATUS_OK
+from engine.campaign.storage import CandidateRecord
+from engine.compile import CompileResult
+from engine.families import KernelConfig, get_family
+from engine.problem import Layout, Problem
+
+FINAL_PROTOCOLS = ("device", "offline", "server")
+FINAL_TIMEOUT = 600.0
+
+
+def top_records(records: Sequence[CandidateRecord], baseline: str, k: int) -> list[CandidateRecord]:
+    """The ``k`` best verified family candidates by speedup over ``baseline``."""
+    ok = [
+        r
+        for r in records
+        if r.status == STATUS_OK and r.source is None and baseline in r.baselines and r.seconds
+    ]
+    ok.sort(key=lambda r: r.seconds / r.baselines[baseline])
+    return ok[:k]
+
+
+def config_of(record: CandidateRecord) -> KernelConfig:
+    return get_family(record.family).from_knobs(dict(record.knobs))
+
+
+def remeasure(
+    problem: Problem,
+    libraries: dict[str, Path],
+    *,
+    protocols: Sequence[str] = FINAL_PROTOCOLS,
+    device_seconds: float = 20.0,
+    timeout: float = FINAL_TIMEOUT,
+) -> dict[str, Any]:
+    """measure() in a child process; returns its record, or ``{"error": ...}`` on failure."""
+    with tempfile.TemporaryDirectory(prefix="gemmforge-final-") as workdir:
+        spec = Path(workdir) / "spec.json"
+        out = Path(workdir) / "record.json"
+        spec.write_text(
+            json.dumps(
+                {
+                    "problem": [problem.m, problem.n, problem.k, problem.layout.value],
+                    "libraries": {n: str(p) for n, p in libraries.items()},
+                    "protocols": list(protocols),
+                    "device_seconds": device_seconds,
+                }
+            )
+        )
+        result = toolchain.run(
+            [sys.executable, "-m", "engine.campaign.final", spec, out], timeout=timeout
+        )
+        if result.timed_out:
+            return {"error": f"re-measurement did not finish in {timeout:.0f} s"}
+        if result.returncode != 0 or not out.exists():
+            return {"error": f"re-measurement exited {result.returncode}: {result.stderr[-2000:]}"}
+        return json.loads(out.read_text())
+
+
+def final_summary(record: dict[str, Any]) -> dict[str, Any]:
+    """Per protocol: each candidate's time and speedups over the best-of-layout baselines."""
+    if "error" in record:
+        return record
+    out: dict[str, Any] = {}
+    for protocol, result in record["protocols"].items():
+        out[protocol] = {
+            "statistic": result["statistic"],
+            "seconds": result["seconds"],
+            "best_baselines": result["best_baselines"],
+            "speedups": result["speedups"],
+            "rejected_while_timed": result["rejected_while_timed"],
+        }
+    return {"protocols": out, "environment": record["environment"]}
+
+
+def final_measurements(
+    results: Sequence[Any],
+    *,
+    baseline: str,
+    top: int,
+    compile: Callable[[list[KernelConfig]], list[CompileResult]],
+    protocols: Sequence[str] = FINAL_PROTOCOLS,
+    device_seconds: float = 20.0,
+    progress: Callable[[str], None] = lambda _msg: None,
+) -> dict[str, Any]:
+    """{problem key: final summary} for every problem with a verified family candidate."""
+    finals: dict[str, Any] = {}
+    for result in results:
+        chosen = top_records(result.records, baseline, top)
+        if not chosen:
+            continue
+        built = compile([config_of(r) for r in chosen])
+        libraries = {r.name: b.library for r, b in zip(chosen, built, strict=True) if b.ok}
+        progress(f"{result.problem}: re-measuring the top {len(libraries)} in {list(protocols)}")
+        record = remeasure(
+            result.problem, libraries, protocols=protocols, device_seconds=device_seconds
+        )
+        finals[result.problem.key] = final_summary(record)
+    return finals
+
+
+def main(argv: list[str]) -> int:
+    from engine.measure import measure
+
+    spec = json.loads(Path(argv[0]).read_text())
+    m, n, k, layout = spec["problem"]
+    record = measure(
+        Problem(m, n, k, Layout.parse(layout)),
+        candidates={name: Path(p) for name, p in spec["libraries"].items()},
+        protocols=tuple(spec["protocols"]),
+        device_seconds=float(spec["device_seconds"]),
+        progress=lambda msg: print(msg, file=sys.stderr, flush=True),
+    )
+    Path(argv[1]).write_text(json.dumps(record, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,133 @@
+"""Curated config libraries: the pruned spaces we prebuild, sweep densely and search first.
+
+The full family spaces hold hundreds of thousands of configs; compiling one costs 35–70 s of a
+CPU core. A library is a few hundred configs chosen from what CUTLASS's and cuBLAS's own Hopper
+kernels use (tiles of 64–256 with K 64 or 128, clusters of one or two CTAs, cooperative or
+ping-pong schedules, both epilogues, persistent or stream-K scheduling) and, for the sm80 family,
+the tile/warp/stage/split combinations that keep the CTA busy on small and skinny problems. Every
+member passes its family's ``is_valid``; the library only narrows, it never widens.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+from engine.families.base import KernelConfig
+from engine.families.sm80 import Sm80Config
+from engine.families.sm90 import Sm90Config
+from engine.problem import Layout
+
+SM90_COOP_TILES = ((128, 128, 64), (128, 256, 64), (256, 128, 64), (128, 128, 128), (128, 64, 64))
+SM90_PINGPONG_TILES = ((64, 128, 64), (64, 256, 64), (128, 128, 64), (128, 64, 64), (64, 64, 128))
+SM90_CLUSTERS = ((1, 1), (2, 1), (1, 2))
+SM90_EPILOGUES = ("tma", "nosmem")
+# (scheduler, decomposition, splits) for the cooperative kernel
+SM90_COOP_SCHEDULERS = (
+    ("persistent", "heuristic", 1),
+    ("streamk", "heuristic", 1),
+    ("streamk", "splitk", 2),
+)
+SM90_SWIZZLED_TILES = ((128, 256, 64), (256, 128, 64))  # large tiles also with raster N, swizzle 8
+
+SM80_TILES = (
+    # tile M, N, K, warps M, N
+    (64, 64, 64, 2, 2),
+    (64, 128, 32, 2, 2),
+    (128, 64, 32, 2, 2),
+    (128, 128, 32, 2, 2),
+    (128, 128, 64, 2, 2),
+    (128, 256, 32, 2, 4),
+    (256, 128, 32, 4, 2),
+    (32, 128, 64, 1, 4),
+    (64, 256, 32, 1, 4),
+    (32, 64, 64, 1, 2),
+)
+SM80_STAGES = (3, 4)
+SM80_SPLITS = (1, 2, 4)
+
+
+def sm90_library(layout: Layout) -> list[Sm90Config]:
+    configs: list[Sm90Config] = []
+    for (tm, tn, tk), (cm, cn), epilogue in itertools.product(
+        SM90_COOP_TILES, SM90_CLUSTERS, SM90_EPILOGUES
+    ):
+        for scheduler, decomposition, splits in SM90_COOP_SCHEDULERS:
+            configs.append(
+                Sm90Config(
+                    layout=layout,
+                    tile_m=tm,
+                    tile_n=tn,
+                    tile_k=tk,
+                    cluster_m=cm,
+                    cluster_n=cn,
+                    schedule="coop",
+                    epilogue=epilogue,
+                    scheduler=scheduler,
+                    decomposition=decomposition,
+                    splits=splits,
+                )
+            )
+        if (tm, tn, tk) in SM90_SWIZZLED_TILES:
+            configs.append(
+                Sm90Config(
+                    layout=layout,
+                    tile_m=tm,
+                    tile_n=tn,
+                    tile_k=tk,
+                    cluster_m=cm,
+                    cluster_n=cn,
+                    schedule="coop",
+                    epilogue=epilogue,
+                    raster="n",
+                    swizzle=8,
+                )
+            )
+    for (tm, tn, tk), (cm, cn), epilogue in itertools.product(
+        SM90_PINGPONG_TILES, SM90_CLUSTERS, SM90_EPILOGUES
+    ):
+        configs.append(
+            Sm90Config(
+                layout=layout,
+                tile_m=tm,
+                tile_n=tn,
+                tile_k=tk,
+                cluster_m=cm,
+                cluster_n=cn,
+                schedule="pingpong",
+                epilogue=epilogue,
+            )
+        )
+    return [c for c in configs if c.is_valid()]
+
+
+def sm80_library(layout: Layout) -> list[Sm80Config]:
+    configs = [
+        Sm80Config(
+            layout=layout,
+            tile_m=tm,
+            tile_n=tn,
+            tile_k=tk,
+            warp_m=wm,
+            warp_n=wn,
+            stages=stages,
+            swizzle=1,
+            splits=splits,
+        )
+        for (tm, tn, tk, wm, wn), stages, splits in itertools.product(
+            SM80_TILES, SM80_STAGES, SM80_SPLITS
+        )
+    ]
+    return [c for c in configs if c.is_valid(None, "sm_90")]
+
+
+LIBRARIES = {"sm90": sm90_library, "sm80": sm80_library}
+
+
+def library(family: str, layout: Layout) -> list[KernelConfig]:
+    """The curated configs of ``family`` for ``layout`` (KeyError for an unknown family)."""
+    try:
+        make = LIBRARIES[family]
+    except KeyError:
+        known = sorted(LIBRARIES)
+        raise KeyError(f"no library for family {family!r}: expected one of {known}") from None
+    return list(make(layout))

@@ -1,0 +1,45 @@
+"""The curated config libraries and per-target builds."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.families import FAMILIES, Sm80Config, Sm90Config
+from engine.families.library import library
+from engine.problem import Layout
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+@pytest.mark.parametrize("layout", list(Layout))
+def test_every_library_config_is_valid_and_named_once(family, layout):
+    configs = library(family, layout)
+    assert configs, "a library is never empty"
+    assert all(c.layout is layout and c.is_valid() for c in configs)
+    assert len({c.name for c in configs}) == len(configs)
+
+
+def test_the_libraries_are_big_enough_for_the_verification_target():
+    # issue 4: >= 200 sm90 and >= 100 sm80 configs verified on the H200
+    assert sum(len(library("sm90", layout)) for layout in Layout) >= 200
+    assert sum(len(library("sm80", layout)) for layout in Layout) >= 100
+
+
+def test_the_sm90_library_covers_both_schedules_clusters_and_stream_k():
+    configs = library("sm90", Layout.NN)
+    assert {c.schedule for c in configs} == {"coop", "pingpong"}
+    assert {(c.cluster_m, c.cluster_n) for c in configs} == {(1, 1), (2, 1), (1, 2)}
+    assert {c.scheduler for c in configs} == {"persistent", "streamk"}
+    assert {c.epilogue for c in configs} == {"tma", "nosmem"}
+
+
+def test_it_names_an_unknown_library():
+    with pytest.raises(KeyError, match="no library for family 'sm70'"):
+        library("sm70", Layout.NN)
+
+
+def test_sm80_builds_only_the_target_gpus_sass():
+    assert Sm80Config.archs_for(None) == ("sm_80", "sm_90")
+    assert Sm80Config.archs_for("sm_90") == ("sm_90",)
+    assert Sm80Config.archs_for("sm_90a") == ("sm_90",)
+    assert Sm80Config.archs_for("sm_89") == ("sm_80",)
+    assert Sm90Config.archs_for("sm_90") == ("sm_90a",)

@@ -1,0 +1,78 @@
+"""The compute-sanitizer gate: summary parsing, failure reasons, the harness build (nvcc), and
+on a GPU the reference kernel passing and an out-of-bounds cheat failing memcheck."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from engine import fixtures, sanitize
+from engine.problem import Layout, Problem
+
+CLEAN = "========= COMPUTE-SANITIZER\nok\n========= ERROR SUMMARY: 0 errors\n"
+DIRTY = (
+    "========= Invalid __global__ write of size 2 bytes\n"
+    "=========     at hgemm+0x90\n========= ERROR SUMMARY: 3 errors\n"
+)
+RACE = "========= RACECHECK SUMMARY: 2 hazards displayed (2 errors, 0 warnings)\n"
+
+
+def test_it_reads_the_error_count_of_each_tool():
+    assert sanitize.parse_errors("memcheck", CLEAN) == 0
+    assert sanitize.parse_errors("memcheck", DIRTY) == 3
+    assert sanitize.parse_errors("racecheck", RACE + "========= ERROR SUMMARY: 0 errors") == 2
+    assert sanitize.parse_errors("initcheck", "no summary at all") is None
+
+
+def report(**overrides) -> sanitize.ToolReport:
+    fields = {"tool": "memcheck", "ok": False, "errors": 0, "exit_code": 0, "seconds": 1.0}
+    return sanitize.ToolReport(**{**fields, **overrides})
+
+
+def test_each_failure_has_its_own_reason():
+    assert sanitize.failure_of(report(errors=3, exit_code=97))[0] == "memcheck"
+    assert sanitize.failure_of(report(tool="racecheck", errors=1))[0] == "racecheck"
+    assert sanitize.failure_of(report(timed_out=True, errors=None))[0] == "timeout"
+    assert sanitize.failure_of(report(exit_code=3))[0] == "call_failed"
+    assert sanitize.failure_of(report(errors=None, exit_code=2))[0] == "setup"
+
+
+def test_it_rejects_unknown_tools(tmp_path):
+    with pytest.raises(ValueError, match="unknown sanitizer tools"):
+        sanitize.sanitize(tmp_path / "lib.so", tools=("leakcheck",))
+
+
+@pytest.mark.nvcc
+def test_the_harness_builds_once_with_nvcc(tmp_path, monkeypatch):
+    if shutil.which("nvcc") is None:
+        pytest.skip("no nvcc on PATH")
+    monkeypatch.setenv("ENGINE_CACHE_DIR", str(tmp_path))
+    first = sanitize.build_harness()
+    assert first.is_file()
+    assert first.stat().st_mode & 0o111
+    assert sanitize.build_harness() == first  # cached
+
+
+def gpu_available() -> bool:
+    try:
+        import torch
+
+        return torch.cuda.is_available()
+    except ImportError:
+        return False
+
+
+@pytest.mark.gpu
+@pytest.mark.nvcc
+def test_the_reference_kernel_passes_every_tool_and_an_oob_write_fails_memcheck():
+    if not gpu_available():
+        pytest.skip("needs a CUDA GPU")
+    problem = Problem(264, 272, 1032, Layout.NN)
+    (reference,) = fixtures.build([fixtures.REFERENCE], Layout.NN)
+    verdict = sanitize.sanitize(reference.library, problem)
+    assert verdict.ok, verdict.to_dict()
+    (oob,) = fixtures.build([fixtures.BAD_KERNELS / "out_of_bounds_write.cu"], Layout.NN)
+    verdict = sanitize.sanitize(oob.library, problem, tools=("memcheck",))
+    assert not verdict.ok
+    assert verdict.reason == "memcheck", verdict.to_dict()
