@@ -100,17 +100,17 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--layouts", default="nn,tn", help="layouts to build and verify")
     parser.add_argument("--verify-jobs", type=int, default=6)
     parser.add_argument(
-        "--sweep-shapes",
-        default=f"0:{len(SWEEP_SHAPES)}",
-        help="slice of SWEEP_SHAPES to time, e.g. 8:16",
-    )
-    parser.add_argument("--sweep-layouts", default="nn,tn", help="layouts to time")
-    parser.add_argument(
-        "--tn-shapes", type=int, help="time TN on the first N of the sliced shapes only"
+        "--time",
+        action="append",
+        metavar="LAYOUT=A:B",
+        help="time LAYOUT on SWEEP_SHAPES[A:B] (repeatable; default nn=0:16 and tn=0:16)",
     )
     parser.add_argument("--device-seconds", type=float, default=20.0, help="per shape and run")
     parser.add_argument("--deadline", type=float, help="start no new shape after N seconds")
     parser.add_argument("--sanitize-best", action="store_true")
+    parser.add_argument(
+        "--merge", type=Path, help="an earlier families.json whose timed shapes this run extends"
+    )
     parser.add_argument(
         "--verdicts",
         type=Path,
@@ -143,6 +143,18 @@ def choose_configs(args: argparse.Namespace) -> list:
             else:
                 configs += family.sample(args.per_layout, layout=layout, seed=args.seed)
     return configs
+
+
+def timing_plan(specs: list[str]) -> list[tuple[str, Layout]]:
+    """``["nn=0:16", "tn=0:8"]`` → (shape, layout) pairs, shape by shape."""
+    plan: list[tuple[int, str, Layout]] = []
+    for spec in specs:
+        layout_text, _, span = spec.partition("=")
+        first, last = (int(x) for x in span.split(":"))
+        layout = Layout.parse(layout_text)
+        plan += [(i, SWEEP_SHAPES[i], layout) for i in range(first, min(last, len(SWEEP_SHAPES)))]
+    plan.sort(key=lambda item: (item[0], item[2].value))
+    return [(shape, layout) for _, shape, layout in plan]
 
 
 def local_arch() -> str:
@@ -221,10 +233,12 @@ def sanitize_best(report: dict, libraries: dict[str, Path], jobs: int = 4) -> No
     """compute-sanitizer on every config that is some shape's best; results in the report."""
     from engine.sanitize import sanitize
 
-    names = sorted({row["best"] for row in report["sweep"] if row.get("best")})
+    names = sorted({row["best"] for row in report["sweep"] if row.get("best") in libraries})
     log(f"sanitizing {len(names)} best configs")
     with ThreadPoolExecutor(jobs) as pool:
-        verdicts = dict(zip(names, pool.map(lambda n: sanitize(libraries[n]), names), strict=True))
+        verdicts = dict(
+            zip(names, pool.map(lambda n: sanitize(libraries[n], timeout=90), names), strict=True)
+        )
     for name, verdict in verdicts.items():
         report["configs"][name]["sanitize"] = verdict.to_dict()
         log(f"sanitize {name}: {verdict.reason} {verdict.message}")
@@ -234,6 +248,10 @@ def main() -> int:
     args = parse_args()
     config = load_config()
     report: dict = {"configs": {}, "sweep": []}
+    if args.merge:
+        earlier = json.loads(args.merge.read_text())
+        report = {"configs": earlier["configs"], "sweep": earlier["sweep"]}
+        report["merged"] = str(args.merge)
     configs = choose_configs(args)
     log(f"compiling {len(configs)} configs on {config.compile_jobs} jobs")
     started = time.monotonic()
@@ -249,52 +267,51 @@ def main() -> int:
     (args.out / "families.json").write_text(json.dumps(report, indent=1, default=str))
 
     shim = load_shim(config)
-    first, last = (int(x) for x in args.sweep_shapes.split(":"))
-    sweep_layouts = [Layout.parse(x) for x in args.sweep_layouts.split(",")]
-    for position, shape in enumerate(SWEEP_SHAPES[first:last]):
+    plan = timing_plan(args.time or ["nn=0:16", "tn=0:16"])
+    if args.merge:  # what the merged run's deadline left untimed comes first
+        left = [tuple(key.rsplit("_", 1)) for key in report.pop("not_timed", [])]
+        plan = [(shape, Layout.parse(layout)) for shape, layout in left] + plan
+    for shape, layout in plan:
         if args.deadline and time.monotonic() - started > args.deadline:
-            log(f"deadline reached: {shape} and later shapes not timed")
-            report["deadline_stopped_at"] = shape
-            break
-        for layout in sweep_layouts:
-            if layout is Layout.TN and args.tn_shapes is not None and position >= args.tn_shapes:
-                continue
-            problem = Problem.parse(shape, layout)
-            candidates = {
-                c.name: b.library for c, b in passed if c.layout is layout and c.is_valid(problem)
-            }
-            if not candidates:
-                continue
-            record = measure(
-                problem,
-                candidates=candidates,
-                protocols=("device",),
-                shim=shim,
-                heat_seconds=1.0,
-                device_seconds=args.device_seconds,
-                progress=log,
+            log(f"deadline reached: {shape}_{layout.value} and later not timed")
+            report.setdefault("not_timed", []).append(f"{shape}_{layout.value}")
+            continue
+        problem = Problem.parse(shape, layout)
+        candidates = {
+            c.name: b.library for c, b in passed if c.layout is layout and c.is_valid(problem)
+        }
+        if not candidates:
+            continue
+        record = measure(
+            problem,
+            candidates=candidates,
+            protocols=("device",),
+            shim=shim,
+            heat_seconds=1.0,
+            device_seconds=args.device_seconds,
+            progress=log,
+        )
+        device = record["protocols"]["device"]
+        speedups = device["speedups"]
+        best = max(speedups, key=lambda n: speedups[n]["cublaslt_autotune"], default=None)
+        row = {
+            "problem": problem.key,
+            "candidates": len(candidates),
+            "best": best,
+            "best_speedups": speedups.get(best),
+            "seconds": device["seconds"],
+            "reps": device.get("reps"),
+            "rejected_while_timed": device["rejected_while_timed"],
+            "autotune": record["autotune"],
+            "environment": record["environment"],
+        }
+        report["sweep"].append(row)
+        if best:
+            log(
+                f"{problem}: best {best} vs autotune "
+                f"{speedups[best]['cublaslt_autotune']:.3f}x ({len(candidates)} configs)"
             )
-            device = record["protocols"]["device"]
-            speedups = device["speedups"]
-            best = max(speedups, key=lambda n: speedups[n]["cublaslt_autotune"], default=None)
-            row = {
-                "problem": problem.key,
-                "candidates": len(candidates),
-                "best": best,
-                "best_speedups": speedups.get(best),
-                "seconds": device["seconds"],
-                "reps": device.get("reps"),
-                "rejected_while_timed": device["rejected_while_timed"],
-                "autotune": record["autotune"],
-                "environment": record["environment"],
-            }
-            report["sweep"].append(row)
-            if best:
-                log(
-                    f"{problem}: best {best} vs autotune "
-                    f"{speedups[best]['cublaslt_autotune']:.3f}x ({len(candidates)} configs)"
-                )
-            (args.out / "families.json").write_text(json.dumps(report, indent=1, default=str))
+        (args.out / "families.json").write_text(json.dumps(report, indent=1, default=str))
     if args.sanitize_best:
         libraries = {c.name: b.library for c, b in passed}
         sanitize_best(report, libraries)

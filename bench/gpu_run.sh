@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The one GPU script: install carried wheels, build, run the GPU tests and the benchmarks in a
 # single call on the lent H200, writing JSON and logs under $OUT.
-#   usage (on the device): bash bench/gpu_run.sh [tests|bench|all|families|campaign] [extra args]
+#   usage (on the device): bash bench/gpu_run.sh [tests|bench|all|families|campaign|library|library2]
+#   [extra args]
 set -uo pipefail  # pipefail: a pipeline's status is its first failing command's
 stage=${1:-all}; shift || true
 OUT=${OUT:-$PWD/out}; mkdir -p "$OUT"
@@ -11,6 +12,16 @@ if ls .whl/*.whl >/dev/null 2>&1; then
   export PYTHONPATH=/tmp/site
 fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+if [[ $stage == library* ]]; then
+  # inside the checkout (ignored): kept between calls while the lent machine stays warm
+  export ENGINE_CACHE_DIR=$PWD/.cache/device
+  mkdir -p "$ENGINE_CACHE_DIR/kernels"
+  # kernels compiled on the CPU machine (bench/pack_kernels.sh), carried as .carry/
+  for pack in .carry/kernels*.tar.xz; do
+    [[ -f $pack ]] && tar -xJf "$pack" -C "$ENGINE_CACHE_DIR/kernels"
+  done
+  echo "kernel cache: $(ls "$ENGINE_CACHE_DIR/kernels"/*/ 2>/dev/null | grep -c .) entries"
+fi
 export ENGINE_CACHE_DIR=${ENGINE_CACHE_DIR:-/tmp/gemmforge-cache} ENGINE_COMPILE_JOBS=16
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv
 status=0
@@ -29,5 +40,24 @@ if [[ $stage == campaign ]]; then  # issue 5's live campaign: 8 shapes x 64 cand
 fi
 if [[ $stage == families ]]; then
   python3 bench/family_sweep.py --out "$OUT" "$@" 2>&1 | tee "$OUT/families.log" | tail -60 || status=1
+fi
+if [[ $stage == library ]]; then  # issue 4: the curated library, built, verified, timed (NN)
+  python3 bench/family_sweep.py --out "$OUT" --library --verify-jobs 12 --time nn=0:24 \
+    --device-seconds 3 --deadline "${LIBRARY_DEADLINE:-540}" "$@" 2>&1 \
+    | tee "$OUT/library.log" | tail -60 || status=1
+  cp "$OUT/families.json" "$ENGINE_CACHE_DIR/library-run1.json"
+fi
+if [[ $stage == library2 ]]; then  # the rest of the sweep, the sanitizer, a live campaign
+  run1=$ENGINE_CACHE_DIR/library-run1.json
+  [[ -f $run1 ]] || run1=${LIBRARY_RUN1:?the first library run is neither cached nor given}
+  python3 bench/family_sweep.py --out "$OUT" --library --verify-jobs 12 --verdicts "$run1" \
+    --merge "$run1" --time tn=5:9 --device-seconds 3 --deadline "${LIBRARY2_DEADLINE:-150}" \
+    --sanitize-best 2>&1 | tee "$OUT/library2.log" | tail -40 || status=1
+  shapes=${CAMPAIGN_SHAPES:-256x256x256,1024x1024x1024,4096x4096x4096,8192x8192x8192,64x8192x16384,16384x128x8192,4096x16384x256,2048x8192x1024}
+  python3 -m engine optimize --shapes "$shapes" --layout nn --budget "${CAMPAIGN_BUDGET:-64}" \
+    --batch 16 --proposers rl,evolve --space library --verify-jobs 12 --device-seconds 3 \
+    --pretrain "$OUT/families.json" --final-top 2 --final-device-seconds 4 \
+    --db "$OUT/campaign.sqlite" --out "$OUT/campaign.json" "$@" 2>&1 \
+    | tee "$OUT/campaign.log" | tail -40 || status=1
 fi
 exit $status

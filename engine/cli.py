@@ -16,6 +16,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "replay",
     "bundle",
     "train_llm",
+    "report",
 )
 
 

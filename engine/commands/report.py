@@ -1,0 +1,64 @@
+"""``python -m engine report RESULTS.json ... --out DIR``: the published report (issue 11)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from engine import report
+
+DEFAULT_ANCHORS = Path(__file__).resolve().parents[2].parent / "shared" / "anchors"
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "report", help="speedup tables, size-class summaries and plots from GPU results"
+    )
+    parser.add_argument("results", type=Path, nargs="+", help="family sweeps and campaign JSON")
+    parser.add_argument("--out", type=Path, required=True, help="folder for README.md, JSON, PNG")
+    parser.add_argument(
+        "--anchors",
+        type=Path,
+        default=DEFAULT_ANCHORS,
+        help="CUDA-L2's published CSVs (default: ../shared/anchors beside the checkout)",
+    )
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    missing = [str(p) for p in args.results if not p.is_file()]
+    if missing:
+        raise SystemExit(f"error: no such results file: {', '.join(missing)}")
+    try:
+        results = report.load_results(args.results)
+    except (ValueError, KeyError) as exc:
+        raise SystemExit(f"error: {exc}") from None
+    if not results:
+        raise SystemExit("error: the files hold no timed shape")
+    summary = report.summarize(results)
+    anchors = report.load_anchors(args.anchors) if args.anchors.is_dir() else {}
+    comparison = report.anchor_comparison(results, anchors)
+    args.out.mkdir(parents=True, exist_ok=True)
+    payload = {
+        "inputs": [str(p) for p in args.results],
+        "summary": summary,
+        "shapes": report.to_json(results),
+        "cuda_l2_comparison": comparison,
+    }
+    (args.out / "report.json").write_text(json.dumps(payload, indent=1))
+    text = report.markdown(
+        results, summary, comparison, environment=report.environment_line(args.results)
+    )
+    plots = report.write_plots(results, args.out)
+    if plots:
+        text += "\n" + "\n".join(f"![{p.stem}]({p.name})" for p in plots) + "\n"
+    (args.out / "README.md").write_text(text)
+    for protocol, s in summary.items():
+        auto = s["baselines"]["cublaslt_autotune"]["all"]
+        print(
+            f"{protocol}: {s['shapes']} shapes, geomean {auto['geomean']:.3f}x over cuBLASLt "
+            f"autotune, {auto['faster_fraction']:.0%} faster"
+        )
+    print(f"wrote {args.out / 'README.md'}")
+    return 0

@@ -1,0 +1,411 @@
+"""The published report: per-shape speedups of gemmforge's best verified kernel over the four
+NVIDIA baselines, summaries per size class, plots, and CUDA-L2's published ratios beside ours.
+
+Inputs are the JSON the GPU runs write: family sweeps (bench/family_sweep.py: device protocol)
+and campaign results (``python -m engine optimize``: its ``final`` section re-measures each
+shape's top kernels in a fresh process in the device, offline and server protocols). Where both
+give a (shape, protocol), the campaign's final re-measurement is used: its runs are longer and
+its kernels were not selected on those very samples.
+
+Speedup = baseline time / kernel time (> 1: gemmforge is faster); a baseline's time is the faster
+of its NN and TN calls. Size classes by log2(M·N·K): small < 30 (below 1024³), medium 30–35,
+large ≥ 36 (4096³ and above).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import statistics
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from engine.baselines import BASELINES, best_of_layouts
+from engine.problem import Problem
+
+PROTOCOLS = ("device", "offline", "server")
+SIZE_CLASSES = ("small", "medium", "large")
+LARGE_LOG2_MNK = 36
+ANCHOR_COLUMNS = {
+    "torch": "torch.matmul",
+    "cublas": "cuBLAS-max",
+    "cublaslt_heuristic": "cuBLASLt-heuristic-max",
+    "cublaslt_autotune": "cuBLASLt-auto-tuning-max",
+}
+BASELINE_LABELS = {
+    "torch": "torch.matmul",
+    "cublas": "cuBLAS",
+    "cublaslt_heuristic": "cuBLASLt heuristic",
+    "cublaslt_autotune": "cuBLASLt autotuned",
+}
+
+
+@dataclass
+class ProtocolPoint:
+    """The best verified kernel of one shape in one protocol, with the baselines beside it."""
+
+    kernel: str
+    seconds: float
+    baselines: dict[str, float]  # best-of-layouts seconds per baseline
+    source: str
+
+    def speedups(self) -> dict[str, float]:
+        return {b: t / self.seconds for b, t in self.baselines.items()}
+
+
+@dataclass
+class ShapeResult:
+    problem: Problem
+    points: dict[str, ProtocolPoint] = field(default_factory=dict)
+
+    @property
+    def log2_mnk(self) -> float:
+        return math.log2(self.problem.m * self.problem.n * self.problem.k)
+
+    @property
+    def size_class(self) -> str:
+        if self.log2_mnk < 30:
+            return "small"
+        return "large" if self.log2_mnk >= LARGE_LOG2_MNK else "medium"
+
+
+def problem_of(key: str) -> Problem:
+    shape, layout = key.rsplit("_", 1)
+    return Problem.parse(shape, layout)
+
+
+def best_point(
+    seconds: dict[str, float], candidates: Iterable[str], source: str
+) -> ProtocolPoint | None:
+    """The fastest of ``candidates`` against the best-of-layout baselines in ``seconds``."""
+    timed = {n: seconds[n] for n in candidates if seconds.get(n)}
+    if not timed:
+        return None
+    kernel = min(timed, key=timed.__getitem__)
+    baselines = {b: v["seconds"] for b, v in best_of_layouts(seconds).items()}
+    return ProtocolPoint(kernel, timed[kernel], baselines, source)
+
+
+def points_from_sweep(report: dict[str, Any], source: str) -> dict[str, dict[str, ProtocolPoint]]:
+    verified = {n for n, e in report.get("configs", {}).items() if e.get("verify") == "ok"}
+    out: dict[str, dict[str, ProtocolPoint]] = {}
+    for row in report.get("sweep", []):
+        rejected = set(row.get("rejected_while_timed", ()))
+        point = best_point(row["seconds"], verified - rejected, source)
+        if point is not None:
+            out.setdefault(row["problem"], {})["device"] = point
+    return out
+
+
+def points_from_campaign(
+    report: dict[str, Any], source: str
+) -> dict[str, dict[str, ProtocolPoint]]:
+    out: dict[str, dict[str, ProtocolPoint]] = {}
+    for key, final in report.get("final", {}).items():
+        for protocol, summary in final.get("protocols", {}).items():
+            rejected = set(summary.get("rejected_while_timed", ()))
+            candidates = [n for n in summary["speedups"] if n not in rejected]
+            timed = {n: summary["seconds"][n] for n in candidates}
+            if not timed:
+                continue
+            kernel = min(timed, key=timed.__getitem__)
+            baselines = {b: v["seconds"] for b, v in summary["best_baselines"].items()}
+            out.setdefault(key, {})[protocol] = ProtocolPoint(
+                kernel, timed[kernel], baselines, f"{source} (final)"
+            )
+    return out
+
+
+def load_results(paths: Sequence[Path]) -> dict[str, ShapeResult]:
+    """Shape key → result; campaign finals override sweep points of the same protocol."""
+    sweeps: list[dict[str, dict[str, ProtocolPoint]]] = []
+    finals: list[dict[str, dict[str, ProtocolPoint]]] = []
+    for path in paths:
+        report = json.loads(Path(path).read_text())
+        if "final" in report or "problems" in report:
+            finals.append(points_from_campaign(report, Path(path).name))
+        elif "sweep" in report:
+            sweeps.append(points_from_sweep(report, Path(path).name))
+        else:
+            raise ValueError(f"{path}: neither a family sweep nor a campaign result")
+    results: dict[str, ShapeResult] = {}
+    for layer, final in [(x, False) for x in sweeps] + [(x, True) for x in finals]:
+        for key, points in layer.items():
+            result = results.setdefault(key, ShapeResult(problem_of(key)))
+            for protocol, point in points.items():
+                earlier = result.points.get(protocol)
+                if final or earlier is None or _autotune(point) > _autotune(earlier):
+                    result.points[protocol] = point
+    return dict(sorted(results.items(), key=lambda kv: (kv[1].log2_mnk, kv[0])))
+
+
+def _autotune(point: ProtocolPoint) -> float:
+    return point.speedups().get("cublaslt_autotune", 0.0)
+
+
+def geomean(values: Sequence[float]) -> float | None:
+    return math.exp(statistics.fmean(math.log(v) for v in values)) if values else None
+
+
+def summarize(results: dict[str, ShapeResult]) -> dict[str, Any]:
+    """Per protocol and baseline: geomean, mean, fraction faster, overall and per size class;
+    and the large shapes under 0.98 against cuBLASLt-autotune (issue 11's floor)."""
+    summary: dict[str, Any] = {}
+    for protocol in PROTOCOLS:
+        rows = [(r, r.points[protocol]) for r in results.values() if protocol in r.points]
+        if not rows:
+            continue
+        by_baseline: dict[str, Any] = {}
+        for baseline in BASELINES:
+            groups: dict[str, list[float]] = {"all": []}
+            for result, point in rows:
+                speedup = point.speedups().get(baseline)
+                if speedup is None:
+                    continue
+                groups["all"].append(speedup)
+                groups.setdefault(result.size_class, []).append(speedup)
+            by_baseline[baseline] = {
+                group: {
+                    "shapes": len(values),
+                    "geomean": geomean(values),
+                    "mean": statistics.fmean(values),
+                    "faster_fraction": sum(v > 1 for v in values) / len(values),
+                }
+                for group, values in groups.items()
+                if values
+            }
+        large_below = sorted(
+            key
+            for key, r in results.items()
+            if protocol in r.points
+            and r.size_class == "large"
+            and r.points[protocol].speedups().get("cublaslt_autotune", 0) < 0.98
+        )
+        summary[protocol] = {
+            "shapes": len(rows),
+            "baselines": by_baseline,
+            "large_below_0.98_vs_autotune": large_below,
+        }
+    return summary
+
+
+def load_anchors(directory: Path, gpu: str = "h100") -> dict[str, dict[str, dict[str, float]]]:
+    """CUDA-L2's published ratios: protocol → "MxNxK" → baseline → ratio (fp32 accumulation)."""
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for protocol in ("offline", "server"):
+        path = directory / f"cuda_l2_{gpu}_F32F16F16F32_speedup_{protocol}.csv"
+        if not path.is_file():
+            continue
+        table: dict[str, dict[str, float]] = {}
+        with path.open(newline="") as handle:
+            for row in csv.DictReader(handle):
+                shape = row["mnk"].replace("_", "x")
+                table[shape] = {b: float(row[col]) for b, col in ANCHOR_COLUMNS.items()}
+        out[protocol] = table
+    return out
+
+
+def anchor_comparison(
+    results: dict[str, ShapeResult], anchors: dict[str, dict[str, dict[str, float]]]
+) -> list[dict[str, Any]]:
+    """Our ratio beside CUDA-L2's (their H100, our H200) for shapes both measured."""
+    rows = []
+    for key, result in results.items():
+        shape = result.problem.shape
+        for protocol, table in anchors.items():
+            if shape in table and protocol in result.points:
+                ours = result.points[protocol].speedups()
+                rows.append(
+                    {
+                        "problem": key,
+                        "protocol": protocol,
+                        "ours": {b: ours.get(b) for b in ANCHOR_COLUMNS},
+                        "cuda_l2_h100": table[shape],
+                    }
+                )
+    return rows
+
+
+def to_json(results: dict[str, ShapeResult]) -> dict[str, Any]:
+    out = {}
+    for key, result in results.items():
+        out[key] = {
+            "log2_mnk": result.log2_mnk,
+            "size_class": result.size_class,
+            "protocols": {
+                protocol: {
+                    "kernel": point.kernel,
+                    "seconds": point.seconds,
+                    "tflops": 2
+                    * result.problem.m
+                    * result.problem.n
+                    * result.problem.k
+                    / point.seconds
+                    / 1e12,
+                    "baselines": point.baselines,
+                    "speedups": point.speedups(),
+                    "source": point.source,
+                }
+                for protocol, point in result.points.items()
+            },
+        }
+    return out
+
+
+def _fmt(value: float | None, digits: int = 3) -> str:
+    return "–" if value is None else f"{value:.{digits}f}"
+
+
+def markdown(
+    results: dict[str, ShapeResult],
+    summary: dict[str, Any],
+    comparison: list[dict[str, Any]],
+    *,
+    environment: str,
+) -> str:
+    lines = [
+        "# gemmforge report",
+        "",
+        f"{environment}",
+        "",
+        "Speedup = baseline time / gemmforge time (> 1: gemmforge faster); each baseline is the",
+        "faster of its NN and TN calls. Generated by `python -m engine report`.",
+        "",
+    ]
+    for protocol, s in summary.items():
+        auto = s["baselines"]["cublaslt_autotune"]
+        lines += [
+            f"## {protocol} protocol ({s['shapes']} shapes)",
+            "",
+            "| vs | class | shapes | geomean | mean | faster |",
+            "|---|---|---|---|---|---|",
+        ]
+        for baseline, groups in s["baselines"].items():
+            for group in ("all", *SIZE_CLASSES):
+                if group in groups:
+                    g = groups[group]
+                    lines.append(
+                        f"| {BASELINE_LABELS[baseline]} | {group} | {g['shapes']} | "
+                        f"{_fmt(g['geomean'])} | {_fmt(g['mean'])} | "
+                        f"{g['faster_fraction']:.0%} |"
+                    )
+        lines += [
+            "",
+            f"Geomean over cuBLASLt-autotune: **{_fmt(auto['all']['geomean'])}**; large shapes "
+            f"(MNK ≥ 2^36) below 0.98: {', '.join(s['large_below_0.98_vs_autotune']) or 'none'}.",
+            "",
+        ]
+    lines += [
+        "## Per shape",
+        "",
+        "| shape | protocol | kernel | µs | TFLOP/s | torch | cuBLAS | Lt heuristic "
+        "| Lt autotune |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for key, result in results.items():
+        for protocol, point in result.points.items():
+            s = point.speedups()
+            flops = 2 * result.problem.m * result.problem.n * result.problem.k
+            lines.append(
+                f"| {key} | {protocol} | `{point.kernel}` | {point.seconds * 1e6:.2f} | "
+                f"{flops / point.seconds / 1e12:.1f} | "
+                + " | ".join(_fmt(s.get(b)) for b in BASELINES)
+                + " |"
+            )
+    if comparison:
+        lines += [
+            "",
+            "## Beside CUDA-L2's published H100 ratios (different GPU: read with care)",
+            "",
+            "| shape | protocol | ours vs Lt autotune | CUDA-L2 vs Lt autotune | ours vs torch | "
+            "CUDA-L2 vs torch |",
+            "|---|---|---|---|---|---|",
+        ]
+        for row in comparison:
+            lines.append(
+                f"| {row['problem']} | {row['protocol']} | "
+                f"{_fmt(row['ours']['cublaslt_autotune'])} | "
+                f"{_fmt(row['cuda_l2_h100']['cublaslt_autotune'])} | "
+                f"{_fmt(row['ours']['torch'])} | {_fmt(row['cuda_l2_h100']['torch'])} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def write_plots(results: dict[str, ShapeResult], out: Path) -> list[Path]:
+    """speedup-vs-size.png (device protocol, each baseline) and heatmap.png (vs cuBLASLt
+    autotune over (M, N) at the most common K); [] when matplotlib is missing."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return []
+    device = [(r, r.points["device"]) for r in results.values() if "device" in r.points]
+    if not device:
+        return []
+    written = []
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for baseline in BASELINES:
+        xs = [r.log2_mnk for r, _ in device]
+        ys = [p.speedups().get(baseline, math.nan) for _, p in device]
+        ax.scatter(xs, ys, label=BASELINE_LABELS[baseline], s=18)
+    ax.axhline(1.0, color="grey", linestyle=":")
+    ax.set_xlabel("log2(M·N·K)")
+    ax.set_ylabel("speedup (baseline / gemmforge)")
+    ax.set_title("gemmforge best verified kernel, device protocol")
+    ax.legend()
+    fig.tight_layout()
+    path = out / "speedup-vs-size.png"
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    written.append(path)
+
+    ks = [r.problem.k for r, _ in device]
+    k = max(set(ks), key=ks.count)
+    cells = {
+        (r.problem.m, r.problem.n): p.speedups().get("cublaslt_autotune")
+        for r, p in device
+        if r.problem.k == k
+    }
+    ms = sorted({m for m, _ in cells})
+    ns = sorted({n for _, n in cells})
+    grid = [[cells.get((m, n), math.nan) or math.nan for n in ns] for m in ms]
+    fig, ax = plt.subplots(figsize=(1.2 + 0.9 * len(ns), 1.2 + 0.7 * len(ms)))
+    image = ax.imshow(grid, cmap="RdYlGn", vmin=0.5, vmax=1.5, origin="lower")
+    ax.set_xticks(range(len(ns)), [str(n) for n in ns])
+    ax.set_yticks(range(len(ms)), [str(m) for m in ms])
+    ax.set_xlabel("N")
+    ax.set_ylabel("M")
+    ax.set_title(f"vs cuBLASLt autotuned, K={k}")
+    for i, row in enumerate(grid):
+        for j, value in enumerate(row):
+            if not math.isnan(value):
+                ax.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=8)
+    fig.colorbar(image, ax=ax)
+    fig.tight_layout()
+    path = out / "heatmap.png"
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    written.append(path)
+    return written
+
+
+def environment_line(paths: Sequence[Path]) -> str:
+    """GPU, driver, CUDA, library versions and date of the first measurement found."""
+    for path in paths:
+        report = json.loads(Path(path).read_text())
+        envs = [row.get("environment") for row in report.get("sweep", [])]
+        envs += [final.get("environment") for final in report.get("final", {}).values()]
+        for env in envs:
+            if env:
+                return (
+                    f"{env.get('gpu_name')}, driver {env.get('driver')}, CUDA "
+                    f"{env.get('cuda_runtime')}, cuBLASLt {env.get('cublaslt_version')}, CUTLASS "
+                    f"{env.get('cutlass_version')}, torch {env.get('torch_version')}, nvcc "
+                    f"{env.get('nvcc_version')}; measured {env.get('recorded_at', '?')[:10]}."
+                )
+    return "environment not recorded"

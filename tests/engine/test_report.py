@@ -1,0 +1,95 @@
+"""``python -m engine report``: speedups from recorded H200 sweeps, size classes, CUDA-L2's
+published ratios beside ours, and the plots."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from engine import cli, report
+
+ROOT = Path(__file__).resolve().parents[2]
+RUN1 = ROOT / "bench/results/2026-12-02-h200-families/families-run1.json"
+ANCHOR_HEADER = (
+    "mnk,torch.matmul,cuBLAS-tn,cuBLAS-nn,cuBLAS-max,cuBLASLt-heuristic-tn,"
+    "cuBLASLt-heuristic-nn,cuBLASLt-heuristic-max,cuBLASLt-auto-tuning-tn,"
+    "cuBLASLt-auto-tuning-nn,cuBLASLt-auto-tuning-max"
+)
+
+
+def test_the_best_kernel_per_shape_is_the_fastest_verified_one_against_best_of_layouts():
+    results = report.load_results([RUN1])
+    point = results["4096x4096x4096_nn"].points["device"]
+    row = next(
+        r for r in json.loads(RUN1.read_text())["sweep"] if r["problem"] == "4096x4096x4096_nn"
+    )
+    configs = json.loads(RUN1.read_text())["configs"]
+    candidates = {n: t for n, t in row["seconds"].items() if n in configs}
+    assert point.kernel == min(candidates, key=candidates.__getitem__)
+    autotune = min(row["seconds"]["cublaslt_autotune_nn"], row["seconds"]["cublaslt_autotune_tn"])
+    assert point.speedups()["cublaslt_autotune"] == pytest.approx(autotune / point.seconds)
+
+
+def test_the_summary_geomean_matches_the_per_shape_speedups():
+    results = report.load_results([RUN1])
+    summary = report.summarize(results)["device"]["baselines"]["cublaslt_autotune"]
+    values = [r.points["device"].speedups()["cublaslt_autotune"] for r in results.values()]
+    assert summary["all"]["geomean"] == pytest.approx(
+        math.exp(sum(map(math.log, values)) / len(values))
+    )
+    assert sum(g["shapes"] for k, g in summary.items() if k != "all") == len(values)
+    assert results["64x64x64_nn"].size_class == "small"
+    assert results["8192x8192x8192_nn"].size_class == "large"
+
+
+def test_a_campaign_final_overrides_the_sweep_for_its_protocols(tmp_path):
+    final = {
+        "problems": [],
+        "final": {
+            "4096x4096x4096_nn": {
+                "protocols": {
+                    "offline": {
+                        "seconds": {"k1": 2e-4},
+                        "speedups": {"k1": {}},
+                        "best_baselines": {"cublaslt_autotune": {"seconds": 2.2e-4}},
+                        "rejected_while_timed": [],
+                    }
+                }
+            }
+        },
+    }
+    path = tmp_path / "campaign.json"
+    path.write_text(json.dumps(final))
+    results = report.load_results([RUN1, path])
+    points = results["4096x4096x4096_nn"].points
+    assert points["offline"].speedups()["cublaslt_autotune"] == pytest.approx(1.1)
+    assert "device" in points  # the sweep's device point stays
+
+
+def test_the_command_writes_tables_plots_and_the_cuda_l2_comparison(tmp_path, capsys):
+    anchors = tmp_path / "anchors"
+    anchors.mkdir()
+    line = "4096_4096_4096,1.1,1,1,1.05,1,1,1.02,1,1,0.97"
+    (anchors / "cuda_l2_h100_F32F16F16F32_speedup_offline.csv").write_text(
+        f"{ANCHOR_HEADER}\n{line}\n"
+    )
+    out = tmp_path / "report"
+    assert cli.main(["report", str(RUN1), "--out", str(out), "--anchors", str(anchors)]) == 0
+    assert "geomean" in capsys.readouterr().out
+    text = (out / "README.md").read_text()
+    assert "cuBLASLt autotuned" in text
+    assert (out / "speedup-vs-size.png").stat().st_size > 1000
+    assert (out / "heatmap.png").stat().st_size > 1000
+    data = json.loads((out / "report.json").read_text())
+    assert data["summary"]["device"]["shapes"] == 8 * 2  # run 1: 8 shapes, both layouts
+    assert data["cuda_l2_comparison"] == []  # the sweep has no offline numbers to set beside
+
+
+def test_it_rejects_a_file_that_is_no_result(tmp_path):
+    path = tmp_path / "x.json"
+    path.write_text("{}")
+    with pytest.raises(SystemExit, match="neither a family sweep nor a campaign"):
+        cli.main(["report", str(path), "--out", str(tmp_path / "o")])
