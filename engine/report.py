@@ -364,12 +364,14 @@ def write_plots(results: dict[str, ShapeResult], out: Path) -> list[Path]:
     plt.close(fig)
     written.append(path)
 
-    ks = [r.problem.k for r, _ in device]
+    layouts = [r.problem.layout for r, _ in device]
+    layout = max(set(layouts), key=layouts.count)
+    ks = [r.problem.k for r, _ in device if r.problem.layout is layout]
     k = max(set(ks), key=ks.count)
     cells = {
         (r.problem.m, r.problem.n): p.speedups().get("cublaslt_autotune")
         for r, p in device
-        if r.problem.k == k
+        if r.problem.k == k and r.problem.layout is layout
     }
     ms = sorted({m for m, _ in cells})
     ns = sorted({n for _, n in cells})
@@ -380,7 +382,7 @@ def write_plots(results: dict[str, ShapeResult], out: Path) -> list[Path]:
     ax.set_yticks(range(len(ms)), [str(m) for m in ms])
     ax.set_xlabel("N")
     ax.set_ylabel("M")
-    ax.set_title(f"vs cuBLASLt autotuned, K={k}")
+    ax.set_title(f"vs cuBLASLt autotuned, K={k}, {layout.value.upper()}")
     for i, row in enumerate(grid):
         for j, value in enumerate(row):
             if not math.isnan(value):

@@ -36,6 +36,8 @@ from engine.campaign.loop import compile_configs
 from engine.config import load as load_config
 from engine.problem import Layout, Problem, ProblemError
 
+CLI_PROPOSERS = (*PROPOSER_NAMES, "llm")
+
 # Called after each stored candidate; tests use it to interrupt a campaign part-way.
 after_record_hook: Callable[[CandidateRecord], None] | None = None
 
@@ -50,9 +52,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--gpu-seconds", type=float, help="GPU-seconds budget for the campaign")
     parser.add_argument("--batch", type=int, default=8, help="candidates per round")
     parser.add_argument(
-        "--proposers", default="rl,evolve,random", help=f"from {','.join(PROPOSER_NAMES)}"
+        "--proposers",
+        default="rl,evolve,random",
+        help=f"from {','.join(CLI_PROPOSERS)}",
     )
     parser.add_argument("--mix", help="weights, e.g. rl=0.5,evolve=0.3,random=0.2")
+    llm = parser.add_argument_group("LLM proposer (--proposers llm; GPU runs only)")
+    llm.add_argument("--llm-backend", choices=("local", "openai"), default="local")
+    llm.add_argument("--llm-model", help="local: path, hub id or checkpoint; openai: model name")
+    llm.add_argument("--llm-base-url", help="OpenAI-compatible server, e.g. http://host:8000/v1")
+    llm.add_argument("--llm-device", default="cpu", help="local models: cpu or cuda")
+    llm.add_argument("--llm-max-tokens", type=int, default=2048)
+    llm.add_argument("--llm-turns", type=int, default=3, help="repair turns per candidate")
     parser.add_argument("--baseline", default="cublaslt_autotune")
     parser.add_argument("--patience", type=int, help="stop a shape after N rounds without gain")
     parser.add_argument("--min-entropy", type=float, help="stop when the policy converged")
@@ -110,9 +121,9 @@ def parse_mix(proposers: str, mix: str | None) -> dict[str, float]:
     else:
         names = [p.strip() for p in proposers.split(",") if p.strip()]
         out = {name: 1.0 / len(names) for name in names} if names else {}
-    unknown = sorted(set(out) - set(PROPOSER_NAMES))
+    unknown = sorted(set(out) - set(CLI_PROPOSERS))
     if unknown or not out:
-        raise SystemExit(f"error: proposers must be from {list(PROPOSER_NAMES)}, got {unknown}")
+        raise SystemExit(f"error: proposers must be from {list(CLI_PROPOSERS)}, got {unknown}")
     return out
 
 
@@ -141,6 +152,10 @@ def run(args: argparse.Namespace) -> int:
         )
     except ValueError as exc:
         raise SystemExit(f"error: {exc}") from None
+    if "llm" in mix and args.replay:
+        raise SystemExit("error: the llm proposer writes new sources: it needs a GPU run")
+    if "llm" in mix and not (args.llm_model or args.llm_base_url):
+        raise SystemExit("error: --proposers llm needs --llm-model (and --llm-base-url for openai)")
     if args.replay:
         for path in args.replay:
             if not path.is_file():
@@ -193,18 +208,26 @@ def run(args: argparse.Namespace) -> int:
         f", db {db}",
         flush=True,
     )
+
+    def compile_family(configs):
+        return compile_configs(configs, jobs=args.jobs, config=config, target_arch=executor.arch)
+
+    proposers = make_proposers(
+        {k: v for k, v in mix.items() if k != "llm"}, policy=policy, seed=args.seed
+    )
+    compiler = compile_family
+    if "llm" in mix:
+        proposers["llm"], compiler = llm_proposer(args, compile_family)
     campaign = Campaign(
         problems,
         settings=settings,
         executor=executor,
         storage=storage,
-        proposers=make_proposers(mix, policy=policy, seed=args.seed),
+        proposers=proposers,
         space_for=space_for,
         policy=policy,
         policy_file=policy_file,
-        compiler=lambda configs: compile_configs(
-            configs, jobs=args.jobs, config=config, target_arch=executor.arch
-        ),
+        compiler=compiler,
         progress=print_progress,
         after_record=after_record_hook,
     )
@@ -239,6 +262,29 @@ def run(args: argparse.Namespace) -> int:
         )
     print(f"results: {out}")
     return 0
+
+
+def llm_proposer(args: argparse.Namespace, compile_family):
+    """(LLMProposer, its SourceCompiler) for the backend the arguments name."""
+    from engine.llm.backends import BackendSpec, make_backend
+    from engine.llm.evaluate import SourceCompiler
+    from engine.llm.proposer import LLMProposer
+
+    spec = BackendSpec(
+        kind=args.llm_backend,
+        model=args.llm_model or "",
+        base_url=args.llm_base_url or "",
+        device=args.llm_device,
+        generation={"max_new_tokens": args.llm_max_tokens},
+    )
+    try:
+        backend = make_backend(spec)
+    except (OSError, ValueError) as exc:
+        raise SystemExit(f"error: cannot load the LLM backend: {exc}") from None
+    compiler = SourceCompiler(family_compiler=compile_family, jobs=args.jobs)
+    proposer = LLMProposer(backend, compiler=compiler, max_turns=args.llm_turns)
+    print(f"llm: {spec.kind} backend {spec.model or spec.base_url}", flush=True)
+    return proposer, compiler
 
 
 def pretrain(policy: Policy, tables: list[Path], *, baseline: str, steps: int) -> None:

@@ -100,3 +100,13 @@ def test_optimize_names_a_missing_pretraining_table(tmp_path, monkeypatch):
     monkeypatch.setenv("ENGINE_CACHE_DIR", str(tmp_path / "cache"))
     with pytest.raises(SystemExit, match="no such pretraining table"):
         cli.main([*argv(tmp_path), "--pretrain", str(tmp_path / "nope.json")])
+
+
+def test_optimize_takes_the_llm_proposer_only_for_gpu_runs_with_a_model(tmp_path, monkeypatch):
+    monkeypatch.setenv("ENGINE_CACHE_DIR", str(tmp_path / "cache"))
+    base = [a if a != "rl,evolve" else "llm,evolve" for a in argv(tmp_path)]
+    with pytest.raises(SystemExit, match="needs a GPU run"):
+        cli.main(base)
+    no_replay = base[: base.index("--replay")] + base[base.index("--replay") + 2 :]
+    with pytest.raises(SystemExit, match="needs --llm-model"):
+        cli.main(no_replay)

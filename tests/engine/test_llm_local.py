@@ -18,14 +18,9 @@ from engine.llm.backends import (
     make_backend,
 )
 from engine.llm.evaluate import ChainEvaluator, SourceCompiler
+from engine.llm.tiny import build_tiny_model
 from engine.llm.train import TrainSettings, train_grpo
 from engine.problem import Problem
-
-# Whole-word vocabulary plus added tokens that hold newlines, so that random text sometimes
-# forms a fenced block with an include and the entry point (and the reward varies in a group).
-WORDS = "write a kernel the for with int M N K C A B { } ( ) ; return __global__ void"
-ADDED = ['\n```cuda\n#include "gemmforge_abi.h"\n', "gemmforge_hgemm", "\n```\n"]
-CHAT_TEMPLATE = "{% for m in messages %}{{ m['content'] }}\n{% endfor %}"
 
 
 @pytest.fixture(autouse=True)
@@ -37,43 +32,7 @@ def _offline(monkeypatch):
 @pytest.fixture
 def tiny():
     """A 2-layer Llama (hidden 32) and a word-level tokenizer, both built here."""
-    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
-
-    tok = Tokenizer(models.WordLevel(unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    tok.train_from_iterator(
-        [WORDS], trainers.WordLevelTrainer(special_tokens=["<unk>", "<pad>", "<s>", "</s>"])
-    )
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        unk_token="<unk>",
-        pad_token="<pad>",
-        bos_token="<s>",
-        eos_token="</s>",
-    )
-    tokenizer.add_tokens(ADDED)
-    tokenizer.chat_template = CHAT_TEMPLATE
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        max_position_embeddings=4096,
-        pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-    )
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(config)
-    with torch.no_grad():  # favour the code tokens so that some answers hold code
-        for token in ADDED:
-            model.lm_head.weight[tokenizer.convert_tokens_to_ids(token)] *= 0
-            model.lm_head.bias = None
-        model.model.norm.weight.fill_(1.0)
-    return model, tokenizer
+    return build_tiny_model()
 
 
 def test_local_backend_generates_and_counts_tokens(tiny):

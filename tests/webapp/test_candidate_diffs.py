@@ -120,3 +120,29 @@ def test_an_imported_candidate_diffs_its_config_against_the_best(client, recorde
     assert best.name in page
     best_page = client.get(reverse("candidate-detail", args=[best.id])).content.decode()
     assert "This is the shape's best candidate." in best_page
+
+
+def test_an_llm_candidate_page_shows_the_prompt_and_the_raw_answer(client, queued_campaign):
+    problem = queued_campaign.problems.first()
+    candidate = make(problem, "llm_ab12", source="// <kernel>")
+    candidate.proposer = "llm"
+    candidate.outcome = {
+        "status": "rejected",
+        "reason": "nvcc",
+        "meta": {
+            "messages": [
+                {"role": "system", "content": "You write CUDA <HGEMM> kernels."},
+                {"role": "user", "content": "Shape 4096x4096x4096, layout NN."},
+            ],
+            "answer": "```cuda\n#include <cuda.h>\n```",
+        },
+    }
+    candidate.save()
+    page = client.get(reverse("candidate-detail", args=[candidate.id])).content.decode()
+    assert 'id="conversation"' in page
+    assert "You write CUDA &lt;HGEMM&gt; kernels." in page  # escaped
+    assert "Shape 4096x4096x4096, layout NN." in page
+    assert "#include &lt;cuda.h&gt;" in page
+    other = make(problem, "family_one")
+    page = client.get(reverse("candidate-detail", args=[other.id])).content.decode()
+    assert 'id="conversation"' not in page

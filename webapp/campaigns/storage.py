@@ -67,6 +67,7 @@ def record_json(record: CandidateRecord) -> dict[str, Any]:
         "gpu_seconds": record.gpu_seconds,
         "round": record.round,
         "reward": record.reward,
+        "meta": dict(record.meta),  # LLM candidates: the prompt messages and the raw answer
     }
 
 
@@ -87,6 +88,7 @@ def record_from_row(row: Candidate, parent: str | None) -> CandidateRecord:
         timings=outcome.get("timings", {}),
         gpu_seconds=outcome.get("gpu_seconds", 0.0),
         round=outcome.get("round", 0),
+        meta=outcome.get("meta", {}),
     )
 
 

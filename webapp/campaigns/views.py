@@ -198,6 +198,7 @@ def candidate_detail(request, candidate_id: int):
             "timings": timings,
             "diffs": diffs.candidate_diffs(candidate=candidate, best=best),
             "is_best": best is not None and best.id == candidate.id,
+            "conversation": llm_conversation(candidate),
         },
     )
 
@@ -307,3 +308,12 @@ def campaign_bundle(request, campaign_id: int):
         filename=artifacts.bundle_file_name(campaign=campaign, include_slower=include_slower),
         content_type="application/zip",
     )
+
+
+def llm_conversation(candidate: Candidate) -> dict | None:
+    """The prompt messages and the raw answer of a model-written candidate (None otherwise)."""
+    meta = (candidate.outcome or {}).get("meta") or {}
+    if not meta.get("messages") and not meta.get("answer"):
+        return None
+    messages = [m for m in meta.get("messages", []) if isinstance(m, dict)]
+    return {"messages": messages, "answer": meta.get("answer") or ""}
