@@ -250,7 +250,7 @@ def main() -> int:
     report: dict = {"configs": {}, "sweep": []}
     if args.merge:
         earlier = json.loads(args.merge.read_text())
-        report = {"configs": earlier["configs"], "sweep": earlier["sweep"]}
+        report = {k: earlier[k] for k in ("configs", "sweep", "not_timed") if k in earlier}
         report["merged"] = str(args.merge)
     configs = choose_configs(args)
     log(f"compiling {len(configs)} configs on {config.compile_jobs} jobs")

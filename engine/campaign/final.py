@@ -12,6 +12,7 @@ import json
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -89,6 +90,9 @@ def final_summary(record: dict[str, Any]) -> dict[str, Any]:
     return {"protocols": out, "environment": record["environment"]}
 
 
+Sanitizer = Callable[[Path], Any]  # library → a result with .ok and .to_dict()
+
+
 def final_measurements(
     results: Sequence[Any],
     *,
@@ -97,21 +101,48 @@ def final_measurements(
     compile: Callable[[list[KernelConfig]], list[CompileResult]],
     protocols: Sequence[str] = FINAL_PROTOCOLS,
     device_seconds: float = 20.0,
+    sanitizer: Sanitizer | None = None,
+    sanitize_jobs: int = 8,
     progress: Callable[[str], None] = lambda _msg: None,
 ) -> dict[str, Any]:
-    """{problem key: final summary} for every problem with a verified family candidate."""
+    """{problem key: final summary} for every problem with a verified family candidate.
+
+    With ``sanitizer``, a top kernel that fails compute-sanitizer is left out (it cannot become
+    the shape's best) and its verdict is kept under ``sanitize``."""
+    chosen = {r.problem.key: top_records(r.records, baseline, top) for r in results}
+    configs = {rec.name: config_of(rec) for recs in chosen.values() for rec in recs}
+    names = list(configs)
+    built = dict(zip(names, compile([configs[n] for n in names]), strict=True)) if names else {}
+    verdicts: dict[str, Any] = {}
+    if sanitizer is not None:
+        libraries = {n: b.library for n, b in built.items() if b.ok}
+        progress(f"sanitizing {len(libraries)} top kernels")
+        with ThreadPoolExecutor(sanitize_jobs) as pool:
+            verdicts = dict(zip(libraries, pool.map(sanitizer, libraries.values()), strict=True))
     finals: dict[str, Any] = {}
     for result in results:
-        chosen = top_records(result.records, baseline, top)
-        if not chosen:
+        libraries = {
+            r.name: built[r.name].library
+            for r in chosen[result.problem.key]
+            if built[r.name].ok and (r.name not in verdicts or verdicts[r.name].ok)
+        }
+        sanitized = {
+            r.name: verdicts[r.name].to_dict()
+            for r in chosen[result.problem.key]
+            if r.name in verdicts
+        }
+        if not libraries:
+            if sanitized:
+                finals[result.problem.key] = {
+                    "error": "no top kernel passed",
+                    "sanitize": sanitized,
+                }
             continue
-        built = compile([config_of(r) for r in chosen])
-        libraries = {r.name: b.library for r, b in zip(chosen, built, strict=True) if b.ok}
         progress(f"{result.problem}: re-measuring the top {len(libraries)} in {list(protocols)}")
         record = remeasure(
             result.problem, libraries, protocols=protocols, device_seconds=device_seconds
         )
-        finals[result.problem.key] = final_summary(record)
+        finals[result.problem.key] = {**final_summary(record), "sanitize": sanitized}
     return finals
 
 

@@ -106,6 +106,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "(0: skip)",
     )
     parser.add_argument("--final-device-seconds", type=float, default=20.0)
+    parser.add_argument(
+        "--no-sanitize",
+        action="store_true",
+        help="skip compute-sanitizer on the top kernels (by default one that fails is dropped)",
+    )
     parser.set_defaults(func=run)
 
 
@@ -248,6 +253,7 @@ def run(args: argparse.Namespace) -> int:
                 configs, jobs=args.jobs, config=config, target_arch=executor.arch
             ),
             device_seconds=args.final_device_seconds,
+            sanitizer=None if args.no_sanitize else sanitize_library,
             progress=lambda msg: print(msg, flush=True),
         )
         print_finals(report["final"], settings.baseline)
@@ -301,6 +307,12 @@ def pretrain(policy: Policy, tables: list[Path], *, baseline: str, steps: int) -
             tasks.append((problem, space, rewards))
     policy.pretrain(tasks, steps=steps)
     print(f"policy: pretrained on {len(tasks)} recorded problems ({steps} steps)", flush=True)
+
+
+def sanitize_library(library: Path):
+    from engine.sanitize import sanitize
+
+    return sanitize(library, timeout=120)
 
 
 def print_finals(finals: dict, baseline: str) -> None:

@@ -73,3 +73,42 @@ def test_the_gpu_executor_verifies_a_batch_in_parallel_and_records_each_rejectio
     assert peak[0] == 3
     assert [o.reason for o in outcomes] == ["unwritten", "wrong_values"] * 3
     assert all(o.status == STATUS_REJECTED for o in outcomes)
+
+
+def test_a_top_kernel_that_fails_the_sanitizer_cannot_be_the_final_best(monkeypatch, tmp_path):
+    from engine.campaign import final
+    from engine.campaign.loop import ProblemResult
+    from engine.compile import CompileResult
+
+    records = [record("fast", 8.0), record("middle", 9.0), record("slow", 30.0)]
+    result = ProblemResult(PROBLEM, records, stopped="budget")
+
+    def compile_(configs):
+        return [
+            CompileResult(True, tmp_path / f"{i}.so", "h", ("sm_90a",), "", "", 1.0, True)
+            for i, _ in enumerate(configs)
+        ]
+
+    class Verdict:
+        def __init__(self, ok):
+            self.ok = ok
+
+        def to_dict(self):
+            return {"ok": self.ok}
+
+    measured = {}
+
+    def fake_remeasure(problem, libraries, **_kwargs):
+        measured[problem.key] = sorted(libraries)
+        return {"error": "not on a GPU"}
+
+    monkeypatch.setattr(final, "remeasure", fake_remeasure)
+    finals = final.final_measurements(
+        [result],
+        baseline="cublaslt_autotune",
+        top=2,
+        compile=compile_,
+        sanitizer=lambda library: Verdict(library.name != "0.so"),  # "fast" fails
+    )
+    assert measured[PROBLEM.key] == ["middle"]
+    assert finals[PROBLEM.key]["sanitize"] == {"fast": {"ok": False}, "middle": {"ok": True}}
