@@ -35,7 +35,7 @@ fi
 if [[ $stage == campaign ]]; then  # issue 5's live campaign: 8 shapes x 64 candidates
   shapes=${CAMPAIGN_SHAPES:-256x256x256,1024x1024x1024,4096x4096x4096,8192x8192x8192,64x8192x16384,16384x128x8192,4096x16384x256,2048x8192x1024}
   python3 -m engine optimize --shapes "$shapes" --layout "${CAMPAIGN_LAYOUT:-nn}" --budget 64 \
-    --proposers rl,evolve --db "$OUT/campaign.sqlite" --out "$OUT/campaign.json" "$@" 2>&1 \
+    --proposers rl,evolve --db "$ENGINE_CACHE_DIR/campaign.sqlite" --out "$OUT/campaign.json" "$@" 2>&1 \
     | tee "$OUT/campaign.log" | tail -60 || status=1
 fi
 if [[ $stage == families ]]; then
@@ -54,7 +54,7 @@ if [[ $stage == library2 ]]; then  # a live campaign, the rest of the sweep, san
   python3 -m engine optimize --shapes "$shapes" --layout nn --budget "${CAMPAIGN_BUDGET:-64}" \
     --batch 16 --proposers rl,evolve --space library --verify-jobs 12 --device-seconds 3 \
     --pretrain "$run1" --final-top 2 --final-device-seconds 4 \
-    --db "$OUT/campaign.sqlite" --out "$OUT/campaign.json" 2>&1 \
+    --db "$ENGINE_CACHE_DIR/campaign.sqlite" --out "$OUT/campaign.json" 2>&1 \
     | tee "$OUT/campaign.log" | tail -30 || status=1
   python3 bench/family_sweep.py --out "$OUT" --library --verify-jobs 12 --verdicts "$run1" \
     --merge "$run1" --time tn=5:9 --device-seconds 3 --deadline "${LIBRARY2_DEADLINE:-120}" \
@@ -63,7 +63,7 @@ if [[ $stage == library2 ]]; then  # a live campaign, the rest of the sweep, san
   python3 -m engine.llm.tiny "$ENGINE_CACHE_DIR/tiny-llm" >/dev/null
   python3 -m engine optimize --shapes 4096x4096x4096 --layout nn --budget 8 --batch 4 \
     --proposers llm --llm-model "$ENGINE_CACHE_DIR/tiny-llm" --llm-device cuda \
-    --llm-max-tokens 256 --final-top 0 --db "$OUT/llm.sqlite" --out "$OUT/llm-campaign.json" \
+    --llm-max-tokens 256 --final-top 0 --db "$ENGINE_CACHE_DIR/llm.sqlite" --out "$OUT/llm-campaign.json" \
     2>&1 | tee "$OUT/llm-campaign.log" | tail -12 || status=1
 fi
 exit $status
