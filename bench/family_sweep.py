@@ -289,6 +289,7 @@ def main() -> int:
             shim=shim,
             heat_seconds=1.0,
             device_seconds=args.device_seconds,
+            probe_overhead=False,
             progress=log,
         )
         device = record["protocols"]["device"]

@@ -43,27 +43,29 @@ if [[ $stage == families ]]; then
 fi
 if [[ $stage == library ]]; then  # issue 4: the curated library, built, verified, timed (NN)
   python3 bench/family_sweep.py --out "$OUT" --library --verify-jobs 12 --time nn=0:24 \
-    --device-seconds 3 --deadline "${LIBRARY_DEADLINE:-540}" "$@" 2>&1 \
+    --device-seconds 3 --deadline "${LIBRARY_DEADLINE:-500}" "$@" 2>&1 \
     | tee "$OUT/library.log" | tail -60 || status=1
   cp "$OUT/families.json" "$ENGINE_CACHE_DIR/library-run1.json"
 fi
-if [[ $stage == library2 ]]; then  # a live campaign, the rest of the sweep, sanitizer, LLM
+if [[ $stage == library2 ]]; then  # a live campaign, an LLM campaign, the rest of the sweep
   run1=$ENGINE_CACHE_DIR/library-run1.json
   [[ -f $run1 ]] || run1=${LIBRARY_RUN1:?the first library run is neither cached nor given}
   shapes=${CAMPAIGN_SHAPES:-256x256x256,1024x1024x1024,4096x4096x4096,8192x8192x8192,64x8192x16384,16384x128x8192,4096x16384x256,2048x8192x1024}
   python3 -m engine optimize --shapes "$shapes" --layout nn --budget "${CAMPAIGN_BUDGET:-64}" \
-    --batch 16 --proposers rl,evolve --space library --verify-jobs 12 --device-seconds 3 \
-    --pretrain "$run1" --final-top 2 --final-device-seconds 4 \
+    --batch 16 --proposers rl,evolve --space library --verify-jobs 14 --device-seconds 3 \
+    --heat-seconds 0.3 --pretrain "$run1" --final-top 2 --final-device-seconds 4 \
     --db "$ENGINE_CACHE_DIR/campaign.sqlite" --out "$OUT/campaign.json" 2>&1 \
     | tee "$OUT/campaign.log" | tail -30 || status=1
-  python3 bench/family_sweep.py --out "$OUT" --library --verify-jobs 12 --verdicts "$run1" \
-    --merge "$run1" --time tn=5:9 --device-seconds 3 --deadline "${LIBRARY2_DEADLINE:-120}" \
-    --sanitize-best 2>&1 | tee "$OUT/library2.log" | tail -30 || status=1
   # issue 8: an LLM campaign through a local model (a tiny random one: no downloads here)
   python3 -m engine.llm.tiny "$ENGINE_CACHE_DIR/tiny-llm" >/dev/null
   python3 -m engine optimize --shapes 4096x4096x4096 --layout nn --budget 8 --batch 4 \
     --proposers llm --llm-model "$ENGINE_CACHE_DIR/tiny-llm" --llm-device cuda \
-    --llm-max-tokens 256 --final-top 0 --db "$ENGINE_CACHE_DIR/llm.sqlite" --out "$OUT/llm-campaign.json" \
-    2>&1 | tee "$OUT/llm-campaign.log" | tail -12 || status=1
+    --llm-max-tokens 256 --final-top 0 --db "$ENGINE_CACHE_DIR/llm.sqlite" \
+    --out "$OUT/llm-campaign.json" 2>&1 | tee "$OUT/llm-campaign.log" | tail -12 || status=1
+  # what time is left: the NN shapes run 1 did not reach, then TN on four; then the sanitizer
+  left=$(( ${LIBRARY2_END:-470} - SECONDS )); (( left > 0 )) || left=1
+  python3 bench/family_sweep.py --out "$OUT" --library --verify-jobs 12 --verdicts "$run1" \
+    --merge "$run1" --time tn=5:9 --device-seconds 3 --deadline "$left" --sanitize-best 2>&1 \
+    | tee "$OUT/library2.log" | tail -30 || status=1
 fi
 exit $status

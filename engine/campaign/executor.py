@@ -136,6 +136,7 @@ class LocalGpuExecutor:
                 shim=self._shim,
                 heat_seconds=self.heat_seconds,
                 device_seconds=self.device_seconds,
+                probe_overhead=False,  # a ranking run: the final re-measurement probes it
             )
         share = (time.monotonic() - started) / max(1, len(batch))
         outcomes = []

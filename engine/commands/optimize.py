@@ -95,6 +95,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="cap on one batch's device-protocol timing run (GPU runs)",
     )
     parser.add_argument(
+        "--heat-seconds", type=float, default=1.0, help="GPU heat-up before each batch's timing"
+    )
+    parser.add_argument(
         "--verify-jobs", type=int, default=1, help="verifications at once (each its own process)"
     )
     parser.add_argument("--out", type=Path, help="results JSON (default: beside the db)")
@@ -175,7 +178,9 @@ def run(args: argparse.Namespace) -> int:
 
     else:
         executor = LocalGpuExecutor(
-            verify_jobs=args.verify_jobs, device_seconds=args.device_seconds
+            verify_jobs=args.verify_jobs,
+            device_seconds=args.device_seconds,
+            heat_seconds=args.heat_seconds,
         )
         families = families_for_arch(executor.arch)
 
