@@ -237,7 +237,7 @@ def sanitize_best(report: dict, libraries: dict[str, Path], jobs: int = 4) -> No
     log(f"sanitizing {len(names)} best configs")
     with ThreadPoolExecutor(jobs) as pool:
         verdicts = dict(
-            zip(names, pool.map(lambda n: sanitize(libraries[n], timeout=90), names), strict=True)
+            zip(names, pool.map(lambda n: sanitize(libraries[n], timeout=60), names), strict=True)
         )
     for name, verdict in verdicts.items():
         report["configs"][name]["sanitize"] = verdict.to_dict()

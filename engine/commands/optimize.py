@@ -317,7 +317,7 @@ def pretrain(policy: Policy, tables: list[Path], *, baseline: str, steps: int) -
 def sanitize_library(library: Path):
     from engine.sanitize import sanitize
 
-    return sanitize(library, timeout=120)
+    return sanitize(library, timeout=60)
 
 
 def print_finals(finals: dict, baseline: str) -> None:
