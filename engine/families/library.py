@@ -47,56 +47,42 @@ SM80_SPLITS = (1, 2, 4)
 
 
 def sm90_library(layout: Layout) -> list[Sm90Config]:
+    def config(tile, cluster, schedule, epilogue, **knobs) -> Sm90Config:
+        (tm, tn, tk), (cm, cn) = tile, cluster
+        return Sm90Config(
+            layout=layout,
+            tile_m=tm,
+            tile_n=tn,
+            tile_k=tk,
+            cluster_m=cm,
+            cluster_n=cn,
+            schedule=schedule,
+            epilogue=epilogue,
+            **knobs,
+        )
+
     configs: list[Sm90Config] = []
-    for (tm, tn, tk), (cm, cn), epilogue in itertools.product(
+    for tile, cluster, epilogue in itertools.product(
         SM90_COOP_TILES, SM90_CLUSTERS, SM90_EPILOGUES
     ):
         for scheduler, decomposition, splits in SM90_COOP_SCHEDULERS:
             configs.append(
-                Sm90Config(
-                    layout=layout,
-                    tile_m=tm,
-                    tile_n=tn,
-                    tile_k=tk,
-                    cluster_m=cm,
-                    cluster_n=cn,
-                    schedule="coop",
-                    epilogue=epilogue,
+                config(
+                    tile,
+                    cluster,
+                    "coop",
+                    epilogue,
                     scheduler=scheduler,
                     decomposition=decomposition,
                     splits=splits,
                 )
             )
-        if (tm, tn, tk) in SM90_SWIZZLED_TILES:
-            configs.append(
-                Sm90Config(
-                    layout=layout,
-                    tile_m=tm,
-                    tile_n=tn,
-                    tile_k=tk,
-                    cluster_m=cm,
-                    cluster_n=cn,
-                    schedule="coop",
-                    epilogue=epilogue,
-                    raster="n",
-                    swizzle=8,
-                )
-            )
-    for (tm, tn, tk), (cm, cn), epilogue in itertools.product(
+        if tile in SM90_SWIZZLED_TILES:
+            configs.append(config(tile, cluster, "coop", epilogue, raster="n", swizzle=8))
+    for tile, cluster, epilogue in itertools.product(
         SM90_PINGPONG_TILES, SM90_CLUSTERS, SM90_EPILOGUES
     ):
-        configs.append(
-            Sm90Config(
-                layout=layout,
-                tile_m=tm,
-                tile_n=tn,
-                tile_k=tk,
-                cluster_m=cm,
-                cluster_n=cn,
-                schedule="pingpong",
-                epilogue=epilogue,
-            )
-        )
+        configs.append(config(tile, cluster, "pingpong", epilogue))
     return [c for c in configs if c.is_valid()]
 
 
