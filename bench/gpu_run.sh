@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The one GPU script: install carried wheels, build, run the GPU tests and the benchmarks in a
 # single call on the lent H200, writing JSON and logs under $OUT.
-#   usage (on the device): bash bench/gpu_run.sh [tests|bench|all|families|campaign|library|library2]
+#   usage (on the device): bash bench/gpu_run.sh
+#     [tests|bench|clock|all|families|campaign|library|smoke|library2]
 #   [extra args]
 set -uo pipefail  # pipefail: a pipeline's status is its first failing command's
 stage=${1:-all}; shift || true
@@ -12,15 +13,17 @@ if ls .whl/*.whl >/dev/null 2>&1; then
   export PYTHONPATH=/tmp/site
 fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
-if [[ $stage == library* ]]; then
+if [[ $stage == library* || $stage == smoke ]]; then
   # inside the checkout (ignored): kept between calls while the lent machine stays warm
   export ENGINE_CACHE_DIR=$PWD/.cache/device
   mkdir -p "$ENGINE_CACHE_DIR/kernels"
+  carried_mark=$ENGINE_CACHE_DIR/carried.mark
   # kernels compiled on the CPU machine (bench/pack_kernels.sh), carried as .carry/
   for pack in .carry/kernels*.tar.xz; do
     [[ -f $pack ]] && tar -xJf "$pack" -C "$ENGINE_CACHE_DIR/kernels"
   done
   echo "kernel cache: $(ls "$ENGINE_CACHE_DIR/kernels"/*/ 2>/dev/null | grep -c .) entries"
+  touch "$carried_mark"
 fi
 export ENGINE_CACHE_DIR=${ENGINE_CACHE_DIR:-/tmp/gemmforge-cache} ENGINE_COMPILE_JOBS=16
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv
@@ -31,6 +34,9 @@ if [[ $stage == tests || $stage == all ]]; then
 fi
 if [[ $stage == bench || $stage == all ]]; then
   python3 bench/gpu_run.py --out "$OUT" "$@" 2>&1 | tee "$OUT/bench.log" | tail -80 || status=1
+fi
+if [[ $stage == clock || $stage == all ]]; then  # issue 3: device protocol vs bursts, clocks
+  python3 bench/clock_probe.py --out "$OUT" 2>&1 | tee "$OUT/clock_probe.log" | tail -30 || status=1
 fi
 if [[ $stage == campaign ]]; then  # issue 5's live campaign: 8 shapes x 64 candidates
   shapes=${CAMPAIGN_SHAPES:-256x256x256,1024x1024x1024,4096x4096x4096,8192x8192x8192,64x8192x16384,16384x128x8192,4096x16384x256,2048x8192x1024}
@@ -46,6 +52,28 @@ if [[ $stage == library ]]; then  # issue 4: the curated library, built, verifie
     --device-seconds 3 --deadline "${LIBRARY_DEADLINE:-500}" "$@" 2>&1 \
     | tee "$OUT/library.log" | tail -60 || status=1
   cp "$OUT/families.json" "$ENGINE_CACHE_DIR/library-run1.json"
+  # the kernels built here come back (carry them as .carry/ next time: no device time spent on
+  # compiling them again if this machine is given back)
+  (cd "$ENGINE_CACHE_DIR/kernels" && find . -name result.json -newer "$carried_mark" \
+    -exec grep -l '"ok": true' {} + | while read -r result; do
+      entry=$(dirname "$result")
+      for name in lib.so result.json kernel.cu build.log; do echo "$entry/$name"; done
+    done | tar -cf - --files-from=- | xz -6 -T16 > "$OUT/kernels-device.tar.xz")
+  echo "packed $(tar -tJf "$OUT/kernels-device.tar.xz" | grep -c 'lib.so$') device-built kernels"
+fi
+if [[ $stage == smoke ]]; then  # every library2 code path in a minute, before the long run
+  run1=$ENGINE_CACHE_DIR/library-run1.json
+  python3 -m engine optimize --shapes 1024x1024x1024 --layout nn --budget 8 --batch 8 \
+    --proposers rl,evolve --space library --verify-jobs 8 --device-seconds 1 --heat-seconds 0.3 \
+    --pretrain "$run1" --final-top 1 --final-device-seconds 1 --no-save-policy \
+    --db "$ENGINE_CACHE_DIR/smoke.sqlite" --out "$OUT/smoke-campaign.json" >"$OUT/smoke.log" 2>&1 \
+    || status=1
+  python3 -m engine.llm.tiny "$ENGINE_CACHE_DIR/tiny-llm" >/dev/null
+  python3 -m engine optimize --shapes 1024x1024x1024 --layout nn --budget 2 --batch 2 \
+    --proposers llm --llm-model "$ENGINE_CACHE_DIR/tiny-llm" --llm-device cuda \
+    --llm-max-tokens 64 --llm-turns 1 --final-top 0 --db "$ENGINE_CACHE_DIR/smoke-llm.sqlite" \
+    --out "$OUT/smoke-llm.json" >>"$OUT/smoke.log" 2>&1 || status=1
+  tail -25 "$OUT/smoke.log"
 fi
 if [[ $stage == library2 ]]; then  # a live campaign, an LLM campaign, the rest of the sweep
   run1=$ENGINE_CACHE_DIR/library-run1.json
