@@ -96,6 +96,12 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--per-layout", type=int, default=12, help="configs per family × layout")
     parser.add_argument("--library", action="store_true", help="the curated library configs")
+    parser.add_argument(
+        "--library-limit",
+        action="append",
+        metavar="FAMILY:LAYOUT=N",
+        help="with --library: only N configs of that family and layout, spread over its library",
+    )
     parser.add_argument("--families", default="sm90,sm80")
     parser.add_argument("--layouts", default="nn,tn", help="layouts to build and verify")
     parser.add_argument("--verify-jobs", type=int, default=6)
@@ -139,10 +145,20 @@ def choose_configs(args: argparse.Namespace) -> list:
         family = FAMILIES[name]
         for layout in (Layout.parse(x) for x in args.layouts.split(",")):
             if args.library:
-                configs += library(name, layout)
+                configs += library(name, layout, library_limits(args).get((name, layout.value)))
             else:
                 configs += family.sample(args.per_layout, layout=layout, seed=args.seed)
     return configs
+
+
+def library_limits(args: argparse.Namespace) -> dict[tuple[str, str], int]:
+    """``["sm90:tn=72"]`` → {("sm90", "tn"): 72}."""
+    limits = {}
+    for spec in args.library_limit or ():
+        key, _, count = spec.partition("=")
+        family, _, layout = key.partition(":")
+        limits[(family, layout)] = int(count)
+    return limits
 
 
 def timing_plan(specs: list[str]) -> list[tuple[str, Layout]]:

@@ -19,14 +19,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "prebuild", help="compile N sampled variants of a kernel family into the cache"
     )
     parser.add_argument("--family", required=True, choices=sorted(FAMILIES))
-    parser.add_argument("--limit", type=int, default=8, help="number of variants (default 8)")
+    parser.add_argument("--limit", type=int, help="number of variants (default 8; --library: all)")
     parser.add_argument("--layout", default="tn", choices=[x.value for x in Layout])
     parser.add_argument("--shape", help="only variants valid for this MxNxK problem")
     parser.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
     parser.add_argument(
         "--library",
         action="store_true",
-        help="the family's curated library (engine/families/library.py) instead of a sample",
+        help="the family's curated library (engine/families/library.py) instead of a sample; "
+        "with --limit, that many of it, spread over the library",
     )
     parser.add_argument(
         "--arch", help="build only the SASS this GPU runs, e.g. sm_90 (default: every family arch)"
@@ -45,9 +46,9 @@ def run(args: argparse.Namespace) -> int:
         except ProblemError as exc:
             raise SystemExit(f"error: {exc}") from None
     if args.library:
-        configs = [c for c in library(family.FAMILY, layout) if c.is_valid(problem)]
+        configs = [c for c in library(family.FAMILY, layout, args.limit) if c.is_valid(problem)]
     else:
-        configs = family.sample(args.limit, problem, layout=layout, seed=args.seed)
+        configs = family.sample(args.limit or 8, problem, layout=layout, seed=args.seed)
     archs = family.archs_for(args.arch)
     config = load_config()
     jobs = args.jobs or config.compile_jobs

@@ -109,11 +109,18 @@ def sm80_library(layout: Layout) -> list[Sm80Config]:
 LIBRARIES = {"sm90": sm90_library, "sm80": sm80_library}
 
 
-def library(family: str, layout: Layout) -> list[KernelConfig]:
-    """The curated configs of ``family`` for ``layout`` (KeyError for an unknown family)."""
+def library(family: str, layout: Layout, limit: int | None = None) -> list[KernelConfig]:
+    """The curated configs of ``family`` for ``layout`` (KeyError for an unknown family).
+
+    ``limit`` keeps that many, spread evenly over the library's order (so a subset still covers
+    tiles, clusters and schedules); the same limit always gives the same configs.
+    """
     try:
         make = LIBRARIES[family]
     except KeyError:
         known = sorted(LIBRARIES)
         raise KeyError(f"no library for family {family!r}: expected one of {known}") from None
-    return list(make(layout))
+    configs = list(make(layout))
+    if limit is None or limit >= len(configs):
+        return configs
+    return [configs[i * len(configs) // limit] for i in range(max(0, limit))]

@@ -43,3 +43,13 @@ def test_sm80_builds_only_the_target_gpus_sass():
     assert Sm80Config.archs_for("sm_90a") == ("sm_90",)
     assert Sm80Config.archs_for("sm_89") == ("sm_80",)
     assert Sm90Config.archs_for("sm_90") == ("sm_90a",)
+
+
+def test_a_limited_library_is_a_stable_spread_subset():
+    full = library("sm90", Layout.TN)
+    subset = library("sm90", Layout.TN, 72)
+    assert len(subset) == 72
+    assert subset == library("sm90", Layout.TN, 72)
+    assert {c.name for c in subset} <= {c.name for c in full}
+    assert {c.schedule for c in subset} == {"coop", "pingpong"}
+    assert library("sm80", Layout.NN, 10_000) == library("sm80", Layout.NN)
