@@ -53,6 +53,8 @@ def run_batch(
     execution_log: Path | None = None,
     delay_s: float = 0.0,
     parent: int | None = None,
+    verify_jobs: int = 1,
+    device_seconds: float = 20.0,
 ) -> list[dict]:
     from engine.campaign.executor import (
         CompiledCandidate,
@@ -77,13 +79,14 @@ def run_batch(
         from engine.campaign.executor import STATUS_COMPILE_ERROR, Outcome
         from engine.campaign.loop import compile_configs
 
-        built = compile_configs(configs)  # the compile cache: built by the compile step already
+        executor = LocalGpuExecutor(verify_jobs=verify_jobs, device_seconds=device_seconds)
+        # the compile cache: built by the compile step already, for this arch
+        built = compile_configs(configs, target_arch=executor.arch)
         ready = [
             CompiledCandidate(c.name, c, r.library)
             for c, r in zip(configs, built, strict=True)
             if r.ok and r.library is not None
         ]
-        executor = LocalGpuExecutor()
         by_name = {o.name: o for o in executor.execute(problem, ready)} if ready else {}
         outcomes = [
             by_name.get(c.name) or Outcome(c.name, STATUS_COMPILE_ERROR, "nvcc", r.error or "")
@@ -103,6 +106,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--execution-log", type=Path)
     parser.add_argument("--delay-ms", type=int, default=0, help="replay: simulated GPU time")
     parser.add_argument("--parent-pid", type=int, help="exit when this process is gone")
+    parser.add_argument("--verify-jobs", type=int, default=1, help="local: verifications at once")
+    parser.add_argument("--device-seconds", type=float, default=20.0, help="local: timing cap")
     args = parser.parse_args(argv)
     parent = args.parent_pid if args.parent_pid is not None else os.getppid()
     watch_parent(parent)
@@ -114,6 +119,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         execution_log=args.execution_log,
         delay_s=args.delay_ms / 1000,
         parent=parent,
+        verify_jobs=args.verify_jobs,
+        device_seconds=args.device_seconds,
     )
     args.out.write_text(json.dumps(outcomes))
     return 0

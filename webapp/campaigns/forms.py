@@ -17,7 +17,7 @@ from webapp.campaigns.launch import (
     estimated_gpu_seconds,
     preset_shapes,
 )
-from webapp.campaigns.models import BaselineResult, Candidate, Layout, gpu_pools
+from webapp.campaigns.models import BaselineResult, Campaign, Candidate, Layout, gpu_pools
 
 MAX_SHAPES = 1024  # the CUDA-L2 grid (1000) fits
 MAX_SHOWN_CHARS = 40  # a pasted essay is quoted back shortened
@@ -144,6 +144,14 @@ class CampaignForm(forms.Form):
         "steps; empty: each shape's own arch (sm90).",
     )
 
+    search_space = forms.ChoiceField(
+        choices=Campaign.SearchSpace.choices,
+        required=False,
+        initial=Campaign.SearchSpace.FULL,
+        help_text="Library: a few hundred configs chosen from what CUTLASS and cuBLAS ship, "
+        "quick to build (and prebuilt where kernels were carried); full: every valid config.",
+    )
+
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         pools = gpu_pools()
@@ -155,6 +163,9 @@ class CampaignForm(forms.Form):
 
     def clean_gpu_pool(self) -> str:
         return self.cleaned_data.get("gpu_pool") or ""
+
+    def clean_search_space(self) -> str:
+        return self.cleaned_data.get("search_space") or Campaign.SearchSpace.FULL
 
     def clean_shapes(self) -> list[tuple[int, int, int]]:
         found: list[tuple[int, int, int]] = []

@@ -23,6 +23,12 @@ class Campaign(models.Model):
         FAILED = "failed", "Failed"
         CANCELLED = "cancelled", "Cancelled"
 
+    class SearchSpace(models.TextChoices):
+        """engine.campaign.space.SearchSpace.full and .library."""
+
+        FULL = "full", "Full: every valid config of the GPU's families"
+        LIBRARY = "library", "Library: the curated, prebuildable configs"
+
     name = models.CharField(max_length=200)
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="campaigns"
@@ -48,6 +54,13 @@ class Campaign(models.Model):
         default="",
         help_text="GPU architecture queue its GPU steps go to (e.g. sm90 → gpu.sm90); "
         "empty: each shape's own arch.",
+    )
+    search_space = models.CharField(
+        max_length=16,
+        choices=SearchSpace.choices,
+        default=SearchSpace.FULL,
+        help_text="The configs its proposers choose from (the replay executor always uses the "
+        "recorded table's).",
     )
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)

@@ -73,7 +73,8 @@ def replay_table(spec: str) -> Any:
     return ReplayTable.load([spec[len("replay:") :]])
 
 
-def search_space(problem: Problem) -> Any:
+def search_space(problem: Problem, kind: str = Campaign.SearchSpace.FULL) -> Any:
+    """The campaign's space (``kind``: full or library); replay: the recorded table's configs."""
     from engine.campaign.space import SearchSpace, families_for_arch
 
     engine_problem = problem.as_engine()
@@ -81,7 +82,10 @@ def search_space(problem: Problem) -> Any:
     if spec.startswith("replay:"):
         table = replay_table(spec)
         return SearchSpace.from_configs(engine_problem, table.configs_for(engine_problem))
-    return SearchSpace.full(engine_problem, families=families_for_arch(problem.arch))
+    families = families_for_arch(problem.arch)
+    if kind == Campaign.SearchSpace.LIBRARY:
+        return SearchSpace.library(engine_problem, families=families)
+    return SearchSpace.full(engine_problem, families=families)
 
 
 def proposer_mix(campaign: Campaign) -> dict[str, float]:
@@ -107,7 +111,7 @@ def compile_step(*, item_id: int, token: str) -> dict[str, Any]:
     storage = DjangoStorage(campaign)
     engine_problem = problem.as_engine()
     history = storage.candidates(campaign.name, engine_problem.key)
-    space = search_space(problem)
+    space = search_space(problem, campaign.search_space)
     tried = set(Candidate.objects.filter(problem=problem).values_list("name", flat=True))
     room = campaign.budget_per_shape - len(history)
     if room <= 0 or len(tried & space.by_name.keys()) >= len(space):
@@ -134,7 +138,7 @@ def compile_step(*, item_id: int, token: str) -> dict[str, Any]:
     if not batch:
         return _finish_problem(item, token, "exhausted")
     crash_hook("compile")
-    failures = compile_batch([p.config for p in batch])
+    failures = compile_batch([p.config for p in batch], arch=problem.arch)
     with transaction.atomic():
         item = work_item_hold(item_id=item_id, token=token)
         parents = {
@@ -193,18 +197,21 @@ def compile_step(*, item_id: int, token: str) -> dict[str, Any]:
     return result
 
 
-def compile_batch(configs: list[Any]) -> dict[str, dict[str, str]]:
+def compile_batch(configs: list[Any], *, arch: str | None = None) -> dict[str, dict[str, str]]:
     """Compile failures by name (status, reason, message); an empty dict when all built.
 
-    With the local executor the configs are compiled with nvcc into the engine's compile cache
-    (the GPU step, on this host, finds them there). GEMMFORGE_COMPILE_HOOK, when set, runs as
-    well, once per step, under COMPILE_STEP_TIMEOUT: a hook that hangs times the batch out.
+    With the local executor the configs are compiled with nvcc for ``arch`` (the problem's, so
+    the cache keys match the GPU step's and kernels prebuilt for that GPU) into the engine's
+    compile cache (the GPU step, on this host, finds them there). GEMMFORGE_COMPILE_HOOK, when
+    set, runs as well, once per step, under COMPILE_STEP_TIMEOUT: a hook that hangs times the
+    batch out.
     """
     failures: dict[str, dict[str, str]] = {}
     if executor_spec() == "local":
         from engine.campaign.loop import compile_configs
 
-        for config, result in zip(configs, compile_configs(configs), strict=True):
+        built = compile_configs(configs, target_arch=arch)
+        for config, result in zip(configs, built, strict=True):
             if not (result.ok and result.library is not None):
                 status = "timeout" if result.timed_out else "compile_error"
                 reason = "nvcc_timeout" if result.timed_out else "nvcc"
@@ -307,6 +314,9 @@ def run_gpu_child(problem_key: str, rows: list[Candidate]) -> list[dict[str, Any
         argv = [sys.executable, "-m", "engine.gpu_step", "--executor", spec,
                 "--problem", problem_key, "--batch", str(batch), "--out", str(out),
                 "--parent-pid", str(os.getpid())]  # fmt: skip
+        if spec == "local":
+            argv += ["--verify-jobs", str(settings.GEMMFORGE_VERIFY_JOBS),
+                     "--device-seconds", str(settings.GEMMFORGE_DEVICE_SECONDS)]  # fmt: skip
         if spec.startswith("replay:"):
             if settings.GEMMFORGE_EXECUTION_LOG:
                 argv += ["--execution-log", settings.GEMMFORGE_EXECUTION_LOG]

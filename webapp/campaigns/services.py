@@ -22,6 +22,7 @@ def campaign_create(
     proposer_mix: dict[str, float] | None = None,
     reward_protocol: str = "device",
     gpu_pool: str = "",
+    search_space: str = Campaign.SearchSpace.FULL,
 ) -> Campaign:
     """A queued campaign with one queued Problem per distinct shape.
 
@@ -36,6 +37,7 @@ def campaign_create(
         proposer_mix=proposer_mix or {},
         reward_protocol=reward_protocol,
         gpu_pool=gpu_pool,
+        search_space=Campaign.SearchSpace(search_space),
     )
     distinct = dict.fromkeys(problems)
     Problem.objects.bulk_create(
