@@ -33,7 +33,7 @@ from typing import Any
 
 from filelock import FileLock
 
-from engine import abi, toolchain
+from engine import abi, sandbox, toolchain
 from engine.config import EngineConfig
 from engine.config import load as load_config
 
@@ -60,6 +60,7 @@ BASE_FLAGS: tuple[str, ...] = (
 
 _ARCH_RE = re.compile(r"^sm_([0-9]{2,3})(a?)$")
 _NVCC_VERSION_RE = re.compile(r"release [0-9.]+, V([0-9.]+)")
+_OUT_OF_MEMORY_RE = re.compile(r"out of memory|memory allocation fail|bad_alloc", re.IGNORECASE)
 
 
 class CompileSetupError(RuntimeError):
@@ -109,6 +110,7 @@ class CompileResult:
     timed_out: bool = False
     key: str = ""  # cache key (the entry folder's name)
     entry: Path | None = field(default=None, compare=False)  # the cache entry folder
+    sandbox: str = ""  # what nvcc ran under (engine.sandbox.Applied.describe)
 
     @property
     def spills(self) -> bool:
@@ -133,6 +135,7 @@ class CompileResult:
             "error": self.error,
             "timed_out": self.timed_out,
             "key": self.key,
+            "sandbox": self.sandbox,
         }
 
     @classmethod
@@ -152,6 +155,7 @@ class CompileResult:
             timed_out=bool(data.get("timed_out", False)),
             key=data.get("key", entry.name),
             entry=entry,
+            sandbox=data.get("sandbox", ""),
         )
 
 
@@ -431,13 +435,20 @@ def _build(
             nvcc=config.nvcc,
         )
         started = time.monotonic()
-        proc = toolchain.run(argv, timeout=timeout, cwd=work)
+        with tempfile.TemporaryDirectory(prefix="gemmforge-nvcc-") as home:
+            env = sandbox.candidate_env(Path(home), cache_dir=config.cache_dir)
+            policy = sandbox.nvcc_policy(config)
+            proc = toolchain.run(argv, timeout=timeout, cwd=work, env=env, policy=policy)
         seconds = time.monotonic() - started
         log = "\n".join(part for part in (proc.stdout, proc.stderr) if part)
         (work / LOG_NAME).write_text(log)
         ok = proc.ok and (work / LIBRARY_NAME).is_file()
+        # a build stopped by a limit says nothing final about the source: never cached
+        stopped = proc.timed_out or proc.killed_for is not None or _out_of_memory(log)
         if proc.timed_out:
             error: str | None = f"nvcc timed out after {timeout:g} s"
+        elif not ok and stopped:
+            error = f"{first_error(log)} (under the sandbox's {policy.limits.describe()})"
         elif not ok:
             error = first_error(log)
         else:
@@ -456,8 +467,9 @@ def _build(
             timed_out=proc.timed_out,
             key=key,
             entry=entry,
+            sandbox=proc.sandbox.describe() if proc.sandbox else "",
         )
-        if proc.timed_out:
+        if stopped and not ok:
             return CompileResult(**{**_fields(result), "library": None, "entry": None})
         if not ok:
             (work / LIBRARY_NAME).unlink(missing_ok=True)
@@ -469,6 +481,11 @@ def _build(
     finally:
         if work.exists():
             shutil.rmtree(work, ignore_errors=True)
+
+
+def _out_of_memory(log: str) -> bool:
+    """How cicc, ptxas and the host compiler report an allocation refused under RLIMIT_AS."""
+    return _OUT_OF_MEMORY_RE.search(log) is not None
 
 
 def _fields(result: CompileResult) -> dict[str, Any]:

@@ -22,6 +22,13 @@ def _env_int(name: str, default: int) -> int:
         raise ValueError(f"{name} must be a whole number, got {value!r}") from None
 
 
+def _env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
+    value = os.environ.get(name) or default
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(choices)}, got {value!r}")
+    return value
+
+
 def default_cache_dir() -> Path:
     xdg = os.environ.get("XDG_CACHE_HOME")
     return Path(xdg) / "gemmforge" if xdg else Path.home() / ".cache" / "gemmforge"
@@ -35,6 +42,17 @@ class EngineConfig:
     nvcc: str = field(default_factory=lambda: os.environ.get("ENGINE_NVCC", "nvcc"))
     compile_jobs: int = field(
         default_factory=lambda: _env_int("ENGINE_COMPILE_JOBS", max(1, os.cpu_count() or 1))
+    )
+    # The candidate sandbox (engine.sandbox): limits for nvcc and for the GPU children that load
+    # candidates, and whether they get a network namespace of their own where the OS allows.
+    nvcc_memory_gb: int = field(default_factory=lambda: _env_int("ENGINE_NVCC_MEMORY_GB", 16))
+    nvcc_cpu_seconds: int = field(default_factory=lambda: _env_int("ENGINE_NVCC_CPU_SECONDS", 600))
+    child_memory_gb: int = field(default_factory=lambda: _env_int("ENGINE_CHILD_MEMORY_GB", 32))
+    child_file_size_mb: int = field(
+        default_factory=lambda: _env_int("ENGINE_CHILD_FILE_SIZE_MB", 512)
+    )
+    sandbox_network: str = field(
+        default_factory=lambda: _env_choice("ENGINE_SANDBOX_NETWORK", "auto", ("auto", "off"))
     )
 
     @property

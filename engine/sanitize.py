@@ -16,13 +16,14 @@ import hashlib
 import os
 import re
 import shutil
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from filelock import FileLock
 
-from engine import abi, toolchain
+from engine import abi, sandbox, toolchain
 from engine.compile import nvcc_version
 from engine.config import EngineConfig
 from engine.config import load as load_config
@@ -52,6 +53,7 @@ class ToolReport:
     seconds: float
     timed_out: bool = False
     output_tail: str = ""
+    killed_for: str | None = None  # toolchain.ProcessResult.killed_for
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -62,13 +64,14 @@ class ToolReport:
             "seconds": self.seconds,
             "timed_out": self.timed_out,
             "output_tail": self.output_tail,
+            "killed_for": self.killed_for,
         }
 
 
 @dataclass(frozen=True)
 class SanitizeResult:
     ok: bool
-    reason: str  # "ok", or the first failing tool, or "timeout" / "call_failed"
+    reason: str  # "ok", or the first failing tool, or "timeout" / "memory" / "call_failed"
     message: str
     problem: str
     reports: tuple[ToolReport, ...] = field(default=())
@@ -169,7 +172,9 @@ def run_tool(
         str(problem.k),
         problem.layout.value,
     ]
-    result = toolchain.run(argv, timeout=timeout)
+    with tempfile.TemporaryDirectory(prefix="gemmforge-sanitize-") as home:
+        env = sandbox.candidate_env(Path(home))
+        result = toolchain.run(argv, timeout=timeout, env=env, policy=sandbox.gpu_policy())
     output = result.stdout + result.stderr
     errors = parse_errors(tool, output)
     ok = not result.timed_out and result.returncode == 0 and errors == 0
@@ -181,6 +186,7 @@ def run_tool(
         seconds=result.seconds,
         timed_out=result.timed_out,
         output_tail=output[-3000:],
+        killed_for=result.killed_for,
     )
 
 
@@ -213,6 +219,8 @@ def failure_of(report: ToolReport) -> tuple[str, str]:
     """(reason, message) for a failing tool report."""
     if report.timed_out:
         return "timeout", f"{report.tool} did not finish"
+    if report.killed_for == "memory":
+        return "memory", f"{report.tool} went over the host memory limit"
     if report.errors:
         return report.tool, f"{report.tool} found {report.errors} error(s)"
     if report.exit_code == 3:

@@ -1,7 +1,9 @@
 """One wrapper for every subprocess the engine starts (nvcc, the verifier, benchmark children).
 
 Each child runs in its own process group so that a timeout kills it and everything it started;
-output is captured and truncated, and the command is kept (shell-quoted) for the UI.
+output is captured and truncated, and the command is kept (shell-quoted) for the UI. Children
+that build or load candidate code also get a sandbox policy (engine.sandbox): limits and a network
+namespace set up before exec, and a watchdog here on the group's resident memory.
 """
 
 from __future__ import annotations
@@ -12,12 +14,18 @@ import shlex
 import signal
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from enum import IntEnum
 from pathlib import Path
 
+from engine import sandbox
+from engine.sandbox import Applied, Policy
+
 OUTPUT_LIMIT = 64 * 1024
+MEMORY_POLL_SECONDS = 0.5
+# a child that dies of these signals was stopped by one of its sandbox limits
+LIMIT_SIGNALS = {signal.SIGXCPU: "cpu_time", signal.SIGXFSZ: "file_size"}
 
 
 class Timeout(IntEnum):
@@ -32,15 +40,19 @@ class Timeout(IntEnum):
 @dataclass(frozen=True, slots=True)
 class ProcessResult:
     command: str
-    returncode: int | None  # None when killed on timeout
+    returncode: int | None  # None when killed here (on timeout or over its memory)
     stdout: str
     stderr: str
     seconds: float
     timed_out: bool
+    # why the child was stopped: "timeout" or "memory" (killed here, returncode None), or
+    # "cpu_time" / "file_size" (its own rlimit's signal); None when it ended by itself
+    killed_for: str | None = None
+    sandbox: Applied | None = None  # None: run without a sandbox policy
 
     @property
     def ok(self) -> bool:
-        return self.returncode == 0 and not self.timed_out
+        return self.returncode == 0 and not self.timed_out and self.killed_for is None
 
 
 def run(
@@ -50,11 +62,86 @@ def run(
     cwd: Path | None = None,
     env: Mapping[str, str] | None = None,
     stdin: str | None = None,
+    policy: Policy | None = None,
 ) -> ProcessResult:
-    """Run ``argv``; never raises for the child's failure or timeout (that is in the result)."""
+    """Run ``argv``; never raises for the child's failure or timeout (that is in the result).
+
+    With ``policy``, the child runs under it (engine.sandbox) and the result says what was
+    applied; a child over its resident-memory limit is killed like one over its time."""
     args = [os.fspath(a) for a in argv]
     started = time.monotonic()
-    proc = subprocess.Popen(
+    proc, applied = _start(args, cwd=cwd, env=env, stdin=stdin, policy=policy)
+    resident_limit = policy.limits.resident_bytes if policy is not None else None
+    out, err, killed_for = _wait(proc, stdin, started + timeout, resident_limit)
+    if killed_for is None and proc.returncode is not None and proc.returncode < 0:
+        killed_for = LIMIT_SIGNALS.get(-proc.returncode)
+    killed_here = killed_for in ("timeout", "memory")
+    return ProcessResult(
+        command=shlex.join(args),
+        returncode=None if killed_here else proc.returncode,
+        stdout=truncate(out),
+        stderr=truncate(err),
+        seconds=time.monotonic() - started,
+        timed_out=killed_for == "timeout",
+        killed_for=killed_for,
+        sandbox=applied,
+    )
+
+
+def _start(
+    args: list[str],
+    *,
+    cwd: Path | None,
+    env: Mapping[str, str] | None,
+    stdin: str | None,
+    policy: Policy | None,
+) -> tuple[subprocess.Popen[str], Applied | None]:
+    if policy is None:
+        return _popen(args, cwd=cwd, env=env, stdin=stdin, preexec_fn=None), None
+    return _start_sandboxed(args, cwd=cwd, env=env, stdin=stdin, policy=policy)
+
+
+def _start_sandboxed(
+    args: list[str],
+    *,
+    cwd: Path | None,
+    env: Mapping[str, str] | None,
+    stdin: str | None,
+    policy: Policy,
+) -> tuple[subprocess.Popen[str], Applied]:
+    read_fd, write_fd = os.pipe()
+    try:
+        proc = _popen(
+            args, cwd=cwd, env=env, stdin=stdin, preexec_fn=sandbox.child_setup(policy, write_fd)
+        )
+    except subprocess.SubprocessError:
+        os.close(read_fd)
+        if policy.network == sandbox.NETWORK_OFF:
+            raise
+        # the child raised before exec: it entered a user namespace but could not map its ids
+        # (engine.sandbox); a missing network namespace must never fail a run
+        without_network = replace(policy, network=sandbox.NETWORK_OFF)
+        proc, applied = _start_sandboxed(
+            args, cwd=cwd, env=env, stdin=stdin, policy=without_network
+        )
+        return proc, replace(applied, network="unavailable: user namespace setup failed")
+    except BaseException:
+        os.close(read_fd)
+        raise
+    finally:
+        os.close(write_fd)
+    return proc, sandbox.read_report(policy, read_fd)
+
+
+def _popen(
+    args: list[str],
+    *,
+    cwd: Path | None,
+    env: Mapping[str, str] | None,
+    stdin: str | None,
+    preexec_fn: Callable[[], None] | None,
+) -> subprocess.Popen[str]:
+    return subprocess.Popen(
         args,
         cwd=cwd,
         env=dict(env) if env is not None else None,
@@ -64,22 +151,33 @@ def run(
         text=True,
         errors="replace",
         start_new_session=True,
+        preexec_fn=preexec_fn,
     )
-    timed_out = False
-    try:
-        out, err = proc.communicate(stdin, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        kill_group(proc)
+
+
+def _wait(
+    proc: subprocess.Popen[str], stdin: str | None, deadline: float, resident_limit: int | None
+) -> tuple[str, str, str | None]:
+    """The child's output and why it was killed (None: it ended by itself)."""
+    pending_input = stdin
+    while True:
+        remaining = max(0.0, deadline - time.monotonic())
+        wait = remaining if resident_limit is None else min(remaining, MEMORY_POLL_SECONDS)
+        try:
+            out, err = proc.communicate(pending_input, timeout=wait)
+            return out, err, None
+        except subprocess.TimeoutExpired:
+            pending_input = None  # communicate() keeps sending what it was given first
+        if time.monotonic() >= deadline:
+            killed_for = "timeout"
+        elif resident_limit is not None and sandbox.group_resident_bytes(proc.pid) > resident_limit:
+            killed_for = "memory"
+        else:
+            continue
+        # no grace period for a child over its memory: it may still be allocating
+        kill_group(proc, grace=0.0 if killed_for == "memory" else 2.0)
         out, err = proc.communicate()
-    return ProcessResult(
-        command=shlex.join(args),
-        returncode=None if timed_out else proc.returncode,
-        stdout=truncate(out),
-        stderr=truncate(err),
-        seconds=time.monotonic() - started,
-        timed_out=timed_out,
-    )
+        return out, err, killed_for
 
 
 def kill_group(proc: subprocess.Popen[str], grace: float = 2.0) -> None:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine import toolchain
+from engine import sandbox, toolchain
 from engine.problem import Problem
 
 REASONS = {
@@ -26,6 +26,7 @@ REASONS = {
     "runtime_error": "a CUDA fault during the call (illegal address, trap, misaligned access)",
     "crash": "the verifier process died without a verdict",
     "timeout": "did not finish in time (hang or far too slow)",
+    "memory": "went over the verifier's host memory limit",
     "unwritten": "left elements of C unwritten or not finite",
     "wrong": "wrong values",
     "precision": "error beyond fp32 accumulation (e.g. fp16 accumulation)",
@@ -84,7 +85,7 @@ def verify(
             "layout": problem.layout.value,
         }
         spec_path.write_text(json.dumps(spec))
-        env = dict(os.environ)
+        env = sandbox.candidate_env(sandbox.private_home(Path(workdir)))
         env["GEMMFORGE_SEED"] = str(seed if seed is not None else secrets.randbits(63))
         env["PYTHONPATH"] = os.pathsep.join(
             p for p in (str(Path(__file__).resolve().parent.parent), env.get("PYTHONPATH")) if p
@@ -94,6 +95,7 @@ def verify(
             timeout=timeout,
             cwd=Path(workdir),
             env=env,
+            policy=sandbox.gpu_policy(),
         )
         return interpret(result, verdict_path, timeout)
 
@@ -106,6 +108,15 @@ def interpret(result: toolchain.ProcessResult, verdict_path: Path, timeout: floa
             False,
             "timeout",
             f"no verdict within {timeout:.0f} s",
+            seconds=result.seconds,
+            stderr_tail=tail,
+        )
+    if result.killed_for == "memory":
+        limit = result.sandbox.limits.describe() if result.sandbox else "its limits"
+        return VerifyResult(
+            False,
+            "memory",
+            f"killed over its host memory limit ({limit})",
             seconds=result.seconds,
             stderr_tail=tail,
         )

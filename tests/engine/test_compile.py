@@ -140,6 +140,44 @@ def test_a_compile_result_round_trips_through_json(tmp_path):
     assert loaded == comp.CompileResult(**{**comp._fields(result), "cached": True})
 
 
+def test_nvcc_builds_get_the_candidate_environment_and_limits(tmp_path, monkeypatch):
+    """A stand-in nvcc that prints its environment and limits instead of building."""
+    monkeypatch.setenv("SECRET_KEY", "django-secret")
+    monkeypatch.setenv("GEMMFORGE_LLM_API_KEY", "sk-test")
+    fake = tmp_path / "fake-nvcc"
+    fake.write_text(
+        "#!/bin/sh\n"
+        'if [ "$1" = --version ]; then echo "Cuda compilation tools, release 13.0, V13.0.88";'
+        " exit 0; fi\n"
+        'env; echo "as=$(ulimit -v) core=$(ulimit -c)"; exit 1\n'
+    )
+    fake.chmod(0o755)
+    config = EngineConfig(cache_dir=tmp_path / "cache", nvcc=str(fake), nvcc_memory_gb=4)
+    result = comp.compile_source(TINY, archs=("sm_80",), config=config)
+    assert not result.ok
+    assert "SECRET_KEY" not in result.log
+    assert "GEMMFORGE_LLM_API_KEY" not in result.log
+    assert f"as={4 << 20} core=0" in result.log  # ulimit -v counts KiB
+    assert "address space 4 GiB" in result.sandbox
+
+
+def test_a_build_out_of_memory_under_its_limit_is_not_cached(tmp_path):
+    fake = tmp_path / "fake-nvcc"
+    fake.write_text(
+        "#!/bin/sh\n"
+        'if [ "$1" = --version ]; then echo "Cuda compilation tools, release 13.0, V13.0.88";'
+        " exit 0; fi\n"
+        'echo "kernel.cu(3): catastrophic error: out of memory" >&2; exit 1\n'
+    )
+    fake.chmod(0o755)
+    config = EngineConfig(cache_dir=tmp_path / "cache", nvcc=str(fake), nvcc_memory_gb=4)
+    result = comp.compile_source(TINY, archs=("sm_80",), config=config)
+    assert not result.ok
+    assert "out of memory" in result.error
+    assert "address space 4 GiB" in result.error
+    assert comp.try_load(result.key, config) is None
+
+
 # ---- nvcc ----------------------------------------------------------------------------------
 
 
@@ -156,6 +194,8 @@ def test_a_second_compile_is_a_cache_hit(engine_config: EngineConfig):
     assert second.cached
     assert second.library == first.library
     assert second.resources == first.resources
+    assert "address space 16 GiB" in first.sandbox
+    assert second.sandbox == first.sandbox
     entry = first.library.parent
     assert {p.name for p in entry.iterdir()} == {"kernel.cu", "lib.so", "result.json", "build.log"}
     assert entry.parent.name == first.key[:2]

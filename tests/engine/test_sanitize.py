@@ -36,6 +36,25 @@ def test_each_failure_has_its_own_reason():
     assert sanitize.failure_of(report(timed_out=True, errors=None))[0] == "timeout"
     assert sanitize.failure_of(report(exit_code=3))[0] == "call_failed"
     assert sanitize.failure_of(report(errors=None, exit_code=2))[0] == "setup"
+    assert sanitize.failure_of(report(errors=None, killed_for="memory"))[0] == "memory"
+
+
+def test_the_sanitizer_child_gets_the_candidate_environment(tmp_path, monkeypatch):
+    """A stand-in compute-sanitizer that prints its environment and a clean summary."""
+    monkeypatch.setenv("SECRET_KEY", "django-secret")
+    monkeypatch.setenv("REDIS_URL", "redis://:password@redis:6379/0")
+    fake = tmp_path / "compute-sanitizer"
+    fake.write_text("#!/bin/sh\nenv\necho '========= ERROR SUMMARY: 0 errors'\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("ENGINE_COMPUTE_SANITIZER", str(fake))
+    harness, library = tmp_path / "harness", tmp_path / "lib.so"
+    tool = sanitize.run_tool("memcheck", harness, library, Problem(8, 8, 8))
+    assert tool.ok, tool.output_tail
+    assert "SECRET_KEY" not in tool.output_tail
+    assert "REDIS_URL" not in tool.output_tail
+    assert "HOME=" in tool.output_tail
+    assert tool.killed_for is None
+    assert "killed_for" in tool.to_dict()
 
 
 def test_it_rejects_unknown_tools(tmp_path):

@@ -4,12 +4,17 @@ that every reason a fixture kernel expects is a known reason."""
 from __future__ import annotations
 
 import json
+import os
+import sys
+from pathlib import Path
 
 import pytest
 
-from engine import fixtures
+from engine import fixtures, sandbox
+from engine import verify as verify_module
+from engine.problem import Problem
 from engine.toolchain import ProcessResult
-from engine.verify import REASONS, VerifyResult, interpret
+from engine.verify import REASONS, VerifyResult, interpret, verify
 
 
 def process(
@@ -127,12 +132,55 @@ def test_a_result_serialises_every_field(tmp_path):
     json.dumps(result.to_dict())
 
 
+def test_a_child_killed_over_its_memory_limit_is_rejected_for_memory(tmp_path):
+    killed = ProcessResult(
+        command="python -m engine.verify_child spec.json verdict.json",
+        returncode=None,
+        stdout="",
+        stderr="allocating",
+        seconds=2.0,
+        timed_out=False,
+        killed_for="memory",
+        sandbox=sandbox.Applied(sandbox.Limits(resident_bytes=32 << 30), sandbox.ISOLATED),
+    )
+    result = interpret(killed, tmp_path / "verdict.json", 180)
+    assert (result.ok, result.reason) == (False, "memory")
+    assert "32 GiB" in result.message
+    assert result.stderr_tail == "allocating"
+
+
+def test_the_verifier_child_gets_the_candidate_environment(tmp_path, monkeypatch):
+    """A stand-in for python that reports the environment it was given as its verdict."""
+    monkeypatch.setenv("SECRET_KEY", "django-secret")
+    monkeypatch.setenv("DATABASE_URL", "postgres://user:password@db/gemmforge")
+    fake_python = tmp_path / "python"
+    fake_python.write_text(
+        f"#!{sys.executable}\n"
+        "import json, os, sys\n"
+        "verdict = {'ok': True, 'reason': 'ok', 'message': json.dumps(dict(os.environ))}\n"
+        "open(sys.argv[4], 'w').write(json.dumps(verdict))\n"
+    )
+    fake_python.chmod(0o755)
+    result = verify(tmp_path / "lib.so", Problem(64, 64, 64), seed=7, python=str(fake_python))
+    assert result.ok, result
+    env = json.loads(result.message)
+    assert "SECRET_KEY" not in env
+    assert "DATABASE_URL" not in env
+    assert env["GEMMFORGE_SEED"] == "7"
+    assert env["PYTHONPATH"].split(os.pathsep)[0] == str(Path(verify_module.__file__).parents[1])
+    assert Path(env["HOME"]).name == "home"
+    assert env["TMPDIR"] == env["HOME"]
+
+
 def test_every_reason_interpret_produces_itself_is_a_known_reason(tmp_path):
     produced = {
         interpret(process(returncode=None, timed_out=True), tmp_path / "none", 1).reason,
         interpret(process(returncode=1), tmp_path / "none", 1).reason,
+        interpret(
+            ProcessResult("x", None, "", "", 1.0, False, killed_for="memory"), tmp_path / "n", 1
+        ).reason,
     }
-    assert produced == {"timeout", "crash"}
+    assert produced == {"timeout", "crash", "memory"}
     assert produced <= set(REASONS)
     assert "ok" in REASONS
 
