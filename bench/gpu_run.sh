@@ -27,6 +27,14 @@ if [[ $stage == library* || $stage == smoke ]]; then
 fi
 export ENGINE_CACHE_DIR=${ENGINE_CACHE_DIR:-/tmp/gemmforge-cache} ENGINE_COMPILE_JOBS=16
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv
+if [[ $stage == library || $stage == tests ]]; then  # the sandbox must not break GPU children
+  if ! python3 -m pytest -q -o addopts="" -p no:cacheprovider -m gpu tests/engine/test_sandbox.py \
+      tests/engine/test_sanitize.py >"$OUT/sandbox-check.log" 2>&1; then
+    echo "sandbox check failed: network isolation off for this run (see sandbox-check.log)"
+    export ENGINE_SANDBOX_NETWORK=off
+  fi
+  tail -3 "$OUT/sandbox-check.log"
+fi
 status=0
 if [[ $stage == tests || $stage == all ]]; then
   python3 -m pytest -q -o addopts="" -p no:cacheprovider -m gpu tests/engine \
@@ -48,7 +56,11 @@ if [[ $stage == families ]]; then
   python3 bench/family_sweep.py --out "$OUT" "$@" 2>&1 | tee "$OUT/families.log" | tail -60 || status=1
 fi
 if [[ $stage == library ]]; then  # issue 4: the curated library, built, verified, timed (NN)
-  python3 bench/family_sweep.py --out "$OUT" --library --verify-jobs 12 --time nn=0:24 \
+  # the TN subset of library2 compiles on the CPUs meanwhile (the GPU times NN)
+  (python3 -m engine prebuild --family sm80 --library --limit "${TN_SM80:-40}" --layout tn \
+     --arch sm_90 --jobs 6; python3 -m engine prebuild --family sm90 --library \
+     --limit "${TN_SM90:-72}" --layout tn --arch sm_90 --jobs 6) >"$OUT/prebuild-tn1.log" 2>&1 &
+  python3 bench/family_sweep.py --out "$OUT" --library --layouts nn --verify-jobs 12 --time nn=0:24 \
     --device-seconds 3 --deadline "${LIBRARY_DEADLINE:-500}" "$@" 2>&1 \
     | tee "$OUT/library.log" | tail -60 || status=1
   cp "$OUT/families.json" "$ENGINE_CACHE_DIR/library-run1.json"
