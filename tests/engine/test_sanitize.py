@@ -95,3 +95,13 @@ def test_the_reference_kernel_passes_every_tool_and_an_oob_write_fails_memcheck(
     verdict = sanitize.sanitize(oob.library, problem, tools=("memcheck",))
     assert not verdict.ok
     assert verdict.reason == "memcheck", verdict.to_dict()
+
+
+def test_a_racecheck_run_with_only_its_hazard_summary_counts_as_clean():
+    # what compute-sanitizer 13.0 printed on the H200 for the reference kernel (2026-12-03)
+    output = (
+        "========= COMPUTE-SANITIZER\nok\n"
+        "========= RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)\n"
+    )
+    assert sanitize.parse_errors("racecheck", output) == 0
+    assert sanitize.parse_errors("memcheck", output) is None
