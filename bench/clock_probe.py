@@ -123,7 +123,7 @@ def window_summary(rows, start: dt.datetime, end: dt.datetime) -> dict[str, floa
     }
 
 
-def probe_shape(problem: Problem, shim, config, rows_sink: list) -> dict:
+def probe_shape(problem: Problem, shim, rows_sink: list) -> dict:
     bench = Bench(problem, seed=7)
     runners, _ = baselines.baseline_runners(bench, shim)
     chosen = [r for r in runners if r.name in RUNNERS]
@@ -157,15 +157,14 @@ def main() -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--shapes", default=",".join(SHAPES))
     args = parser.parse_args()
-    config = load_config()
-    shim = load_shim(config)
+    shim = load_shim(load_config())
     sampler = ClockSampler(args.out / "clock_probe_smi.csv")
     windows: list = []
     report: dict = {"shapes": {}}
     try:
         for shape in args.shapes.split(","):
             problem = Problem.parse(shape)
-            report["shapes"][problem.key] = probe_shape(problem, shim, config, windows)
+            report["shapes"][problem.key] = probe_shape(problem, shim, windows)
     finally:
         rows = sampler.stop()
     for key, start, end in windows:

@@ -35,6 +35,13 @@ if [[ $stage == library || $stage == tests ]]; then  # the sandbox must not brea
   fi
   tail -3 "$OUT/sandbox-check.log"
 fi
+# the spread TN subset of the library (TN_SM80, TN_SM90 configs) into the kernel cache, on 6 jobs
+prebuild_tn_subset() {
+  for family in sm80:${TN_SM80:-40} sm90:${TN_SM90:-72}; do
+    python3 -m engine prebuild --family "${family%%:*}" --library --limit "${family#*:}" \
+      --layout tn --arch sm_90 --jobs 6
+  done >"$1" 2>&1
+}
 status=0
 if [[ $stage == tests || $stage == all ]]; then
   python3 -m pytest -q -o addopts="" -p no:cacheprovider -m gpu tests/engine \
@@ -57,9 +64,7 @@ if [[ $stage == families ]]; then
 fi
 if [[ $stage == library ]]; then  # issue 4: the curated library, built, verified, timed (NN)
   # the TN subset of library2 compiles on the CPUs meanwhile (the GPU times NN)
-  (python3 -m engine prebuild --family sm80 --library --limit "${TN_SM80:-40}" --layout tn \
-     --arch sm_90 --jobs 6; python3 -m engine prebuild --family sm90 --library \
-     --limit "${TN_SM90:-72}" --layout tn --arch sm_90 --jobs 6) >"$OUT/prebuild-tn1.log" 2>&1 &
+  prebuild_tn_subset "$OUT/prebuild-tn1.log" &
   python3 bench/family_sweep.py --out "$OUT" --library --layouts nn --verify-jobs 12 --time nn=0:24 \
     --device-seconds 3 --deadline "${LIBRARY_DEADLINE:-500}" "$@" 2>&1 \
     | tee "$OUT/library.log" | tail -60 || status=1
@@ -92,9 +97,7 @@ if [[ $stage == library2 ]]; then  # a live campaign, an LLM campaign, TN config
   [[ -f $run1 ]] || run1=${LIBRARY_RUN1:?the first library run is neither cached nor given}
   # a spread subset of the TN library compiles on the CPUs while the GPU runs the campaign
   tn_limits=(--library-limit sm90:tn=${TN_SM90:-72} --library-limit sm80:tn=${TN_SM80:-40})
-  (python3 -m engine prebuild --family sm90 --library --limit "${TN_SM90:-72}" --layout tn \
-     --arch sm_90 --jobs 6; python3 -m engine prebuild --family sm80 --library \
-     --limit "${TN_SM80:-40}" --layout tn --arch sm_90 --jobs 6) >"$OUT/prebuild-tn.log" 2>&1 &
+  prebuild_tn_subset "$OUT/prebuild-tn.log" &
   prebuild=$!
   # issue 5: 8 shapes of the CUDA-L2 grid that the library sweep did not time (the policy is
   # pretrained on the sweep's shapes); resumable, so a run cut by the time limit goes on later
