@@ -9,6 +9,7 @@ search), the top-k and every baseline interleaved, device runs up to ``device_se
 from __future__ import annotations
 
 import json
+import os
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
@@ -16,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from engine import toolchain
+from engine import sandbox, toolchain
 from engine.campaign.executor import STATUS_OK
 from engine.campaign.storage import CandidateRecord
 from engine.compile import CompileResult
@@ -25,6 +26,7 @@ from engine.problem import Layout, Problem
 
 FINAL_PROTOCOLS = ("device", "offline", "server")
 FINAL_TIMEOUT = 600.0
+REPO = Path(__file__).resolve().parents[2]
 
 
 def top_records(records: Sequence[CandidateRecord], baseline: str, k: int) -> list[CandidateRecord]:
@@ -49,8 +51,14 @@ def remeasure(
     protocols: Sequence[str] = FINAL_PROTOCOLS,
     device_seconds: float = 20.0,
     timeout: float = FINAL_TIMEOUT,
+    python: str = sys.executable,
 ) -> dict[str, Any]:
-    """measure() in a child process; returns its record, or ``{"error": ...}`` on failure."""
+    """measure() in a child process; returns its record, or ``{"error": ...}`` on failure.
+
+    The child loads the candidates, so it runs in the candidate sandbox (engine.sandbox) like the
+    verifier: the allow-listed environment with a private HOME and TMPDIR, an empty working
+    directory, the GPU children's limits and, where the OS allows, no network. The record says
+    what it ran under (``sandbox``)."""
     with tempfile.TemporaryDirectory(prefix="gemmforge-final-") as workdir:
         spec = Path(workdir) / "spec.json"
         out = Path(workdir) / "record.json"
@@ -64,14 +72,27 @@ def remeasure(
                 }
             )
         )
+        env = sandbox.candidate_env(sandbox.private_home(Path(workdir)))
+        # the working directory is the empty workdir, not the repository: engine comes from here
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
         result = toolchain.run(
-            [sys.executable, "-m", "engine.campaign.final", spec, out], timeout=timeout
+            [python, "-m", "engine.campaign.final", spec, out],
+            timeout=timeout,
+            cwd=Path(workdir),
+            env=env,
+            policy=sandbox.gpu_policy(),
         )
+        applied = result.sandbox.describe() if result.sandbox else "none"
         if result.timed_out:
             return {"error": f"re-measurement did not finish in {timeout:.0f} s"}
         if result.returncode != 0 or not out.exists():
+            if result.killed_for is not None:  # over its memory, file-size or CPU limit
+                return {
+                    "error": f"re-measurement stopped by its sandbox ({result.killed_for}; "
+                    f"{applied}): {result.stderr[-2000:]}"
+                }
             return {"error": f"re-measurement exited {result.returncode}: {result.stderr[-2000:]}"}
-        return json.loads(out.read_text())
+        return {**json.loads(out.read_text()), "sandbox": applied}
 
 
 def final_summary(record: dict[str, Any]) -> dict[str, Any]:
@@ -87,7 +108,10 @@ def final_summary(record: dict[str, Any]) -> dict[str, Any]:
             "speedups": result["speedups"],
             "rejected_while_timed": result["rejected_while_timed"],
         }
-    return {"protocols": out, "environment": record["environment"]}
+    summary = {"protocols": out, "environment": record["environment"]}
+    if "sandbox" in record:
+        summary["sandbox"] = record["sandbox"]
+    return summary
 
 
 Sanitizer = Callable[[Path], Any]  # library → a result with .ok and .to_dict()

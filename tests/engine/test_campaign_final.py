@@ -1,12 +1,18 @@
-"""The GPU executor's parallel verification and the end-of-campaign top-k selection (the GPU
-path itself runs in bench/gpu_run.sh's campaign stage)."""
+"""The GPU executor's parallel verification, the end-of-campaign top-k selection and the sandbox
+of the fresh-process re-measurement (the GPU path itself runs in bench/gpu_run.sh's campaign
+stage and in the gpu-marked test here)."""
 
 from __future__ import annotations
 
+import os
+import sys
 import threading
 import time
 from pathlib import Path
 
+import pytest
+
+from engine import sandbox, toolchain
 from engine import verify as verify_module
 from engine.campaign.executor import STATUS_OK, STATUS_REJECTED, CompiledCandidate, LocalGpuExecutor
 from engine.campaign.final import config_of, final_summary, top_records
@@ -112,3 +118,144 @@ def test_a_top_kernel_that_fails_the_sanitizer_cannot_be_the_final_best(monkeypa
     )
     assert measured[PROBLEM.key] == ["middle"]
     assert finals[PROBLEM.key]["sanitize"] == {"fast": {"ok": False}, "middle": {"ok": True}}
+
+
+# ---- the re-measurement child runs in the candidate sandbox (issue 10) ------------------------
+
+PARENT_SECRETS = {
+    "GEMMFORGE_SECRET": "s3cret",
+    "AWS_SECRET_ACCESS_KEY": "aws-s3cret",
+    "DATABASE_URL": "postgres://user:password@db/gemmforge",
+    "SECRET_KEY": "django-secret",
+    "ENGINE_LLM_API_KEY": "sk-1",  # under an allowed prefix, but named like a secret
+}
+
+
+def reporting_python(tmp_path: Path) -> Path:
+    """A stand-in for python that writes what it ran under (environment, working directory,
+    limits, namespaces) where the real child writes its record (argv: -m module spec out)."""
+    fake = tmp_path / "python"
+    fake.write_text(
+        f"#!{sys.executable}\n"
+        "import importlib.util, json, os, resource, sys\n"
+        "report = {\n"
+        "    'argv': sys.argv[1:],\n"
+        "    'env': dict(os.environ),\n"
+        "    'cwd': os.getcwd(),\n"
+        "    'engine': importlib.util.find_spec('engine').origin,\n"
+        "    'core': resource.getrlimit(resource.RLIMIT_CORE)[0],\n"
+        "    'fsize': resource.getrlimit(resource.RLIMIT_FSIZE)[0],\n"
+        "    'user_ns': os.readlink('/proc/self/ns/user'),\n"
+        "    'net_ns': os.readlink('/proc/self/ns/net'),\n"
+        "    'spec': json.load(open(sys.argv[3])),\n"
+        "}\n"
+        "open(sys.argv[4], 'w').write(json.dumps(report))\n"
+    )
+    fake.chmod(0o755)
+    return fake
+
+
+def test_the_remeasurement_child_gets_the_candidate_environment_and_the_gpu_sandbox(
+    tmp_path, monkeypatch
+):
+    from engine.campaign import final
+
+    for name, value in PARENT_SECRETS.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("GF_UNLISTED", "x")
+    monkeypatch.setenv("ENGINE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("ENGINE_CHILD_FILE_SIZE_MB", "64")
+    calls = []
+    real_run = toolchain.run
+
+    def spy(argv, **kwargs):
+        calls.append(kwargs)
+        return real_run(argv, **kwargs)
+
+    monkeypatch.setattr(final.toolchain, "run", spy)
+    library = tmp_path / "k.so"
+    record = final.remeasure(
+        PROBLEM,
+        {"k": library},
+        protocols=("device",),
+        device_seconds=1.0,
+        timeout=60,
+        python=str(reporting_python(tmp_path)),
+    )
+    assert "error" not in record, record
+    [kwargs] = calls
+    assert kwargs["policy"] == sandbox.gpu_policy()
+    env = record["env"]
+    for name in [*PARENT_SECRETS, "GF_UNLISTED"]:
+        assert name not in env
+    assert not [name for name in env if sandbox.is_secret(name)]
+    assert set(env) - {"HOME", "TMPDIR", "ENGINE_CACHE_DIR"} <= {
+        name for name in env if sandbox.is_passed(name)
+    }
+    # an empty private working directory of its own, HOME and TMPDIR inside it
+    workdir = Path(record["cwd"])
+    assert workdir.name.startswith("gemmforge-final-")
+    assert not workdir.exists()  # removed after the run
+    assert env["HOME"] == env["TMPDIR"] == str(workdir / "home")
+    assert env["ENGINE_CACHE_DIR"] == str(tmp_path / "cache")
+    # engine comes from PYTHONPATH, not from the working directory
+    assert env["PYTHONPATH"].split(os.pathsep)[0] == str(final.REPO)
+    assert record["engine"] == str(final.REPO / "engine" / "__init__.py")
+    assert record["argv"][:2] == ["-m", "engine.campaign.final"]
+    assert record["spec"]["libraries"] == {"k": str(library)}
+    # the GPU children's limits, and the caller's user namespace (CUDA needs /dev/nvidia*)
+    assert record["core"] == 0
+    assert record["fsize"] == 64 << 20
+    assert record["user_ns"] == os.readlink("/proc/self/ns/user")
+    assert "no core dumps" in record["sandbox"]
+    assert "resident memory" in record["sandbox"]
+    if record["sandbox"].startswith(f"network {sandbox.ISOLATED}"):
+        assert record["net_ns"] != os.readlink("/proc/self/ns/net")
+
+
+def test_a_remeasurement_stopped_by_its_sandbox_is_an_error_that_says_why(monkeypatch):
+    from engine.campaign import final
+
+    def killed(argv, **kwargs):
+        return toolchain.ProcessResult(
+            command="python -m engine.campaign.final",
+            returncode=None,
+            stdout="",
+            stderr="allocating",
+            seconds=3.0,
+            timed_out=False,
+            killed_for="memory",
+            sandbox=sandbox.Applied(kwargs["policy"].limits, sandbox.ISOLATED),
+        )
+
+    monkeypatch.setenv("ENGINE_CHILD_MEMORY_GB", "8")
+    monkeypatch.setattr(final.toolchain, "run", killed)
+    record = final.remeasure(PROBLEM, {"k": Path("/x/k.so")})
+    assert "memory" in record["error"]
+    assert "resident memory 8 GiB" in record["error"]
+    assert final_summary(record) == record
+
+
+def test_final_summary_keeps_what_the_child_ran_under():
+    record = {"protocols": {}, "environment": {"gpu_name": "H200"}, "sandbox": "network off"}
+    assert final_summary(record)["sandbox"] == "network off"
+
+
+@pytest.mark.gpu
+@pytest.mark.nvcc
+def test_the_final_remeasurement_runs_on_the_gpu_inside_its_sandbox():
+    """The real child (measure() in a fresh process) works in the sandbox: CUDA, cuBLAS, the
+    compile cache and the candidate library all reachable from the allow-listed environment."""
+    from engine import fixtures
+    from engine.campaign.final import remeasure
+
+    built = fixtures.build_one(fixtures.REFERENCE, PROBLEM.layout)
+    assert built.ok, built.log[-4000:]
+    record = remeasure(
+        PROBLEM, {"reference": built.library}, protocols=("device",), device_seconds=2.0
+    )
+    assert "error" not in record, record.get("error")
+    device = record["protocols"]["device"]
+    assert "reference" in device["seconds"]
+    assert device["rejected_while_timed"] == []
+    assert "resident memory" in record["sandbox"]

@@ -1,5 +1,6 @@
 """The harness on a real GPU: every known-bad kernel is rejected with its reason, honest kernels
-pass, and the protocols time baselines sanely."""
+(the reference, cuBLAS wrapped in the ABI) pass, each verifier child in the candidate sandbox
+(engine.sandbox), and the protocols time baselines sanely."""
 
 from __future__ import annotations
 
@@ -16,28 +17,31 @@ ODD_SHAPE = Problem(1000, 264, 520, Layout.TN)  # not a multiple of any tile
 
 
 @pytest.mark.parametrize("path", fixtures.bad_kernel_paths(), ids=lambda p: p.stem)
-def test_it_rejects_each_known_bad_kernel_with_its_reason(path):
+def test_it_rejects_each_known_bad_kernel_with_its_reason(path, verifier_sandboxes):
     built = fixtures.build_one(path, SHAPE.layout)
     assert built.ok, built.log
     timeout = 20 if fixtures.expected_reason(path) == "timeout" else 120
     result = verify(built.library, SHAPE, timeout=timeout)
+    verifier_sandboxes.assert_all_sandboxed()
     assert not result.ok
     assert result.reason == fixtures.expected_reason(path), result.message
 
 
 @pytest.mark.parametrize("problem", [SHAPE, ODD_SHAPE, Problem(64, 64, 64, Layout.TN)], ids=str)
-def test_it_accepts_the_reference_kernel(problem):
+def test_it_accepts_the_reference_kernel(problem, verifier_sandboxes):
     built = fixtures.build_one(fixtures.REFERENCE, problem.layout)
     assert built.ok, built.log
     result = verify(built.library, problem)
+    verifier_sandboxes.assert_all_sandboxed()
     assert result.ok, (result.reason, result.message, result.stderr_tail)
 
 
 @pytest.mark.parametrize("problem", [SHAPE, ODD_SHAPE], ids=str)
-def test_it_accepts_cublas_wrapped_in_the_abi(problem):
+def test_it_accepts_cublas_wrapped_in_the_abi(problem, verifier_sandboxes):
     built = fixtures.build_one(fixtures.GOOD_KERNELS / "cublas_wrapped.cu", problem.layout)
     assert built.ok, built.log
     result = verify(built.library, problem)
+    verifier_sandboxes.assert_all_sandboxed()
     assert result.ok, (result.reason, result.message, result.stderr_tail)
 
 

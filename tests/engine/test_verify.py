@@ -149,8 +149,11 @@ def test_a_child_killed_over_its_memory_limit_is_rejected_for_memory(tmp_path):
     assert result.stderr_tail == "allocating"
 
 
-def test_the_verifier_child_gets_the_candidate_environment(tmp_path, monkeypatch):
-    """A stand-in for python that reports the environment it was given as its verdict."""
+def test_the_verifier_child_gets_the_candidate_environment(
+    tmp_path, monkeypatch, verifier_sandboxes
+):
+    """A stand-in for python that reports the environment it was given as its verdict; it runs
+    under the GPU children's sandbox policy (what the GPU tests assert of every verification)."""
     monkeypatch.setenv("SECRET_KEY", "django-secret")
     monkeypatch.setenv("DATABASE_URL", "postgres://user:password@db/gemmforge")
     fake_python = tmp_path / "python"
@@ -170,6 +173,7 @@ def test_the_verifier_child_gets_the_candidate_environment(tmp_path, monkeypatch
     assert env["PYTHONPATH"].split(os.pathsep)[0] == str(Path(verify_module.__file__).parents[1])
     assert Path(env["HOME"]).name == "home"
     assert env["TMPDIR"] == env["HOME"]
+    verifier_sandboxes.assert_all_sandboxed()
 
 
 def test_every_reason_interpret_produces_itself_is_a_known_reason(tmp_path):

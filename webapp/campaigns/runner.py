@@ -3,7 +3,8 @@
 compile step (queue ``compile``): rebuild the proposers from the stored history, propose a batch,
 render and compile it, store the candidates; then a GPU step (queue ``gpu.<arch>`` of the problem)
 or, when nothing is left to run, the problem's stop reason. GPU step: run the batch in a child
-process (``python -m engine.gpu_step``, CUDA_VISIBLE_DEVICES pinned, its process group killed on
+process (``python -m engine.gpu_step`` in the candidate sandbox of engine.sandbox: allow-listed
+environment, CUDA_VISIBLE_DEVICES pinned, the GPU children's limits, its process group killed on
 timeout; the worker never initialises CUDA), probe the GPU's health, record the outcomes through
 DjangoStorage and queue the next round's compile step. Each step commits only while it holds
 its work item's lease, so a step that lost its lease (its worker was presumed dead) changes
@@ -27,7 +28,7 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
-from engine import toolchain
+from engine import sandbox, toolchain
 from engine.campaign.storage import CandidateRecord
 from webapp.campaigns.models import Campaign, Candidate, Problem, WorkItem
 from webapp.campaigns.storage import DjangoStorage, source_hash, source_of
@@ -318,11 +319,19 @@ def run_gpu_child(problem_key: str, rows: list[Candidate]) -> list[dict[str, Any
             argv += ["--verify-jobs", str(settings.GEMMFORGE_VERIFY_JOBS),
                      "--device-seconds", str(settings.GEMMFORGE_DEVICE_SECONDS)]  # fmt: skip
         if spec.startswith("replay:"):
-            if settings.GEMMFORGE_EXECUTION_LOG:
-                argv += ["--execution-log", settings.GEMMFORGE_EXECUTION_LOG]
+            if settings.GEMMFORGE_EXECUTION_LOG:  # made absolute: the child runs in ``tmp``
+                argv += [
+                    "--execution-log",
+                    str(settings.BASE_DIR / settings.GEMMFORGE_EXECUTION_LOG),
+                ]
             argv += ["--delay-ms", str(settings.GEMMFORGE_REPLAY_DELAY_MS)]
-        env = {**os.environ, "CUDA_VISIBLE_DEVICES": settings.GEMMFORGE_GPU_DEVICE}
-        ran = toolchain.run(argv, timeout=settings.GPU_STEP_TIMEOUT, cwd=settings.BASE_DIR, env=env)
+        ran = toolchain.run(
+            argv,
+            timeout=settings.GPU_STEP_TIMEOUT,
+            cwd=Path(tmp),
+            env=gpu_child_env(Path(tmp)),
+            policy=sandbox.gpu_policy(),
+        )
         if ran.timed_out:
             message = f"GPU step killed after {settings.GPU_STEP_TIMEOUT} s"
             return [
@@ -330,8 +339,27 @@ def run_gpu_child(problem_key: str, rows: list[Candidate]) -> list[dict[str, Any
                 for r in rows
             ]
         if not ran.ok or not out.is_file():
+            if ran.killed_for is not None:  # over its memory, file-size or CPU limit
+                applied = ran.sandbox.describe() if ran.sandbox else "no sandbox"
+                raise StepCrashed(
+                    f"GPU step stopped by its sandbox ({ran.killed_for}; {applied}): "
+                    f"{ran.stderr[-800:]}"
+                )
             raise StepCrashed(f"GPU step exited with {ran.returncode}: {ran.stderr[-800:]}")
         return json.loads(out.read_text())
+
+
+def gpu_child_env(workdir: Path) -> dict[str, str]:
+    """The GPU step child's environment: the candidate sandbox's allow-list (engine.sandbox; no
+    Django secret key, database or broker URL, API key), a private HOME and TMPDIR in
+    ``workdir``, the worker's GPU pinned, and the repository on PYTHONPATH (the child's working
+    directory is ``workdir``, not the repository)."""
+    env = sandbox.candidate_env(sandbox.private_home(workdir))
+    env["CUDA_VISIBLE_DEVICES"] = settings.GEMMFORGE_GPU_DEVICE
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(settings.BASE_DIR), env.get("PYTHONPATH")) if p
+    )
+    return env
 
 
 # -- running a step under its lease ------------------------------------------------------------

@@ -1,0 +1,38 @@
+"""Fixtures of the engine's tests."""
+
+from __future__ import annotations
+
+import pytest
+
+
+class VerifierSandboxes(list):
+    """What each verifier child of one test ran under (engine.sandbox.Applied, None: none)."""
+
+    def assert_all_sandboxed(self) -> None:
+        from engine import sandbox
+        from engine.config import load
+
+        assert self, "no verifier child ran"
+        expected = sandbox.gpu_policy().limits
+        for applied in self:
+            assert applied is not None, "a verifier child ran without the candidate sandbox"
+            assert applied.limits == expected, applied.describe()
+            if load().sandbox_network == "auto":  # isolated, or the OS refused (recorded)
+                assert applied.network != sandbox.NETWORK_OFF, applied.describe()
+
+
+@pytest.fixture
+def verifier_sandboxes(monkeypatch) -> VerifierSandboxes:
+    """Records the sandbox of every engine.verify child: its ProcessResult passes through
+    engine.verify.interpret on its way to a verdict."""
+    from engine import verify as verify_module
+
+    seen = VerifierSandboxes()
+    real_interpret = verify_module.interpret
+
+    def interpret(result, verdict_path, timeout):
+        seen.append(result.sandbox)
+        return real_interpret(result, verdict_path, timeout)
+
+    monkeypatch.setattr(verify_module, "interpret", interpret)
+    return seen
