@@ -203,7 +203,8 @@ class ReplayTable:
 
     @classmethod
     def load(cls, paths: Iterable[str | Path]) -> ReplayTable:
-        """Merge family-sweep reports (bench/family_sweep.py format); later files add shapes."""
+        """Merge sweep reports (bench/family_sweep.py format: family and library sweeps); later
+        files add shapes, and a row recorded twice (a merged run's copy) is the same row."""
         table = cls({}, {})
         for path in paths:
             report = json.loads(Path(path).read_text())

@@ -25,7 +25,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--table",
         action="append",
         type=Path,
-        help="family-sweep report(s) to replay (default: the committed H200 sweeps)",
+        help="sweep report(s) to replay (default: the 2026-12-03 H200 library sweep)",
     )
     parser.add_argument("--strategies", default=",".join(STRATEGIES))
     parser.add_argument("--seeds", type=int, default=5)

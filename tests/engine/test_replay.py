@@ -8,10 +8,18 @@ from pathlib import Path
 
 from engine import cli
 from engine.campaign import ReplayTable
-from engine.campaign.replay import format_table, replay_benchmark
+from engine.campaign.replay import (
+    TARGET,
+    default_tables,
+    format_table,
+    pretrained_policy,
+    replay_benchmark,
+    space_of,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN1 = ROOT / "bench/results/2026-12-02-h200-families/families-run1.json"
+LIBRARY_RUN1 = ROOT / "bench/results/2026-12-03-h200-library/library-run1.json"
 
 
 def test_the_replay_table_has_every_verified_config_and_the_baselines():
@@ -69,3 +77,28 @@ def test_the_replay_command_writes_its_report(tmp_path, capsys):
     assert report["settings"]["held_out"].startswith("leave-one-shape-out")
     printed = capsys.readouterr().out
     assert "plot:" in printed
+
+
+def test_the_default_table_is_the_dense_library_sweep_and_its_merged_rows_count_once():
+    (default,) = default_tables()
+    assert default.name == "library-run2.json"
+    table = ReplayTable.load([default])
+    assert len(table.configs) == 256
+    assert len(table.problems()) == 28
+    problem = next(p for p in table.problems() if p.key == "4096x4096x4096_nn")
+    assert len(table.configs_for(problem)) == 192
+    both = ReplayTable.load([LIBRARY_RUN1, default])
+    assert both.seconds == table.seconds
+
+
+def test_pretraining_on_other_shapes_finds_a_good_config_for_a_small_shape():
+    (default,) = default_tables()
+    table = ReplayTable.load([default])
+    problems = {p.key: p for p in table.problems()}
+    train = [problems[k] for k in ("64x64x64_nn", "256x256x256_nn", "4096x4096x4096_nn")]
+    held = problems["128x128x128_nn"]
+    policy = pretrained_policy(table, train, baseline="cublaslt_autotune", steps=100)
+    speedups = table.speedups(held, "cublaslt_autotune")
+    probabilities = policy.probabilities(held, space_of(table, held))
+    top = max(probabilities, key=probabilities.get)
+    assert speedups[top] >= TARGET * max(speedups.values())  # expected-reward ascent: 0.91
