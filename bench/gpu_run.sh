@@ -2,7 +2,8 @@
 # The one GPU script: install carried wheels, build, run the GPU tests and the benchmarks in a
 # single call on the lent H200, writing JSON and logs under $OUT.
 #   usage (on the device): bash bench/gpu_run.sh
-#     [tests|bench|clock|all|families|campaign|library|smoke|library2]
+#     [tests|bench|clock|all|checks|families|campaign|library|smoke|library2|library3|resume|
+#      stack|bundle]
 #   [extra args]
 set -uo pipefail  # pipefail: a pipeline's status is its first failing command's
 stage=${1:-all}; shift || true
@@ -13,7 +14,7 @@ if ls .whl/*.whl >/dev/null 2>&1; then
   export PYTHONPATH=/tmp/site
 fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
-if [[ $stage == library* || $stage == smoke ]]; then
+if [[ $stage == library* || $stage =~ ^(smoke|checks|stack|bundle|resume)$ ]]; then
   # inside the checkout (ignored): kept between calls while the lent machine stays warm
   export ENGINE_CACHE_DIR=$PWD/.cache/device
   mkdir -p "$ENGINE_CACHE_DIR/kernels"
@@ -27,7 +28,7 @@ if [[ $stage == library* || $stage == smoke ]]; then
 fi
 export ENGINE_CACHE_DIR=${ENGINE_CACHE_DIR:-/tmp/gemmforge-cache} ENGINE_COMPILE_JOBS=16
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv
-if [[ $stage == library || $stage == tests ]]; then  # the sandbox must not break GPU children
+if [[ $stage == library || $stage == tests || $stage == checks ]]; then  # the sandbox must not break GPU children
   if ! python3 -m pytest -q -o addopts="" -p no:cacheprovider -m gpu tests/engine/test_sandbox.py \
       tests/engine/test_sanitize.py >"$OUT/sandbox-check.log" 2>&1; then
     echo "sandbox check failed: network isolation off for this run (see sandbox-check.log)"
@@ -42,7 +43,50 @@ prebuild_tn_subset() {
       --layout tn --arch sm_90 --jobs 6
   done >"$1" 2>&1
 }
+# the kernels built here since the carried ones were unpacked come back as one file (carry them
+# as .carry/ next time: no device time spent compiling them again once this machine is gone)
+pack_device_kernels() {
+  (cd "$ENGINE_CACHE_DIR/kernels" && find . -name result.json -newer "$carried_mark" \
+    -exec grep -l '"ok": true' {} + | while read -r result; do
+      entry=$(dirname "$result")
+      for name in lib.so result.json kernel.cu build.log; do echo "$entry/$name"; done
+    done | tar -cf - --files-from=- | xz -6 -T16 > "$OUT/kernels-device.tar.xz")
+  echo "packed $(tar -tJf "$OUT/kernels-device.tar.xz" | grep -c 'lib.so$') device-built kernels"
+}
+# issue 5's live campaign: 8 shapes of the CUDA-L2 grid that the library sweep did not time (the
+# policy is pretrained on the sweep's table, $1); resumable, so a run cut by CAMPAIGN_SECONDS goes
+# on in a later call from the same database
+live_campaign() {
+  local shapes=${CAMPAIGN_SHAPES:-128x1024x1024,1024x512x512,4096x64x4096,2048x2048x512,512x8192x2048,2048x2048x4096,16384x256x16384,8192x4096x16384}
+  timeout -s INT "${CAMPAIGN_SECONDS:-330}" python3 -m engine optimize --shapes "$shapes" \
+    --layout nn --budget "${CAMPAIGN_BUDGET:-64}" --batch 32 --proposers rl,evolve \
+    --space library --verify-jobs 10 --device-seconds 2 --heat-seconds 0.3 --pretrain "$1" \
+    --final-top 2 --final-device-seconds 3 --db "$ENGINE_CACHE_DIR/campaign.sqlite" \
+    --out "$OUT/campaign.json" 2>&1 | tee "$OUT/campaign.log" | tail -30
+  local rc=$?
+  cp "$ENGINE_CACHE_DIR/campaign.sqlite" "$OUT/campaign.sqlite"
+  return $rc
+}
 status=0
+if [[ $stage == checks ]]; then
+  # issues 3 and 10 on the GPU (tests, clock probe) while the NN library compiles on 10 CPUs for
+  # the campaign stages; whatever it built by the end comes back in kernels-device.tar.xz
+  (for family in sm80 sm90; do
+    python3 -m engine prebuild --family $family --library --layout nn --arch sm_90 --jobs 10
+  done >"$OUT/prebuild-nn.log" 2>&1) &
+  prebuild=$!
+  ENGINE_CACHE_DIR=/tmp/gemmforge-cache ENGINE_COMPILE_JOBS=6 python3 -m pytest -q -o addopts="" \
+    -p no:cacheprovider -m gpu tests/engine --junitxml="$OUT/gpu-tests.xml" 2>&1 \
+    | tee "$OUT/gpu-tests.log" | tail -25 || status=1
+  python3 bench/clock_probe.py --out "$OUT" 2>&1 | tee "$OUT/clock_probe.log" | tail -30 || status=1
+  if [[ -n ${STACK_SMOKE:-} ]]; then  # issue 7's stack once, cold, e.g. "--budget 4 --deadline 120"
+    # shellcheck disable=SC2086
+    bash bench/stack_run.sh $STACK_SMOKE || status=1
+  fi
+  sleep "${PREBUILD_MORE_SECONDS:-0}"
+  pkill -INT -P $prebuild; kill $prebuild 2>/dev/null; sleep 2; pkill -f 'engine prebuild'
+  pack_device_kernels
+fi
 if [[ $stage == tests || $stage == all ]]; then
   python3 -m pytest -q -o addopts="" -p no:cacheprovider -m gpu tests/engine \
     --junitxml="$OUT/gpu-tests.xml" 2>&1 | tee "$OUT/gpu-tests.log" | tail -40 || status=1
@@ -69,14 +113,7 @@ if [[ $stage == library ]]; then  # issue 4: the curated library, built, verifie
     --device-seconds 3 --deadline "${LIBRARY_DEADLINE:-500}" "$@" 2>&1 \
     | tee "$OUT/library.log" | tail -60 || status=1
   cp "$OUT/families.json" "$ENGINE_CACHE_DIR/library-run1.json"
-  # the kernels built here come back (carry them as .carry/ next time: no device time spent on
-  # compiling them again if this machine is given back)
-  (cd "$ENGINE_CACHE_DIR/kernels" && find . -name result.json -newer "$carried_mark" \
-    -exec grep -l '"ok": true' {} + | while read -r result; do
-      entry=$(dirname "$result")
-      for name in lib.so result.json kernel.cu build.log; do echo "$entry/$name"; done
-    done | tar -cf - --files-from=- | xz -6 -T16 > "$OUT/kernels-device.tar.xz")
-  echo "packed $(tar -tJf "$OUT/kernels-device.tar.xz" | grep -c 'lib.so$') device-built kernels"
+  pack_device_kernels
 fi
 if [[ $stage == smoke ]]; then  # every library2 code path in a minute, before the long run
   run1=$ENGINE_CACHE_DIR/library-run1.json
@@ -101,13 +138,7 @@ if [[ $stage == library2 ]]; then  # a live campaign, an LLM campaign, TN config
   prebuild=$!
   # issue 5: 8 shapes of the CUDA-L2 grid that the library sweep did not time (the policy is
   # pretrained on the sweep's shapes); resumable, so a run cut by the time limit goes on later
-  shapes=${CAMPAIGN_SHAPES:-128x1024x1024,1024x512x512,4096x64x4096,2048x2048x512,512x8192x2048,2048x2048x4096,16384x256x16384,8192x4096x16384}
-  timeout -s INT "${CAMPAIGN_SECONDS:-330}" python3 -m engine optimize --shapes "$shapes" \
-    --layout nn --budget "${CAMPAIGN_BUDGET:-64}" --batch 32 --proposers rl,evolve \
-    --space library --verify-jobs 10 --device-seconds 2 --heat-seconds 0.3 --pretrain "$run1" \
-    --final-top 2 --final-device-seconds 3 --db "$ENGINE_CACHE_DIR/campaign.sqlite" \
-    --out "$OUT/campaign.json" 2>&1 | tee "$OUT/campaign.log" | tail -30 || status=1
-  cp "$ENGINE_CACHE_DIR/campaign.sqlite" "$OUT/campaign.sqlite"
+  live_campaign "$run1" || status=1
   if [[ -z ${SKIP_LLM:-} ]]; then  # issue 8: an LLM campaign through a local (tiny, random) model
     python3 -m engine.llm.tiny "$ENGINE_CACHE_DIR/tiny-llm" >/dev/null
     python3 -m engine optimize --shapes 4096x4096x4096 --layout nn --budget 8 --batch 4 \
@@ -122,5 +153,50 @@ if [[ $stage == library2 ]]; then  # a live campaign, an LLM campaign, TN config
   python3 bench/family_sweep.py --out "$OUT" --library "${tn_limits[@]}" --verify-jobs 12 \
     --verdicts "$run1" --merge "$run1" --time tn=5:9 --device-seconds 2 --deadline "$left" \
     --sanitize-best 2>&1 | tee "$OUT/library2.log" | tail -30 || status=1
+fi
+if [[ $stage == library3 ]]; then  # issue 4: the TN sm90 subset verified on top of run 2
+  run2=${LIBRARY_RUN2:-bench/results/2026-12-03-h200-library/library-run2.json}
+  # issue 10's GPU tests beside the verification (both use the GPU, neither times anything)
+  ENGINE_CACHE_DIR=/tmp/gemmforge-cache ENGINE_COMPILE_JOBS=10 python3 -m pytest -q -o addopts="" \
+    -p no:cacheprovider -m gpu tests/engine --junitxml="$OUT/gpu-tests.xml" >"$OUT/gpu-tests.log" 2>&1 &
+  tests=$!
+  mkdir -p "$OUT/verify"
+  python3 bench/family_sweep.py --out "$OUT/verify" --library --families sm90 --layouts tn \
+    --library-limit "sm90:tn=${TN_SM90:-72}" --verify-jobs 8 --verdicts "$run2" --merge "$run2" \
+    --time tn=0:0 2>&1 | tee "$OUT/library3-verify.log" | tail -8 || status=1
+  wait $tests || status=1
+  tail -6 "$OUT/gpu-tests.log"
+  # then, with the GPU to itself, TN shapes that run 2 did not time
+  python3 bench/family_sweep.py --out "$OUT" --library --families sm90 --layouts tn \
+    --library-limit "sm90:tn=${TN_SM90:-72}" --verdicts "$OUT/verify/families.json" \
+    --merge "$OUT/verify/families.json" --time "${LIBRARY3_TIME:-tn=9:11}" --device-seconds 2 \
+    --deadline "${LIBRARY3_DEADLINE:-120}" 2>&1 | tee "$OUT/library3.log" | tail -12 || status=1
+fi
+if [[ $stage == resume ]]; then  # issue 5: the live campaign, resumed from the committed database
+  [[ -f $ENGINE_CACHE_DIR/campaign.sqlite ]] \
+    || cp "${CAMPAIGN_DB:-bench/results/2026-12-03-h200-library/campaign.sqlite}" "$ENGINE_CACHE_DIR/campaign.sqlite"
+  live_campaign "${LIBRARY_RUN1:-bench/results/2026-12-03-h200-library/library-run1.json}" || status=1
+fi
+if [[ $stage == stack ]]; then  # issue 7: a campaign through web, Redis and Celery workers
+  bash bench/stack_run.sh "$@" || status=1
+fi
+if [[ $stage == bundle ]]; then  # issue 9: a campaign on shapes where the library beat torch.matmul
+  run1=${LIBRARY_RUN1:-bench/results/2026-12-03-h200-library/library-run1.json}
+  db=$ENGINE_CACHE_DIR/bundle-campaign.sqlite
+  python3 -m engine optimize --shapes "${BUNDLE_SHAPES:-4096x4096x1024,2048x8192x1024,64x8192x16384}" \
+    --layout nn --budget "${BUNDLE_BUDGET:-8}" --batch 8 --proposers rl,evolve --space library \
+    --verify-jobs 8 --device-seconds 2 --heat-seconds 0.3 --pretrain "$run1" --final-top 1 \
+    --final-device-seconds 2 --no-save-policy --db "$db" --out "$OUT/bundle-campaign.json" \
+    >"$OUT/bundle-campaign.log" 2>&1 || status=1
+  tail -12 "$OUT/bundle-campaign.log"
+  cp "$db" "$OUT/bundle-campaign.sqlite"
+  python3 bench/bundle_check.py --db "$db" --out "$OUT/bundle-check" --jobs 16 "$@" 2>&1 \
+    | tail -30 || status=1
+fi
+# PACK_OUT=1: everything under $OUT but the kernel pack travels back as one results.tar.xz (the
+# device returns at most 8 files)
+if [[ -n ${PACK_OUT:-} ]]; then
+  (cd "$OUT" && find . -mindepth 1 -maxdepth 1 ! -name 'kernels-device.tar.xz' ! -name 'results*.tar.xz' \
+    -printf '%P\n' | tar -cJf "results-$stage.tar.xz" --files-from=- --remove-files)
 fi
 exit $status

@@ -454,6 +454,9 @@ ALLOWED_PATTERNS = tuple(
         r"^_ZSt9terminatev$",
         r"^_ZNSo",  # std::ostream members
         r"^_ZNSt8ios_base4Init",
+        # GCC 13's libstdc++ initialises the standard streams through this function instead of a
+        # static ios_base::Init (seen on the H200 host: CUTLASS headers include <iostream>)
+        r"^_ZSt21ios_base_library_initv$",
         r"^_ZNKSt5ctypeIcE",
         r"^_ZSt16__ostream_insert",
         r"^_ZSt4(?:cerr|cout|clog)$",

@@ -143,6 +143,34 @@ def test_the_package_imports_on_a_cpu_machine_and_says_it_needs_cuda(campaign_db
     assert "needs CUDA tensors" in done.stdout
 
 
+def test_the_ops_gradients_match_torch_matmuls(campaign_db, tmp_path):
+    # the backward formulas run on the CPU (torch.matmul); the forward needs CUDA, so it is
+    # replaced by the reference product inside the autograd function
+    root = unpacked(campaign_db, tmp_path)
+    done = run_python(
+        "import types, torch\n"
+        "from gemmforge_bundle import _ops\n"
+        "torch.manual_seed(0)\n"
+        "a, b = torch.randn(5, 3, dtype=torch.float64), torch.randn(3, 4, dtype=torch.float64)\n"
+        "g = torch.randn(5, 4, dtype=torch.float64)\n"
+        "ctx = types.SimpleNamespace(saved_tensors=(a, b), needs_input_grad=(True, True))\n"
+        "ga, gb = _ops.hgemm_backward(ctx, g)\n"
+        "a_, b_ = a.clone().requires_grad_(), b.clone().requires_grad_()\n"
+        "(a_ @ b_).backward(g)\n"
+        "assert torch.allclose(ga, a_.grad) and torch.allclose(gb, b_.grad)\n"
+        "w = torch.randn(4, 3, dtype=torch.float64)\n"
+        "ctx = types.SimpleNamespace(saved_tensors=(a, w), needs_input_grad=(False, True))\n"
+        "gx, gw = _ops.hgemm_linear_backward(ctx, g)\n"
+        "a_, w_ = a.clone().requires_grad_(), w.clone().requires_grad_()\n"
+        "(a_ @ w_.t()).backward(g)\n"
+        "assert gx is None and torch.allclose(gw, w_.grad)\n"
+        "print('ok')\n",
+        root,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok"
+
+
 @pytest.mark.nvcc
 @pytest.mark.slow
 def test_the_bundle_builds_its_kernels_with_nvcc(campaign_db, tmp_path):

@@ -241,6 +241,11 @@ def test_a_plain_kernel_imports_only_allowed_symbols():
     assert sc.check_imports(SHARED_TINY).ok
 
 
+def test_it_accepts_the_stream_initialisation_of_newer_libstdcxx():
+    # GCC 13+ builds of a CUTLASS kernel (which includes <iostream>) import this (H200 host)
+    assert sc.check_imports([*SHARED_TINY, "_ZSt21ios_base_library_initv"]).ok
+
+
 @pytest.mark.parametrize(
     "symbol",
     [

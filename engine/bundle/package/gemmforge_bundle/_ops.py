@@ -13,6 +13,7 @@ import ctypes
 import json
 import threading
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -129,3 +130,33 @@ def _(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 @hgemm_linear.register_fake
 def _(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return x.new_empty((x.shape[0], w.shape[0]))
+
+
+# Gradients go through torch.matmul: the bundle's kernels are tuned for the forward shapes only.
+# Registered so that autograd and torch.compile can trace a model whose weights require grad.
+def _save_operands(
+    ctx: Any, inputs: tuple[torch.Tensor, torch.Tensor], output: torch.Tensor
+) -> None:
+    ctx.save_for_backward(*inputs)
+
+
+def hgemm_backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """C = A·B: dA = dC·Bᵀ, dB = Aᵀ·dC."""
+    a, b = ctx.saved_tensors
+    grad_a = grad @ b.t() if ctx.needs_input_grad[0] else None
+    grad_b = a.t() @ grad if ctx.needs_input_grad[1] else None
+    return grad_a, grad_b
+
+
+def hgemm_linear_backward(
+    ctx: Any, grad: torch.Tensor
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """Y = X·Wᵀ: dX = dY·W, dW = dYᵀ·X."""
+    x, w = ctx.saved_tensors
+    grad_x = grad @ w if ctx.needs_input_grad[0] else None
+    grad_w = grad.t() @ x if ctx.needs_input_grad[1] else None
+    return grad_x, grad_w
+
+
+hgemm.register_autograd(hgemm_backward, setup_context=_save_operands)
+hgemm_linear.register_autograd(hgemm_linear_backward, setup_context=_save_operands)
