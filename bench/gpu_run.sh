@@ -58,7 +58,7 @@ pack_device_kernels() {
 # on in a later call from the same database
 live_campaign() {
   local shapes=${CAMPAIGN_SHAPES:-128x1024x1024,1024x512x512,4096x64x4096,2048x2048x512,512x8192x2048,2048x2048x4096,16384x256x16384,8192x4096x16384}
-  timeout -s INT "${CAMPAIGN_SECONDS:-330}" python3 -m engine optimize --shapes "$shapes" \
+  timeout -k 20 -s INT "${CAMPAIGN_SECONDS:-330}" python3 -m engine optimize --shapes "$shapes" \
     --layout nn --budget "${CAMPAIGN_BUDGET:-64}" --batch 32 --proposers rl,evolve \
     --space library --verify-jobs 10 --device-seconds 2 --heat-seconds 0.3 --pretrain "$1" \
     --final-top 2 --final-device-seconds 3 --db "$ENGINE_CACHE_DIR/campaign.sqlite" \
