@@ -829,6 +829,7 @@ def gpu_report(
         "gpu_worker_occupancy": round(
             union_seconds(intervals, launched, ended) / max(ended - launched, 1e-9), 4
         ),
+        "step_phases": phase_report(gpu_steps),
     }
     if opts.gpu_workers > 1:
         out["concurrent_gpu_step_seconds"] = round(
@@ -854,6 +855,46 @@ def gpu_report(
         out["target_met"] = value is not None and value >= BUSY_TARGET
     else:
         out["warm"] = {"busy_fraction": None, "reason": "no GPU step finished"}
+    return out
+
+
+def phase_report(steps: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Where the GPU steps' time went: each step's result holds ``phases_s`` (engine.phases,
+    booked by the runner and its child; they add up to the step's wall time in the worker),
+    summed here over every finished GPU step and over the warm ones (after the first).
+    ``unaccounted`` is the timeline's step time (claim to done, as polled) beyond the phases:
+    the lease claim, Celery and the polling's resolution."""
+
+    def totals(chosen: Sequence[dict[str, Any]]) -> dict[str, Any]:
+        timed = [s for s in chosen if (s.get("result") or {}).get("phases_s")]
+        if not timed:
+            return {"steps": 0}
+        seconds: dict[str, float] = {}
+        for step in timed:
+            for name, value in step["result"]["phases_s"].items():
+                seconds[name] = seconds.get(name, 0.0) + float(value)
+        booked = sum(seconds.values())
+        wall = sum(s["finished"] - s["started"] for s in timed)
+        seconds["unaccounted"] = max(0.0, wall - booked)
+        whole = max(wall, booked, 1e-9)
+        return {
+            "steps": len(timed),
+            "step_seconds": round(wall, 2),
+            "seconds": {k: round(v, 2) for k, v in seconds.items()},
+            "share": {k: round(v / whole, 4) for k, v in seconds.items()},
+            "per_step_s": {k: round(v / len(timed), 2) for k, v in seconds.items()},
+        }
+
+    out = {"all": totals(steps), "warm": totals(steps[1:])}
+    info = [(s.get("result") or {}).get("info") for s in steps]
+    info = [i for i in info if i]
+    if info:
+        out["info"] = {
+            "autotune_cached": [i.get("autotune_cached") for i in info],
+            "verification_wall_s": [i.get("verification_wall_s") for i in info],
+            "heat_up_ran_s": [i.get("heat_up_ran_s") for i in info],
+            "health_probe": dict(Counter(str(i.get("health_probe")) for i in info)),
+        }
     return out
 
 
@@ -1168,6 +1209,10 @@ def print_summary(report: dict[str, Any], out: Path) -> None:
         print(f"GPU busy: overall {gpu.get('busy_fraction')}, warm {gpu.get('warm_busy_fraction')}"
               f" ({gpu.get('reason') or gpu.get('source')}); GPU-worker occupancy "
               f"{gpu.get('gpu_worker_occupancy')}")  # fmt: skip
+        per_step = ((gpu.get("step_phases") or {}).get("all") or {}).get("per_step_s")
+        if per_step:
+            print("GPU step, mean seconds per phase: "
+                  + ", ".join(f"{k} {v}" for k, v in per_step.items()))  # fmt: skip
     for name, passed in report.get("checks", {}).items():
         print(f"  {'ok  ' if passed else 'FAIL'} {name}")
     if "error" in report:

@@ -7,9 +7,11 @@ runs in both layouts; a problem's baseline time is the faster of the two.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -135,7 +137,51 @@ def candidate_runner(library: KernelLibrary, problem: Problem, name: str = "cand
 
 
 def autotune_cache_path(config: EngineConfig, environment_key: str) -> Path:
+    """One file per environment (GPU, driver, CUDA, cuBLASLt: GpuEnvironment.key) in the engine's
+    cache, shared by every process with the same ENGINE_CACHE_DIR (the GPU-step children get the
+    worker's: engine.sandbox.candidate_env), so a shape is autotuned once, not once a step."""
     return config.baseline_cache / f"cublaslt_autotune_{environment_key}.json"
+
+
+def autotune_key(problem: Problem, layout: Layout) -> str:
+    return f"{problem.shape}_{layout.value}"
+
+
+def read_autotune_cache(cache: Path | None) -> dict[str, Any]:
+    """The cached choices, or {} for no file, a torn one or one that is not ours (tune again)."""
+    if cache is None:
+        return {}
+    try:
+        stored = json.loads(cache.read_text())
+    except (OSError, ValueError):
+        return {}
+    return stored if isinstance(stored, dict) else {}
+
+
+def autotune_cached(
+    cache: Path | None, problem: Problem, layouts: Sequence[Layout] = (Layout.NN, Layout.TN)
+) -> bool:
+    """Whether every layout's choice for ``problem`` is in ``cache`` (no autotuning to time)."""
+    stored = read_autotune_cache(cache)
+    return all(autotune_key(problem, layout) in stored for layout in layouts)
+
+
+def store_autotune(cache: Path, key: str, report: dict[str, Any]) -> None:
+    """Adds one choice to ``cache``: read again just before (another process may have added
+    shapes since), written whole to a temporary file and renamed over, so a reader never sees
+    half a file."""
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    stored = read_autotune_cache(cache)
+    stored[key] = report
+    fd, tmp = tempfile.mkstemp(prefix=f".{cache.name}.", dir=cache.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(stored, f, indent=1)
+        os.replace(tmp, cache)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def autotune(
@@ -149,8 +195,8 @@ def autotune(
     plan, count = shim.cublaslt_plan(
         p.m, p.n, p.k, layout is Layout.TN, LT_WORKSPACE_BYTES, AUTOTUNE_MAX_ALGOS
     )
-    key = f"{p.shape}_{layout.value}"
-    stored = json.loads(cache.read_text()) if cache and cache.exists() else {}
+    key = autotune_key(p, layout)
+    stored = read_autotune_cache(cache)
     if key in stored and stored[key]["algo"] < count:
         return plan, int(stored[key]["algo"]), {**stored[key], "cached": True}
     runners = [
@@ -168,9 +214,7 @@ def autotune(
     best_name = min(medians, key=medians.__getitem__)
     report = {"algo": int(best_name[4:]), "candidates": count, "medians": medians}
     if cache is not None:
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        stored[key] = report
-        cache.write_text(json.dumps(stored, indent=1))
+        store_autotune(cache, key, report)
     return plan, report["algo"], {**report, "cached": False}
 
 

@@ -27,6 +27,9 @@ from engine.problem import Layout, Problem
 from engine.stats import TimingStats, summarize
 
 L2_FLUSH_BYTES = 256 << 20
+# A pause longer than this between two stretches of work ends a sustained load (Bench.heat_up):
+# the runner set-up between an autotuning's timing and the heat-up takes milliseconds.
+LOAD_GAP_S = 0.2
 PROTOCOLS = ("device", "offline", "server", "graph")
 SPOT_CHECK_TOLERANCE = 5e-3  # relative Frobenius error on N(0,1) inputs; cuBLAS is ~2e-4
 
@@ -110,27 +113,60 @@ class Bench:
         self.stream = torch.cuda.Stream()
         self.operand_sets = [Operands.random(problem, self.gen) for _ in range(input_sets)]
         self.flush_buffer = torch.empty(L2_FLUSH_BYTES, dtype=torch.int8, device="cuda")
+        self.load: tuple[float, float] | None = None  # the last sustained load (monotonic s)
         torch.cuda.synchronize()
+
+    def loaded(self, start: float, end: float) -> None:
+        """Notes that this bench kept the GPU busy from ``start`` to ``end`` (monotonic
+        seconds); a stretch that follows the last one within LOAD_GAP_S extends it."""
+        if self.load is not None and start - self.load[1] <= LOAD_GAP_S:
+            self.load = (self.load[0], max(end, self.load[1]))
+        else:
+            self.load = (start, end)
+
+    def idled(self) -> None:
+        """Notes work that does not count as sustained load (syncs between calls, sleeps)."""
+        self.load = None
+
+    def sustained_load_s(self, now: float | None = None) -> float:
+        """Seconds of sustained load this bench has just had the GPU under: 0 when the last
+        stretch ended more than LOAD_GAP_S ago."""
+        if self.load is None:
+            return 0.0
+        now = time.monotonic() if now is None else now
+        if now - self.load[1] > LOAD_GAP_S:
+            return 0.0
+        return self.load[1] - self.load[0]
 
     def flush_l2(self) -> None:
         self.flush_buffer.zero_()
 
     def warm_up(self, runners: Sequence[Runner], calls: int = 3) -> None:
+        started = time.monotonic()
         with torch.cuda.stream(self.stream):
             for runner in runners:
                 for _ in range(calls):
                     runner(self.operand_sets[0], self.stream)
         torch.cuda.synchronize()
+        self.loaded(started, time.monotonic())
 
-    def heat_up(self, runners: Sequence[Runner], seconds: float = 3.0) -> None:
-        """Runs the runners back to back for ``seconds`` so that clocks, power and temperature
-        settle before timing (measured: without it, the first of three runs was 3-8 % faster)."""
+    def heat_up(self, runners: Sequence[Runner], seconds: float = 3.0) -> float:
+        """Runs the runners back to back so that clocks, power and temperature settle before
+        timing (measured: without it, the first of three runs was 3-8 % faster).
+
+        The GPU is to have been under load for ``seconds`` when this returns: load this bench
+        has just put on it (an autotuning's timing, the warm-up right after it) counts, and
+        only the rest runs. Returns the seconds it ran."""
         started = time.monotonic()
+        needed = seconds - self.sustained_load_s(started)
         with torch.cuda.stream(self.stream):
-            while time.monotonic() - started < seconds:
+            while time.monotonic() - started < needed:
                 for runner in runners:
                     runner(self.operand_sets[0], self.stream)
                 self.stream.synchronize()
+        ended = time.monotonic()
+        self.loaded(started, ended)
+        return ended - started if needed > 0 else 0.0
 
     def device(
         self,
@@ -174,6 +210,7 @@ class Bench:
                     if done or time.monotonic() - started > max_seconds:
                         break
         torch.cuda.synchronize()
+        self.loaded(started, time.monotonic())
         stats = {name: summarize(values) for name, values in samples.items()}
         return ProtocolResult("device", stats, {"reps": rep})
 
@@ -207,6 +244,7 @@ class Bench:
                     samples[runner.name].append(time.perf_counter() - t0)
                 if time.monotonic() - started > max_seconds:
                     break
+        self.idled()
         stats = {name: summarize(values) for name, values in samples.items()}
         # CUDA-L2 reports the mean of per-iteration TFLOP/s
         mean_tflops = {
@@ -241,6 +279,7 @@ class Bench:
                 times.append(start.elapsed_time(end) * 1e-3 / calls_per_graph)
             stats[runner.name] = summarize(times)
             del graph
+        self.idled()
         return ProtocolResult("graph", stats, {"calls_per_graph": calls_per_graph})
 
     def host_overhead(self, runners: Sequence[Runner], calls: int = 50) -> dict[str, float]:
@@ -255,6 +294,7 @@ class Bench:
                     runner(ops, self.stream)
                 overhead[runner.name] = (time.perf_counter() - t0) / calls
                 torch.cuda.synchronize()
+        self.idled()  # measured: a run right after this probe was 4-8 % faster
         return overhead
 
     def spot_check(self, runners: Sequence[Runner]) -> dict[str, float]:
@@ -275,4 +315,5 @@ class Bench:
             errors[runner.name] = (
                 numerics.relative_frobenius_error(ops.c, ref) if status == 0 else float("inf")
             )
+        self.idled()
         return errors

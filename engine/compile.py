@@ -524,3 +524,32 @@ def compile_many(
             if progress is not None:
                 progress(index, results[index])  # type: ignore[arg-type]
     return [r for r in results if r is not None]
+
+
+def compile_configs(
+    configs: Sequence[Any],
+    *,
+    jobs: int | None = None,
+    config: Any = None,
+    target_arch: str | None = None,
+) -> list[CompileResult]:
+    """Render and compile kernel configs (engine.families; compile_many per family, cached);
+    results keep order. Imports no torch, so a GPU step can look its batch up in the cache
+    before it does.
+
+    ``target_arch`` (the GPU's, e.g. ``sm_90``) builds only the SASS that GPU runs."""
+    from engine.families import get_family
+
+    results: list[CompileResult | None] = [None] * len(configs)
+    families = sorted({c.FAMILY for c in configs})
+    for family in families:
+        where = [i for i, c in enumerate(configs) if family == c.FAMILY]
+        built = compile_many(
+            [configs[i].render() for i in where],
+            jobs=jobs,
+            archs=get_family(family).archs_for(target_arch),
+            config=config,
+        )
+        for i, result in zip(where, built, strict=True):
+            results[i] = result
+    return [r for r in results if r is not None]

@@ -1,13 +1,18 @@
 """A GPU health probe, run after every GPU step: nvidia-smi answers, and a tiny CUDA call
-succeeds in a child process (the caller never initialises CUDA itself)."""
+succeeds in a child process (the caller never initialises CUDA itself).
+
+The CUDA call is a kernel launched through libcuda alone (engine.cuda_driver: a fraction of a
+second); only when that fails does a torch child (seconds: torch's import and context) decide,
+so a fault in the fast path costs time, never a healthy GPU's queue."""
 
 from __future__ import annotations
 
 import os
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
-from engine import toolchain
+from engine import cuda_driver, toolchain
 
 SMI_QUERY = "name,temperature.gpu,utilization.gpu,memory.used,memory.total"
 CUDA_CALL = (
@@ -20,6 +25,7 @@ CUDA_CALL = (
 class Health:
     ok: bool
     message: str  # nvidia-smi's line when ok; what failed otherwise
+    call: str = ""  # which CUDA call decided: "driver" (libcuda) or "torch (why not driver)"
 
 
 def probe(device: str = "0", *, timeout: float = float(toolchain.Timeout.PROBE)) -> Health:
@@ -34,11 +40,17 @@ def probe(device: str = "0", *, timeout: float = float(toolchain.Timeout.PROBE))
         return Health(False, "nvidia-smi is not on PATH")
     if not smi.ok:
         return Health(False, f"nvidia-smi failed: {(smi.stderr or smi.stdout).strip()[-500:]}")
+    # -I: the engine's folder is not put on sys.path (its modules would shadow the stdlib's)
+    driver = [sys.executable, "-I", str(Path(cuda_driver.__file__)), "probe"]
+    fast = toolchain.run(driver, timeout=timeout, env=env)
+    if fast.ok:
+        return Health(True, smi.stdout.strip(), "driver")
     call = toolchain.run([sys.executable, "-c", CUDA_CALL], timeout=timeout, env=env)
     if not call.ok:
         why = "timed out" if call.timed_out else call.stderr.strip()[-500:]
-        return Health(False, f"CUDA call failed on GPU {device}: {why}")
-    return Health(True, smi.stdout.strip())
+        return Health(False, f"CUDA call failed on GPU {device}: {why}", "torch")
+    why_not = "timed out" if fast.timed_out else (fast.stderr or fast.stdout).strip()[-200:]
+    return Health(True, smi.stdout.strip(), f"torch (the driver probe failed: {why_not})")
 
 
 def _have(program: str) -> bool:

@@ -14,6 +14,7 @@ from engine.bench import SPOT_CHECK_TOLERANCE, Bench, ProtocolResult, Runner
 from engine.config import EngineConfig
 from engine.config import load as load_config
 from engine.environment import GpuEnvironment, collect
+from engine.phases import Phases
 from engine.problem import Problem
 from engine.runtime import BaselineLibrary, KernelLibrary
 from engine.stats import spread_between_runs
@@ -52,32 +53,109 @@ def measure(
     ``probe_overhead=False`` skips the host-overhead probe (about 0.1 s of GPU sleep per runner:
     20 s for a 200-config sweep) for runs that only rank kernels.
     """
-    config = config or load_config()
-    shim = shim or load_shim(config)
-    environment = collect(cublaslt_version=shim.cublaslt_version)
-    bench = Bench(problem, seed=seed if seed is not None else secrets.randbits(31))
-    progress(f"{problem}: autotuning cuBLASLt")
-    runners, autotune_reports = baselines.baseline_runners(
-        bench, shim, autotune_cache=baselines.autotune_cache_path(config, environment.key)
+    session = Session(problem, config=config, shim=shim, seed=seed, progress=progress)
+    return session.run(
+        candidates,
+        protocols=protocols,
+        device_runs=device_runs,
+        heat_seconds=heat_seconds,
+        device_seconds=device_seconds,
+        probe_overhead=probe_overhead,
     )
-    for name, path in (candidates or {}).items():
-        runners.append(baselines.candidate_runner(KernelLibrary(path), problem, name))
-    bench.warm_up(runners)
-    record: dict[str, Any] = {
-        "problem": {"m": problem.m, "n": problem.n, "k": problem.k, "layout": problem.layout.value},
-        "environment": environment.to_dict(),
-        "autotune": autotune_reports,
-        "host_overhead_s": bench.host_overhead(runners) if probe_overhead else {},
-        "protocols": {},
-    }
-    record["host_overhead_s"]["ctypes_noop"] = noop_overhead(shim)
-    # after the host-overhead probe (which idles the GPU): every timed run then starts from the
-    # same sustained-load state; measured, a run right after idling was 4-8 % faster
-    bench.heat_up(runners, heat_seconds)
-    for protocol in protocols:
-        progress(f"{problem}: {protocol} protocol")
+
+
+class Session:
+    """One measurement session (what :func:`measure` does) in two stages, so that a caller can
+    overlap the first with other work: the set-up (shim, environment, operands, and the baseline
+    runners when every cuBLASLt choice is cached, so no timing is involved), then :meth:`run`
+    (autotuning when not cached, the candidates, warm-up, heat-up, the protocols)."""
+
+    def __init__(
+        self,
+        problem: Problem,
+        *,
+        config: EngineConfig | None = None,
+        shim: BaselineLibrary | None = None,
+        seed: int | None = None,
+        phases: Phases | None = None,
+        progress: Callable[[str], None] = lambda _msg: None,
+    ) -> None:
+        self.problem = problem
+        self.phases = phases if phases is not None else Phases()
+        self.progress = progress
+        self.config = config or load_config()
+        self.shim = shim or load_shim(self.config)
+        self.environment = collect(cublaslt_version=self.shim.cublaslt_version)
+        self.bench = Bench(problem, seed=seed if seed is not None else secrets.randbits(31))
+        self.autotune_cache = baselines.autotune_cache_path(self.config, self.environment.key)
+        self.baselines: list[Runner] | None = None
+        self.autotune_reports: dict[str, Any] = {}
+        if baselines.autotune_cached(self.autotune_cache, problem):
+            self.prepare_baselines()
+
+    def prepare_baselines(self) -> None:
+        """The baseline runners; autotunes cuBLASLt (device-protocol timing) where not cached."""
+        if self.baselines is not None:
+            return
+        self.progress(f"{self.problem}: autotuning cuBLASLt")
+        self.baselines, self.autotune_reports = baselines.baseline_runners(
+            self.bench, self.shim, autotune_cache=self.autotune_cache
+        )
+        self.phases.info["autotune_cached"] = all(
+            r.get("cached", False) for r in self.autotune_reports.values()
+        )
+
+    def run(
+        self,
+        candidates: Mapping[str, Path] | None = None,
+        *,
+        protocols: Sequence[str] = DEFAULT_PROTOCOLS,
+        device_runs: int = 1,
+        heat_seconds: float = 3.0,
+        device_seconds: float = 20.0,
+        probe_overhead: bool = True,
+    ) -> dict[str, Any]:
+        problem, bench, phases = self.problem, self.bench, self.phases
+        with phases("baselines"):
+            self.prepare_baselines()
+            assert self.baselines is not None
+            runners = list(self.baselines)
+            for name, path in (candidates or {}).items():
+                runners.append(baselines.candidate_runner(KernelLibrary(path), problem, name))
+        with phases("warm_up"):
+            bench.warm_up(runners)
+        record: dict[str, Any] = {
+            "problem": {
+                "m": problem.m,
+                "n": problem.n,
+                "k": problem.k,
+                "layout": problem.layout.value,
+            },
+            "environment": self.environment.to_dict(),
+            "autotune": self.autotune_reports,
+            "host_overhead_s": bench.host_overhead(runners) if probe_overhead else {},
+            "protocols": {},
+        }
+        record["host_overhead_s"]["ctypes_noop"] = noop_overhead(self.shim)
+        # after the host-overhead probe (which idles the GPU): every timed run then starts from
+        # the same sustained-load state; measured, a run right after idling was 4-8 % faster.
+        # Without the probe, load the bench has just put on the GPU (autotuning) counts.
+        with phases("heat_up"):
+            phases.info["heat_up_ran_s"] = round(bench.heat_up(runners, heat_seconds), 3)
+        with phases("timing"):
+            for protocol in protocols:
+                self.progress(f"{problem}: {protocol} protocol")
+                record["protocols"][protocol] = self._protocol(
+                    runners, protocol, device_runs=device_runs, device_seconds=device_seconds
+                )
+        return record
+
+    def _protocol(
+        self, runners: list[Runner], protocol: str, *, device_runs: int, device_seconds: float
+    ) -> dict[str, Any]:
+        bench = self.bench
         result = run_protocol(bench, runners, protocol, device_seconds=device_seconds)
-        summary = summarize_protocol(problem, result.to_dict(), environment)
+        summary = summarize_protocol(self.problem, result.to_dict(), self.environment)
         if protocol == "device" and device_runs > 1:
             summary["repeat_medians"] = repeat_medians(bench, runners, result, device_runs)
             summary["run_to_run_spread"] = {
@@ -91,8 +169,7 @@ def measure(
         )
         for name in summary["rejected_while_timed"]:
             summary["speedups"].pop(name, None)
-        record["protocols"][protocol] = summary
-    return record
+        return summary
 
 
 def repeat_medians(

@@ -11,6 +11,9 @@ import os
 import secrets
 import sys
 import tempfile
+import time
+from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -98,6 +101,48 @@ def verify(
             policy=sandbox.gpu_policy(),
         )
         return interpret(result, verdict_path, timeout)
+
+
+class Verifications:
+    """A batch's verifications, started at once: one child process per library (never two
+    libraries in one child), up to ``jobs`` of them running together. The caller does other work
+    meanwhile and collects the verdicts, in the libraries' order, with :meth:`results`."""
+
+    def __init__(
+        self,
+        libraries: Sequence[Path],
+        problem: Problem,
+        *,
+        jobs: int = 1,
+        timeout: float | None = None,
+    ) -> None:
+        self.libraries = [Path(p) for p in libraries]
+        self.started = time.monotonic()
+        self._done: list[float] = []  # when each child's verdict came (list.append is atomic)
+        kwargs = {"timeout": timeout} if timeout else {}
+        self._pool = ThreadPoolExecutor(max(1, jobs), thread_name_prefix="verify")
+        self._futures: list[Future[VerifyResult]] = [
+            self._pool.submit(self._verify, p, problem, kwargs) for p in self.libraries
+        ]
+        self._pool.shutdown(wait=False)
+
+    def _verify(self, library: Path, problem: Problem, kwargs: dict[str, Any]) -> VerifyResult:
+        try:
+            # looked up at each call, so that tests can stand in for engine.verify.verify
+            return sys.modules[__name__].verify(library, problem, **kwargs)
+        finally:
+            self._done.append(time.monotonic())
+
+    def results(self) -> list[VerifyResult]:
+        """Every verdict (waits for the children still running)."""
+        return [f.result() for f in self._futures]
+
+    @property
+    def seconds(self) -> float | None:
+        """From the start to the last verdict (None while a child still runs)."""
+        if len(self._done) < len(self._futures):
+            return None
+        return max(self._done, default=self.started) - self.started
 
 
 def interpret(result: toolchain.ProcessResult, verdict_path: Path, timeout: float) -> VerifyResult:

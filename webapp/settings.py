@@ -189,8 +189,9 @@ if GEMMFORGE_EXECUTOR != "local" and not (
 GEMMFORGE_BATCH_SIZE = env_int("GEMMFORGE_BATCH_SIZE", 8, minimum=1)  # candidates per round
 GEMMFORGE_GPU_DEVICE = env_str("GEMMFORGE_GPU_DEVICE", "0")  # CUDA_VISIBLE_DEVICES of GPU steps
 # The local GPU step: verifications at once (each a child process that spends seconds starting
-# while the GPU idles) and the cap on its device-protocol timing run (seconds).
-GEMMFORGE_VERIFY_JOBS = env_int("GEMMFORGE_VERIFY_JOBS", 1, minimum=1)
+# while the GPU idles; default: the whole batch) and the cap on its device-protocol timing run
+# (seconds).
+GEMMFORGE_VERIFY_JOBS = env_int("GEMMFORGE_VERIFY_JOBS", GEMMFORGE_BATCH_SIZE, minimum=1)
 GEMMFORGE_DEVICE_SECONDS = env_int("GEMMFORGE_DEVICE_SECONDS", 20, minimum=1)
 WORK_LEASE_SECONDS = env_int("WORK_LEASE_SECONDS", 120, minimum=1)  # extended every third of it
 WORK_MAX_ATTEMPTS = env_int("WORK_MAX_ATTEMPTS", 3, minimum=1)

@@ -1,9 +1,10 @@
 """Executors: verify and time a batch of compiled candidates for one problem.
 
 ``LocalGpuExecutor`` does the real work on this machine's GPU (engine.verify in an isolated child
-per candidate, then one engine.measure session for the verified ones, baselines timed beside
-them). ``ReplayExecutor`` answers from a table of recorded GPU measurements (bench/results/...)
-and never touches a GPU: it is for CPU tests and for the replay benchmark (engine.campaign.replay).
+per candidate, all started at once, while this process sets up one engine.measure session; then
+that session times the verified ones, baselines beside them). ``ReplayExecutor`` answers from a
+table of recorded GPU measurements (bench/results/...) and never touches a GPU: it is for CPU
+tests and for the replay benchmark (engine.campaign.replay).
 """
 
 from __future__ import annotations
@@ -11,13 +12,16 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from engine.families import KernelConfig, get_family
+from engine.phases import Phases
 from engine.problem import Problem
+
+if TYPE_CHECKING:
+    from engine.verify import Verifications
 
 STATUS_OK = "ok"
 STATUS_COMPILE_ERROR = "compile_error"
@@ -99,25 +103,55 @@ class LocalGpuExecutor:
         self.heat_seconds = heat_seconds
         self._shim: Any = None
 
-    def execute(self, problem: Problem, batch: Sequence[CompiledCandidate]) -> list[Outcome]:
+    def execute(
+        self,
+        problem: Problem,
+        batch: Sequence[CompiledCandidate],
+        *,
+        verifications: Verifications | None = None,
+        phases: Phases | None = None,
+    ) -> list[Outcome]:
+        """Verifies the batch (one child process per candidate, all started at once up to
+        ``verify_jobs``) while this process sets up the measurement (shim, environment,
+        operands, cached cuBLASLt choices); then times the verified ones. Nothing is timed while
+        a verification child runs: an autotuning that is not cached waits for the verdicts.
+
+        ``verifications``: an engine.verify.Verifications for this batch already started by the
+        caller (engine.gpu_step starts them before it imports torch). ``phases`` gets the time
+        breakdown (engine.phases)."""
         from engine import measure as measure_module
         from engine import verify as verify_module
 
+        phases = phases if phases is not None else Phases()
         started = time.monotonic()
-        failures: dict[str, Outcome] = {}
-        passed: dict[str, Path] = {}
         for candidate in batch:
             if candidate.library is None:
                 raise ValueError(f"{candidate.name}: LocalGpuExecutor needs a compiled library")
-        kwargs = {"timeout": self.verify_timeout} if self.verify_timeout else {}
-        # each verification is its own child process; several may share the GPU at once
-        with ThreadPoolExecutor(self.verify_jobs) as pool:
-            verdicts = list(
-                pool.map(lambda c: verify_module.verify(c.library, problem, **kwargs), batch)
+        libraries = [Path(c.library) for c in batch if c.library is not None]
+        if verifications is None:
+            verifications = verify_module.Verifications(
+                libraries, problem, jobs=self.verify_jobs, timeout=self.verify_timeout
             )
+        elif list(verifications.libraries) != libraries:
+            raise ValueError("the verifications started are not this batch's")
+        started = min(started, verifications.started)  # the GPU's share counts from there
+        session, setup_error = None, None
+        if batch:
+            with phases("setup"):
+                try:
+                    session = self._session(problem, phases)
+                except Exception as exc:  # raised below if a candidate needs it
+                    setup_error = exc
+        with phases("verification"):
+            verdicts = verifications.results()
+        phases.info["verification_children"] = len(verdicts)
+        if verifications.seconds is not None:
+            phases.info["verification_wall_s"] = round(verifications.seconds, 3)
+        failures: dict[str, Outcome] = {}
+        passed: dict[str, Path] = {}
         for candidate, verdict in zip(batch, verdicts, strict=True):
             if verdict.ok:
-                passed[candidate.name] = candidate.library
+                passed[candidate.name] = Path(candidate.library)
             else:
                 status = STATUS_TIMEOUT if verdict.reason == "timeout" else STATUS_REJECTED
                 failures[candidate.name] = Outcome(
@@ -125,15 +159,11 @@ class LocalGpuExecutor:
                 )
         record: dict[str, Any] = {"protocols": {}}
         if passed:
-            if self._shim is None:
-                config = self.config or measure_module.load_config()
-                self._shim = measure_module.load_shim(config)
-            record = measure_module.measure(
-                problem,
-                candidates=passed,
+            if session is None:
+                raise setup_error or measure_module.MeasureSetupError("no measurement session")
+            record = session.run(
+                passed,
                 protocols=self.protocols,
-                config=self.config,
-                shim=self._shim,
                 heat_seconds=self.heat_seconds,
                 device_seconds=self.device_seconds,
                 probe_overhead=False,  # a ranking run: the final re-measurement probes it
@@ -147,6 +177,14 @@ class LocalGpuExecutor:
                 outcome = outcome_from_record(candidate.name, record, self.protocols)
             outcomes.append(_with_gpu_seconds(outcome, share))
         return outcomes
+
+    def _session(self, problem: Problem, phases: Phases) -> Any:
+        from engine import measure as measure_module
+
+        if self._shim is None:
+            config = self.config or measure_module.load_config()
+            self._shim = measure_module.load_shim(config)
+        return measure_module.Session(problem, config=self.config, shim=self._shim, phases=phases)
 
 
 def outcome_from_record(name: str, record: Mapping[str, Any], protocols: Sequence[str]) -> Outcome:
@@ -177,15 +215,9 @@ def _with_gpu_seconds(outcome: Outcome, seconds: float) -> Outcome:
 
 
 def _local_arch() -> str:
-    try:
-        import torch
+    from engine.cuda_driver import local_arch
 
-        if torch.cuda.is_available():
-            major, minor = torch.cuda.get_device_capability()
-            return f"sm_{major}{minor}"
-    except ImportError:
-        pass
-    return "sm_90"
+    return local_arch()
 
 
 # -- recorded measurements -------------------------------------------------------------------

@@ -38,8 +38,8 @@ from engine.campaign.policy import Policy
 from engine.campaign.proposers import Proposal, Proposer, propose_batch
 from engine.campaign.space import SearchSpace
 from engine.campaign.storage import CampaignStorage, CandidateRecord
-from engine.compile import CompileResult
-from engine.families import KernelConfig, get_family
+from engine.compile import CompileResult, compile_configs
+from engine.families import KernelConfig
 from engine.problem import Problem
 
 DEFAULT_MIX = {"rl": 0.5, "evolve": 0.3, "random": 0.2}
@@ -121,33 +121,6 @@ def reward_of(outcome: Outcome, baseline: str, failure_reward: float) -> float:
     if baseline not in outcome.baselines:
         raise ValueError(f"{outcome.name}: no {baseline} time in the outcome")
     return math.log(outcome.baselines[baseline] / outcome.seconds)
-
-
-def compile_configs(
-    configs: Sequence[KernelConfig],
-    *,
-    jobs: int | None = None,
-    config: Any = None,
-    target_arch: str | None = None,
-) -> list[CompileResult]:
-    """Render and compile ``configs`` (compile_many per family, cached); results keep order.
-
-    ``target_arch`` (the GPU's, e.g. ``sm_90``) builds only the SASS that GPU runs."""
-    from engine.compile import compile_many
-
-    results: list[CompileResult | None] = [None] * len(configs)
-    families = sorted({c.FAMILY for c in configs})
-    for family in families:
-        where = [i for i, c in enumerate(configs) if family == c.FAMILY]
-        built = compile_many(
-            [configs[i].render() for i in where],
-            jobs=jobs,
-            archs=get_family(family).archs_for(target_arch),
-            config=config,
-        )
-        for i, result in zip(where, built, strict=True):
-            results[i] = result
-    return [r for r in results if r is not None]
 
 
 class Campaign:

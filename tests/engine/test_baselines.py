@@ -1,6 +1,11 @@
-"""engine.baselines.best_of_layouts: a problem's baseline time is the faster of its two layouts."""
+"""engine.baselines: a problem's baseline time is the faster of its two layouts; cuBLASLt's
+autotuned choice is timed once per shape and environment and kept on disk (issue 7)."""
 
 from __future__ import annotations
+
+import json
+
+import pytest
 
 from engine.baselines import BASELINES, best_of_layouts
 
@@ -50,3 +55,139 @@ def test_candidates_are_never_baselines():
 
 def test_the_baselines_are_torch_cublas_and_both_cublaslt_flavours():
     assert BASELINES == ("torch", "cublas", "cublaslt_heuristic", "cublaslt_autotune")
+
+
+# -- the cuBLASLt autotune cache (issue 7): once per shape and environment, on disk ----------
+class FakeShim:
+    """cuBLASLt's heuristic list: ``count`` algorithms per plan."""
+
+    def __init__(self, count: int = 5) -> None:
+        self.count = count
+
+    def cublaslt_plan(self, m, n, k, tn, workspace, max_algos):
+        return 1, min(self.count, max_algos)
+
+
+class FakeBench:
+    """Counts the autotuning's device-protocol runs; algo3 is always the fastest."""
+
+    def __init__(self, problem) -> None:
+        self.problem = problem
+        self.device_runs = 0
+
+    def warm_up(self, runners, calls=3):
+        pass
+
+    def heat_up(self, runners, seconds=3.0):
+        return seconds
+
+    def device(self, runners, **_kwargs):
+        from engine.bench import ProtocolResult
+        from engine.stats import summarize
+
+        self.device_runs += 1
+        times = {r.name: [1e-4 if r.name == "algo3" else 2e-4] * 20 for r in runners}
+        return ProtocolResult("device", {n: summarize(v) for n, v in times.items()})
+
+
+@pytest.fixture
+def no_gpu_runners(monkeypatch):
+    """Baseline runners without GPU workspaces."""
+    from engine import baselines
+    from engine.bench import Runner
+
+    def fake_lt(shim, plan, algo, layout, kind, name):
+        return Runner(name, kind, layout, lambda ops, stream: 0, {"plan": plan, "algo": algo})
+
+    def fake_cublas(shim, problem, layout):
+        return Runner(f"cublas_{layout.value}", "cublas", layout, lambda ops, stream: 0)
+
+    monkeypatch.setattr(baselines, "cublaslt_runner", fake_lt)
+    monkeypatch.setattr(baselines, "cublas_runner", fake_cublas)
+
+
+def test_baselines_are_autotuned_once_per_shape_across_steps(no_gpu_runners, tmp_path):
+    """Each GPU step is a new process with a new bench: only the first one of a shape times
+    cuBLASLt's algorithms; later ones read the choice from the file."""
+    from engine.baselines import baseline_runners
+    from engine.problem import Problem
+
+    cache = tmp_path / "baselines" / "cublaslt_autotune_env.json"
+    problem = Problem.parse("4096x4096x4096", "nn")
+    first = FakeBench(problem)
+    _, reports = baseline_runners(first, FakeShim(), autotune_cache=cache)
+    assert first.device_runs == 2  # nn and tn
+    assert {r["cached"] for r in reports.values()} == {False}
+    for _step in range(3):
+        later = FakeBench(problem)
+        again, reports = baseline_runners(later, FakeShim(), autotune_cache=cache)
+        assert later.device_runs == 0
+        assert {r["cached"] for r in reports.values()} == {True}
+        chosen = {r.name: r.info["algo"] for r in again if r.kind == "cublaslt_autotune"}
+        assert chosen == {"cublaslt_autotune_nn": 3, "cublaslt_autotune_tn": 3}
+    other = FakeBench(Problem.parse("8192x1024x4096", "nn"))
+    baseline_runners(other, FakeShim(), autotune_cache=cache)
+    assert other.device_runs == 2  # another shape is tuned once too
+    assert set(json.loads(cache.read_text())) == {
+        "4096x4096x4096_nn",
+        "4096x4096x4096_tn",
+        "8192x1024x4096_nn",
+        "8192x1024x4096_tn",
+    }
+
+
+def test_a_torn_autotune_cache_is_tuned_again_not_fatal(no_gpu_runners, tmp_path):
+    from engine.baselines import autotune_cached, baseline_runners
+    from engine.problem import Problem
+
+    cache = tmp_path / "cublaslt_autotune_env.json"
+    cache.write_text('{"4096x4096x4096_nn": {"al')  # a writer killed half-way (old code)
+    problem = Problem.parse("4096x4096x4096", "nn")
+    assert not autotune_cached(cache, problem)
+    bench = FakeBench(problem)
+    baseline_runners(bench, FakeShim(), autotune_cache=cache)
+    assert bench.device_runs == 2
+    assert autotune_cached(cache, problem)
+
+
+def test_storing_a_choice_keeps_what_another_process_stored_meanwhile(tmp_path):
+    from engine.baselines import read_autotune_cache, store_autotune
+
+    cache = tmp_path / "baselines" / "cublaslt_autotune_env.json"
+    store_autotune(cache, "1024x1024x1024_nn", {"algo": 0})
+    store_autotune(cache, "2048x2048x2048_nn", {"algo": 2})
+    assert read_autotune_cache(cache) == {
+        "1024x1024x1024_nn": {"algo": 0},
+        "2048x2048x2048_nn": {"algo": 2},
+    }
+    assert [p.name for p in cache.parent.iterdir()] == [cache.name]  # no temporary left over
+
+
+def test_a_measurement_session_sets_up_cached_baselines_before_its_run(monkeypatch, tmp_path):
+    """Cached: the baseline runners are built in the set-up (which overlaps verification).
+    Not cached: the autotuning (a timing) waits for run(), after the verdicts."""
+    from engine import baselines, measure
+    from engine.config import EngineConfig
+    from engine.phases import Phases
+    from engine.problem import Problem
+
+    built: list[str] = []
+    monkeypatch.setattr(measure, "collect", lambda **_: type("Env", (), {"key": "env"})())
+    monkeypatch.setattr(measure, "Bench", lambda problem, seed: FakeBench(problem))
+    monkeypatch.setattr(
+        baselines,
+        "baseline_runners",
+        lambda bench, shim, autotune_cache=None: (built.append("baselines") or [], {}),
+    )
+    shim = type("Shim", (), {"cublaslt_version": 1})()
+    config = EngineConfig(cache_dir=tmp_path)
+    problem = Problem.parse("4096x4096x4096", "nn")
+    session = measure.Session(problem, config=config, shim=shim, phases=Phases())
+    assert built == []  # nothing cached: left for run()
+    cache = baselines.autotune_cache_path(config, "env")
+    for layout in ("nn", "tn"):
+        baselines.store_autotune(cache, f"4096x4096x4096_{layout}", {"algo": 0})
+    session = measure.Session(problem, config=config, shim=shim, phases=Phases())
+    assert built == ["baselines"]
+    session.prepare_baselines()
+    assert built == ["baselines"]  # once per session

@@ -1,28 +1,38 @@
 """engine.gpu_step's local path: the executor gets its tuning, and the compile cache is asked for
-the GPU's own arch (the keys the compile step and carried kernels use)."""
+the GPU's own arch (the keys the compile step and carried kernels use); the verification children
+start before the step imports torch; the step reports where its time went (issue 7)."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
 from types import SimpleNamespace
 
-from engine import gpu_step
+from engine import compile as compile_module
+from engine import cuda_driver, gpu_step
+from engine import verify as verify_module
 from engine.campaign import executor as executor_module
-from engine.campaign import loop
 from engine.families.library import library
 from engine.problem import Layout, Problem
+
+ROOT = Path(__file__).resolve().parents[2]
+RECORDED_RUN = ROOT / "bench/results/2026-12-02-h200-families/families-run1.json"
 
 
 def test_the_local_step_passes_its_tuning_and_compiles_for_the_gpus_arch(monkeypatch):
     config = library("sm90", Layout.NN)[0]
-    made, compiled = [], []
+    made, compiled, executed = [], [], []
 
     class FakeExecutor:
-        arch = "sm_90"
-
         def __init__(self, **kwargs):
             made.append(kwargs)
+            self.arch = kwargs["arch"]
 
-        def execute(self, problem, batch):
+        def execute(self, problem, batch, *, verifications, phases):
+            executed.append([str(p) for p in verifications.libraries])
             return [executor_module.Outcome(c.name, "ok", seconds=1e-3) for c in batch]
 
     def fake_compile(configs, *, target_arch=None, **_):
@@ -30,11 +40,83 @@ def test_the_local_step_passes_its_tuning_and_compiles_for_the_gpus_arch(monkeyp
         return [SimpleNamespace(ok=True, library="/lib.so", error="") for _ in configs]
 
     monkeypatch.setattr(executor_module, "LocalGpuExecutor", FakeExecutor)
-    monkeypatch.setattr(loop, "compile_configs", fake_compile)
+    monkeypatch.setattr(compile_module, "compile_configs", fake_compile)
+    monkeypatch.setattr(cuda_driver, "local_arch", lambda: "sm_90")
+    monkeypatch.setattr(verify_module, "verify", lambda *a, **k: None)
     batch = [{"name": config.name, "family": config.FAMILY, "knobs": config.knobs()}]
     outcomes = gpu_step.run_batch(
         "local", Problem.parse("4096x4096x4096", "nn"), batch, verify_jobs=6, device_seconds=4
     )
-    assert made == [{"verify_jobs": 6, "device_seconds": 4}]
+    assert made == [{"arch": "sm_90", "verify_jobs": 6, "device_seconds": 4}]
     assert compiled == ["sm_90"]
+    assert executed == [["/lib.so"]]
     assert [(o["name"], o["status"]) for o in outcomes] == [(config.name, "ok")]
+
+
+def test_verification_children_start_before_the_step_imports_torch(tmp_path):
+    """A fresh interpreter, as the worker starts it: torch (seconds to import, then its CUDA
+    context) comes after the verification children are on their way, not before."""
+    script = textwrap.dedent(
+        """
+        import json, sys
+        from types import SimpleNamespace
+        from engine import compile as compile_module, cuda_driver, gpu_step
+        from engine import verify as verify_module
+        from engine.families.library import library
+        from engine.problem import Layout, Problem
+
+        seen = {}
+        compile_module.compile_configs = lambda configs, **_: [
+            SimpleNamespace(ok=True, library="/lib.so", error="") for _ in configs
+        ]
+        cuda_driver.local_arch = lambda: "sm_90"
+
+        class Stop(Exception):
+            pass
+
+        class Spy:
+            def __init__(self, libraries, problem, *, jobs, timeout=None):
+                seen["torch_loaded"] = "torch" in sys.modules
+                seen["jobs"] = jobs
+                raise Stop
+
+        verify_module.Verifications = Spy
+        config = library("sm90", Layout.NN)[0]
+        batch = [{"name": config.name, "family": config.FAMILY, "knobs": config.knobs()}]
+        try:
+            gpu_step.run_batch("local", Problem.parse("1024x1024x1024", "nn"), batch,
+                               verify_jobs=3)
+        except Stop:
+            pass
+        print(json.dumps(seen))
+        """
+    )
+    ran = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert json.loads(ran.stdout.strip().splitlines()[-1]) == {"torch_loaded": False, "jobs": 3}
+
+
+def test_the_step_child_reports_its_phases_with_its_outcomes(tmp_path):
+    batch_file, out = tmp_path / "batch.json", tmp_path / "out.json"
+    from engine.campaign.executor import ReplayTable
+
+    table = ReplayTable.load([RECORDED_RUN])
+    problem = table.problems()[0]
+    config = table.configs_for(problem)[0]
+    batch_file.write_text(
+        json.dumps([{"name": config.name, "family": config.FAMILY, "knobs": config.knobs()}])
+    )
+    code = gpu_step.main(
+        ["--executor", f"replay:{RECORDED_RUN}", "--problem", problem.key,
+         "--batch", str(batch_file), "--out", str(out), "--delay-ms", "50"]
+    )  # fmt: skip
+    assert code == 0
+    data = json.loads(out.read_text())
+    assert [(o["name"], o["status"]) for o in data["outcomes"]] == [(config.name, "ok")]
+    phases = data["phases_s"]
+    assert {"imports", "timing", "other"} <= set(phases)
+    assert phases["timing"] >= 0.05  # the replay's stand-in for the GPU's time
+    assert data["started_at"] <= data["finished_at"]
+    assert sum(phases.values()) <= data["finished_at"] - data["started_at"] + 0.01

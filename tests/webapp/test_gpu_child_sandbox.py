@@ -59,7 +59,7 @@ def reporting_python(tmp_path: Path) -> Path:
         "    'fsize': resource.getrlimit(resource.RLIMIT_FSIZE)[0],\n"
         "    'user_ns': os.readlink('/proc/self/ns/user'),\n"
         "}\n"
-        "open(argv[argv.index('--out') + 1], 'w').write(json.dumps(report))\n"
+        "open(argv[argv.index('--out') + 1], 'w').write(json.dumps({'outcomes': report}))\n"
     )
     fake.chmod(0o755)
     return fake
@@ -172,3 +172,24 @@ def test_the_step_child_environment_pins_the_gpu_and_drops_the_workers_secrets(
     assert "SECRET_KEY" not in env
     assert env["HOME"] == str(tmp_path / "home")
     assert json.dumps(env)  # plain strings only
+
+
+def test_the_gpu_step_children_share_one_autotune_cache(tmp_path, monkeypatch):
+    """Every step's child gets a private HOME, but the engine cache (and with it cuBLASLt's
+    autotune file, keyed by GPU, driver, CUDA and cuBLASLt only) is the worker's: a shape is
+    autotuned by the first step that times it, not by every step (issue 7)."""
+    from engine import baselines
+    from engine.config import EngineConfig
+
+    monkeypatch.setenv("ENGINE_CACHE_DIR", str(tmp_path / "cache"))
+    (tmp_path / "step1").mkdir()
+    (tmp_path / "step2").mkdir()
+    first = runner.gpu_child_env(tmp_path / "step1")
+    second = runner.gpu_child_env(tmp_path / "step2")
+    assert first["HOME"] != second["HOME"]
+    assert first["ENGINE_CACHE_DIR"] == second["ENGINE_CACHE_DIR"] == str(tmp_path / "cache")
+    paths = {
+        baselines.autotune_cache_path(EngineConfig(cache_dir=Path(env["ENGINE_CACHE_DIR"])), "k")
+        for env in (first, second)
+    }
+    assert paths == {tmp_path / "cache" / "baselines" / "cublaslt_autotune_k.json"}

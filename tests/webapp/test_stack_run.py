@@ -91,6 +91,38 @@ def test_a_step_that_ran_between_two_polls_gets_an_estimated_start(stack_run):
     assert step["start_estimated"]
 
 
+def test_the_gpu_steps_phases_are_summed_over_all_and_warm_steps(stack_run):
+    """Each GPU step's result holds its phases (the runner's); the report sums them, says what
+    the timeline saw beyond them, and keeps the first (cold) step out of the warm totals."""
+
+    def step(started, finished, phases, info=None):
+        result = {"measured": 4, "phases_s": phases, "info": info or {}}
+        return {"kind": "gpu", "started": started, "finished": finished, "result": result}
+
+    steps = [
+        step(0.0, 21.0, {"child_start": 3.0, "verification": 6.0, "baselines": 8.0, "timing": 3.0},
+             {"autotune_cached": False, "health_probe": "driver"}),
+        step(30.0, 40.0, {"child_start": 3.0, "verification": 1.0, "timing": 3.0, "other": 2.0},
+             {"autotune_cached": True, "health_probe": "driver"}),
+        {"kind": "gpu", "started": 50.0, "finished": 51.0, "result": {"measured": 0}},
+    ]  # fmt: skip
+    report = stack_run.phase_report(steps)
+    every = report["all"]
+    assert every["steps"] == 2  # the step without phases (an older runner's) is left out
+    assert every["step_seconds"] == 31.0
+    assert every["seconds"]["child_start"] == 6.0
+    assert every["seconds"]["unaccounted"] == pytest.approx(2.0)  # 21 - 20 and 10 - 9
+    assert sum(every["share"].values()) == pytest.approx(1.0, abs=1e-3)
+    assert every["per_step_s"]["timing"] == 3.0
+    warm = report["warm"]
+    assert warm["steps"] == 1
+    assert "baselines" not in warm["seconds"]
+    assert warm["seconds"]["verification"] == 1.0
+    assert report["info"]["autotune_cached"] == [False, True]
+    assert report["info"]["health_probe"] == {"driver": 2}
+    assert stack_run.phase_report([]) == {"all": {"steps": 0}, "warm": {"steps": 0}}
+
+
 def test_the_replay_report_says_why_there_is_no_busy_fraction(stack_run, tmp_path):
     opts = stack_run.parse_args(["--out", str(tmp_path), "--executor", f"replay:{RECORDED_RUN}"])
     report = stack_run.gpu_report(opts, None, stack_run.Timeline(), 0.0, 10.0)
@@ -238,6 +270,10 @@ def test_a_campaign_completes_through_the_whole_stack(tmp_path):
     assert gpu["busy_fraction"] is None
     assert gpu["reason"].startswith("replay executor")
     assert 0 < gpu["gpu_worker_occupancy"] <= 1
+    phases = gpu["step_phases"]["all"]  # each GPU step's time breakdown, from its result
+    assert phases["steps"] == 4
+    assert phases["seconds"]["timing"] >= 4 * 0.3  # the replay delay stands in for the GPU
+    assert {"child_start", "imports", "child_exit", "record", "unaccounted"} <= set(phases["share"])
     workers = report["workers"]
     assert set(workers) == {"default@stack", "compile0@stack", "compile1@stack", "gpu0@stack"}
     assert workers["gpu0@stack"]["steps"] == {"gpu:done": 4}  # 2 shapes × 8 / batch 4

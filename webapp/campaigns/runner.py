@@ -21,6 +21,7 @@ import random
 import shlex
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ from django.db import transaction
 
 from engine import sandbox, toolchain
 from engine.campaign.storage import CandidateRecord
+from engine.phases import Phases
 from webapp.campaigns.models import Campaign, Candidate, Problem, WorkItem
 from webapp.campaigns.storage import DjangoStorage, source_hash, source_of
 from webapp.campaigns.work import (
@@ -252,9 +254,14 @@ def _finish_problem(item: WorkItem, token: str, reason: str) -> dict[str, Any]:
 
 # -- the GPU step ------------------------------------------------------------------------------
 def gpu_step(*, item_id: int, token: str) -> dict[str, Any]:
+    """Its result says where the step's time went: ``phases_s`` (engine.phases; they add up to
+    the step's wall time here) and ``info`` (verification children, autotune cached or not, the
+    heat-up that ran, which CUDA call the health probe made)."""
     from engine.campaign.executor import Outcome
     from engine.campaign.loop import reward_of
 
+    started = time.perf_counter()
+    phases = Phases()
     item = WorkItem.objects.select_related("problem", "campaign").get(id=item_id)
     campaign, problem = item.campaign, item.problem
     key = problem.as_engine().key
@@ -264,13 +271,16 @@ def gpu_step(*, item_id: int, token: str) -> dict[str, Any]:
         ).order_by("id")
     )  # a re-run skips what an earlier attempt recorded
     crash_hook("gpu")
-    outcomes = run_gpu_child(key, rows) if rows else []
+    outcomes = run_gpu_child(key, rows, phases=phases) if rows else []
     if executor_spec() == "local":
         from engine import gpu_health
 
-        health = gpu_health.probe(settings.GEMMFORGE_GPU_DEVICE)
+        with phases("health_probe"):
+            health = gpu_health.probe(settings.GEMMFORGE_GPU_DEVICE)
+        phases.info["health_probe"] = health.call
         if not health.ok:
             raise GpuUnhealthy(health.message)
+    recording = time.perf_counter()
     by_id = {r.name: r for r in rows}
     records = []
     for raw in outcomes:
@@ -299,13 +309,23 @@ def gpu_step(*, item_id: int, token: str) -> dict[str, Any]:
         if records:
             DjangoStorage(campaign).record(campaign.name, key, records)
         work_item_create(problem=problem, kind=WorkItem.Kind.COMPILE, round=item.round + 1)
-        result = {"measured": len(records), "ok": sum(r.status == "ok" for r in records)}
+        phases.add("record", time.perf_counter() - recording)
+        phases.close(time.perf_counter() - started)
+        result = {
+            "measured": len(records),
+            "ok": sum(r.status == "ok" for r in records),
+            "phases_s": phases.to_dict(),
+            "info": phases.info,
+        }
         work_item_done(item, result=result)
     return result
 
 
-def run_gpu_child(problem_key: str, rows: list[Candidate]) -> list[dict[str, Any]]:
-    """The batch's outcomes from ``python -m engine.gpu_step`` in a child process."""
+def run_gpu_child(
+    problem_key: str, rows: list[Candidate], *, phases: Phases | None = None
+) -> list[dict[str, Any]]:
+    """The batch's outcomes from ``python -m engine.gpu_step`` in a child process; ``phases``
+    gets the child's time breakdown, its start (spawn to its first statement) and its exit."""
     spec = executor_spec()
     with tempfile.TemporaryDirectory(prefix="gemmforge-gpu-") as tmp:
         batch, out = Path(tmp) / "batch.json", Path(tmp) / "outcomes.json"
@@ -325,6 +345,7 @@ def run_gpu_child(problem_key: str, rows: list[Candidate]) -> list[dict[str, Any
                     str(settings.BASE_DIR / settings.GEMMFORGE_EXECUTION_LOG),
                 ]
             argv += ["--delay-ms", str(settings.GEMMFORGE_REPLAY_DELAY_MS)]
+        spawned = time.time()
         ran = toolchain.run(
             argv,
             timeout=settings.GPU_STEP_TIMEOUT,
@@ -332,6 +353,7 @@ def run_gpu_child(problem_key: str, rows: list[Candidate]) -> list[dict[str, Any
             env=gpu_child_env(Path(tmp)),
             policy=sandbox.gpu_policy(),
         )
+        returned = time.time()
         if ran.timed_out:
             message = f"GPU step killed after {settings.GPU_STEP_TIMEOUT} s"
             return [
@@ -346,7 +368,15 @@ def run_gpu_child(problem_key: str, rows: list[Candidate]) -> list[dict[str, Any
                     f"{ran.stderr[-800:]}"
                 )
             raise StepCrashed(f"GPU step exited with {ran.returncode}: {ran.stderr[-800:]}")
-        return json.loads(out.read_text())
+        data = json.loads(out.read_text())
+    if isinstance(data, list):  # outcomes alone: a child without the time breakdown
+        return data
+    if phases is not None:
+        phases.add("child_start", data.get("started_at", spawned) - spawned)
+        phases.merge(data.get("phases_s", {}))
+        phases.add("child_exit", returned - data.get("finished_at", returned))
+        phases.info.update(data.get("info", {}))
+    return data["outcomes"]
 
 
 def gpu_child_env(workdir: Path) -> dict[str, str]:

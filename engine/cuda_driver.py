@@ -1,0 +1,188 @@
+"""The CUDA driver through ctypes, without torch: this GPU's arch, and a tiny health probe.
+
+Importing torch and creating its CUDA context takes seconds; libcuda alone takes a fraction of
+one. engine.gpu_step asks for the arch here so that it can start its verification children
+before it imports torch, and engine.gpu_health runs this file as a script
+(``python -I cuda_driver.py probe``) for its per-step CUDA call, falling back to torch when
+anything here fails. Only the standard library is imported.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import sys
+from collections.abc import Sequence
+
+_COMPUTE_CAPABILITY_MAJOR = 75  # CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR
+_COMPUTE_CAPABILITY_MINOR = 76
+PROBE_ELEMENTS = 4096
+PROBE_OFFSET = 7
+# PTX for sm_75 runs (JIT-compiled by the driver) on every later GPU: out[i] = i + offset.
+PROBE_PTX = b"""
+.version 6.3
+.target sm_75
+.address_size 64
+
+.visible .entry gemmforge_probe(
+    .param .u64 gemmforge_probe_param_0,
+    .param .u32 gemmforge_probe_param_1,
+    .param .u32 gemmforge_probe_param_2
+)
+{
+    .reg .pred %p<2>;
+    .reg .b32 %r<8>;
+    .reg .b64 %rd<5>;
+
+    ld.param.u64 %rd1, [gemmforge_probe_param_0];
+    ld.param.u32 %r1, [gemmforge_probe_param_1];
+    ld.param.u32 %r2, [gemmforge_probe_param_2];
+    mov.u32 %r3, %ctaid.x;
+    mov.u32 %r4, %ntid.x;
+    mov.u32 %r5, %tid.x;
+    mad.lo.s32 %r6, %r3, %r4, %r5;
+    setp.ge.u32 %p1, %r6, %r1;
+    @%p1 bra $L__done;
+    cvta.to.global.u64 %rd2, %rd1;
+    mul.wide.u32 %rd3, %r6, 4;
+    add.s64 %rd4, %rd2, %rd3;
+    add.s32 %r7, %r6, %r2;
+    st.global.u32 [%rd4], %r7;
+$L__done:
+    ret;
+}
+"""
+
+
+class DriverError(RuntimeError):
+    """libcuda is missing, or one of its calls failed."""
+
+
+class Driver:
+    def __init__(self, path: str = "libcuda.so.1") -> None:
+        try:
+            self.lib = ctypes.CDLL(path)
+        except OSError as exc:
+            raise DriverError(f"cannot load {path}: {exc}") from None
+        c_int_p = ctypes.POINTER(ctypes.c_int)
+        c_void_pp = ctypes.POINTER(ctypes.c_void_p)
+        u64 = ctypes.c_uint64
+        self._sig("cuInit", ctypes.c_uint)
+        self._sig("cuDeviceGet", c_int_p, ctypes.c_int)
+        self._sig("cuDeviceGetAttribute", c_int_p, ctypes.c_int, ctypes.c_int)
+        self._sig("cuDevicePrimaryCtxRetain", c_void_pp, ctypes.c_int)
+        self._sig("cuCtxSetCurrent", ctypes.c_void_p)
+        self._sig("cuCtxSynchronize")
+        self._sig("cuModuleLoadData", c_void_pp, ctypes.c_char_p)
+        self._sig("cuModuleGetFunction", c_void_pp, ctypes.c_void_p, ctypes.c_char_p)
+        self._sig("cuMemAlloc_v2", ctypes.POINTER(u64), ctypes.c_size_t)
+        self._sig("cuMemFree_v2", u64)
+        self._sig("cuMemsetD32_v2", u64, ctypes.c_uint, ctypes.c_size_t)
+        self._sig("cuMemcpyDtoH_v2", ctypes.c_void_p, u64, ctypes.c_size_t)
+        self._sig(
+            "cuLaunchKernel",
+            ctypes.c_void_p,
+            *(ctypes.c_uint,) * 7,
+            ctypes.c_void_p,
+            c_void_pp,
+            c_void_pp,
+        )
+        self._sig("cuGetErrorString", ctypes.c_int, ctypes.POINTER(ctypes.c_char_p))
+
+    def _sig(self, name: str, *argtypes: object) -> None:
+        try:
+            function = getattr(self.lib, name)
+        except AttributeError:
+            raise DriverError(f"libcuda has no {name}") from None
+        function.argtypes = list(argtypes)
+        function.restype = ctypes.c_int
+
+    def __call__(self, name: str, *args: object) -> None:
+        status = getattr(self.lib, name)(*args)
+        if status != 0:
+            text = ctypes.c_char_p()
+            self.lib.cuGetErrorString(status, ctypes.byref(text))
+            why = text.value.decode(errors="replace") if text.value else "unknown error"
+            raise DriverError(f"{name} failed: {why} ({status})")
+
+    def device(self, index: int = 0) -> int:
+        self("cuInit", 0)
+        device = ctypes.c_int()
+        self("cuDeviceGet", ctypes.byref(device), index)
+        return device.value
+
+    def arch(self, index: int = 0) -> str:
+        device = self.device(index)
+        major, minor = ctypes.c_int(), ctypes.c_int()
+        self("cuDeviceGetAttribute", ctypes.byref(major), _COMPUTE_CAPABILITY_MAJOR, device)
+        self("cuDeviceGetAttribute", ctypes.byref(minor), _COMPUTE_CAPABILITY_MINOR, device)
+        return f"sm_{major.value}{minor.value}"
+
+
+def device_arch(index: int = 0) -> str:
+    """The compute capability of visible device ``index`` as ``sm_XY`` (raises DriverError)."""
+    return Driver().arch(index)
+
+
+def local_arch(default: str = "sm_90") -> str:
+    """This GPU's arch: from libcuda, else from torch, else ``default`` (no GPU visible)."""
+    try:
+        return device_arch()
+    except DriverError:
+        pass
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            major, minor = torch.cuda.get_device_capability()
+            return f"sm_{major}{minor}"
+    except ImportError:
+        pass
+    return default
+
+
+def probe(index: int = 0) -> str:
+    """A context on the device, a kernel launched (JIT from PTX), its output copied back and
+    checked. Returns a line for the log; raises DriverError on any failure."""
+    cu = Driver()
+    device = cu.device(index)
+    context = ctypes.c_void_p()
+    cu("cuDevicePrimaryCtxRetain", ctypes.byref(context), device)
+    cu("cuCtxSetCurrent", context)
+    module, function = ctypes.c_void_p(), ctypes.c_void_p()
+    cu("cuModuleLoadData", ctypes.byref(module), PROBE_PTX)
+    cu("cuModuleGetFunction", ctypes.byref(function), module, b"gemmforge_probe")
+    size = PROBE_ELEMENTS * 4
+    pointer = ctypes.c_uint64()
+    cu("cuMemAlloc_v2", ctypes.byref(pointer), size)
+    try:
+        cu("cuMemsetD32_v2", pointer, 0xFFFFFFFF, PROBE_ELEMENTS)
+        count, offset = ctypes.c_uint32(PROBE_ELEMENTS), ctypes.c_uint32(PROBE_OFFSET)
+        params = (ctypes.c_void_p * 3)(
+            ctypes.addressof(pointer), ctypes.addressof(count), ctypes.addressof(offset)
+        )
+        threads = 256
+        blocks = (PROBE_ELEMENTS + threads - 1) // threads
+        cu("cuLaunchKernel", function, blocks, 1, 1, threads, 1, 1, 0, None, params, None)
+        cu("cuCtxSynchronize")
+        host = (ctypes.c_uint32 * PROBE_ELEMENTS)()
+        cu("cuMemcpyDtoH_v2", ctypes.addressof(host), pointer, size)
+    finally:
+        cu("cuMemFree_v2", pointer)
+    wrong = [i for i in range(PROBE_ELEMENTS) if host[i] != i + PROBE_OFFSET]
+    if wrong:
+        raise DriverError(f"the probe kernel wrote wrong values at {len(wrong)} elements")
+    return f"probe kernel ok on {cu.arch(index)}"
+
+
+def main(argv: Sequence[str]) -> int:
+    command = argv[0] if argv else "probe"
+    try:
+        print(probe() if command == "probe" else device_arch())
+    except DriverError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,145 @@
+"""LocalGpuExecutor's step (issue 7): the verification children (one per candidate, all started
+at once) run while the parent sets up its measurement; nothing is timed before every verdict is
+in; the step books where its time went. Test doubles stand in for the children and the GPU."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from engine import measure as measure_module
+from engine import verify as verify_module
+from engine.campaign.executor import STATUS_OK, STATUS_REJECTED, CompiledCandidate, LocalGpuExecutor
+from engine.phases import Phases
+from engine.problem import Layout, Problem
+from engine.verify import Verifications, VerifyResult
+
+PROBLEM = Problem(1024, 1024, 1024, Layout.NN)
+
+
+def batch_of(*names: str) -> list[CompiledCandidate]:
+    return [CompiledCandidate(name, None, Path(f"/x/{name}.so")) for name in names]
+
+
+def record_for(names) -> dict:
+    base = {"cublaslt_autotune": {"seconds": 2e-4, "layout": "nn"}}
+    return {
+        "protocols": {
+            "device": {
+                "seconds": dict.fromkeys(names, 0.0001),
+                "best_baselines": base,
+                "rejected_while_timed": [],
+                "impossible": [],
+            }
+        }
+    }
+
+
+class Timeline:
+    """What happened, in order, from the verification threads and the parent."""
+
+    def __init__(self) -> None:
+        self.events: list[str] = []
+        self.lock = threading.Lock()
+        self.set_up = threading.Event()
+
+    def note(self, event: str) -> None:
+        with self.lock:
+            self.events.append(event)
+
+
+@pytest.fixture
+def timeline(monkeypatch) -> Timeline:
+    t = Timeline()
+
+    def fake_verify(library, problem, **_kwargs):
+        t.note(f"verify {Path(library).stem} started")
+        # the parent's set-up runs while the children verify: it gets here first
+        assert t.set_up.wait(5), "the set-up did not run while the candidates verified"
+        t.note(f"verify {Path(library).stem} done")
+        if "bad" in str(library):
+            return VerifyResult(False, "wrong", "mismatch at (0, 0)")
+        return VerifyResult(True, "ok", "all checks passed")
+
+    class FakeSession:
+        def __init__(self, problem, *, config=None, shim=None, phases=None, **_):
+            t.note("set-up")
+            t.set_up.set()
+            self.phases = phases
+
+        def run(self, candidates, **kwargs):
+            t.note(f"timed {sorted(candidates)}")
+            with self.phases("timing"):
+                pass
+            return record_for(candidates)
+
+    monkeypatch.setattr(verify_module, "verify", fake_verify)
+    monkeypatch.setattr(measure_module, "Session", FakeSession)
+    monkeypatch.setattr(measure_module, "load_shim", lambda config: object())
+    return t
+
+
+def test_the_set_up_overlaps_verification_and_timing_waits_for_every_verdict(timeline):
+    phases = Phases()
+    executor = LocalGpuExecutor(arch="sm_90", verify_jobs=8)
+    outcomes = executor.execute(PROBLEM, batch_of("a", "bad", "c"), phases=phases)
+    events = timeline.events
+    assert events.index("set-up") < min(i for i, e in enumerate(events) if e.endswith("done"))
+    assert events[-1] == "timed ['a', 'c']"  # the rejected one is never timed
+    assert [o.status for o in outcomes] == [STATUS_OK, STATUS_REJECTED, STATUS_OK]
+    assert {"setup", "verification", "timing"} <= set(phases.seconds)
+    assert phases.info["verification_children"] == 3
+    assert phases.info["verification_wall_s"] >= 0
+
+
+def test_verifications_started_by_the_caller_are_the_ones_collected(timeline):
+    batch = batch_of("a", "b")
+    started = Verifications([c.library for c in batch], PROBLEM, jobs=2)
+    outcomes = LocalGpuExecutor(arch="sm_90").execute(PROBLEM, batch, verifications=started)
+    assert [o.status for o in outcomes] == [STATUS_OK, STATUS_OK]
+    assert sum(e.endswith("started") for e in timeline.events) == 2  # not verified twice
+    other = Verifications([Path("/x/other.so")], PROBLEM)
+    with pytest.raises(ValueError, match="not this batch"):
+        LocalGpuExecutor(arch="sm_90").execute(PROBLEM, batch, verifications=other)
+
+
+def test_every_candidate_gets_its_own_child_and_all_start_at_once(monkeypatch):
+    running, peak, lock = [0], [0], threading.Lock()
+    release = threading.Event()
+
+    def fake_verify(library, problem, **_kwargs):
+        with lock:
+            running[0] += 1
+            peak[0] = max(peak[0], running[0])
+            if running[0] == 4:
+                release.set()
+        release.wait(5)
+        with lock:
+            running[0] -= 1
+        return VerifyResult(True, "ok", "")
+
+    monkeypatch.setattr(verify_module, "verify", fake_verify)
+    verifications = Verifications([Path(f"/x/{i}.so") for i in range(4)], PROBLEM, jobs=4)
+    assert [v.ok for v in verifications.results()] == [True] * 4
+    assert peak[0] == 4
+    assert verifications.seconds is not None
+    assert verifications.seconds < 5
+
+
+def test_a_set_up_failure_matters_only_when_a_candidate_passed(monkeypatch):
+    def broken(*_args, **_kwargs):
+        raise measure_module.MeasureSetupError("no cuBLAS here")
+
+    monkeypatch.setattr(measure_module, "Session", broken)
+    monkeypatch.setattr(measure_module, "load_shim", lambda config: object())
+    monkeypatch.setattr(
+        verify_module,
+        "verify",
+        lambda library, problem, **_: VerifyResult("good" in str(library), "x", ""),
+    )
+    rejected = LocalGpuExecutor(arch="sm_90").execute(PROBLEM, batch_of("bad1", "bad2"))
+    assert [o.status for o in rejected] == [STATUS_REJECTED] * 2
+    with pytest.raises(measure_module.MeasureSetupError, match="no cuBLAS"):
+        LocalGpuExecutor(arch="sm_90").execute(PROBLEM, batch_of("bad", "good"))

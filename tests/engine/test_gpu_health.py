@@ -1,0 +1,109 @@
+"""engine.gpu_health's per-step probe (issue 7): a kernel through libcuda alone (a fraction of a
+second) decides; only when it fails does the torch child (seconds) run, so a fault of the fast
+path costs time but never stops a healthy GPU's queue. engine.cuda_driver without a GPU."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from engine import cuda_driver, gpu_health, toolchain
+
+
+def result(ok: bool, stderr: str = "") -> toolchain.ProcessResult:
+    line = "NVIDIA H200, 30, 0 %"
+    return toolchain.ProcessResult("cmd", 0 if ok else 1, line, stderr, 0.1, False)
+
+
+class Ran(list):
+    answers: dict[str, bool]
+
+
+@pytest.fixture
+def calls(monkeypatch) -> Ran:
+    """Which children the probe ran ("smi", "driver", "torch"), answered from ``answers``."""
+    ran = Ran()
+    answers = {"smi": True, "driver": True, "torch": True}
+
+    def fake_run(argv, **_kwargs):
+        kind = "smi" if argv[0] == "nvidia-smi" else "driver" if "-I" in argv else "torch"
+        ran.append(kind)
+        return result(answers[kind], f"{kind} failed")
+
+    monkeypatch.setattr(gpu_health.toolchain, "run", fake_run)
+    monkeypatch.setattr(gpu_health, "_have", lambda program: True)
+    ran.answers = answers
+    return ran
+
+
+def test_the_driver_probe_decides_and_torch_is_not_started(calls):
+    health = gpu_health.probe("0")
+    assert (health.ok, health.call) == (True, "driver")
+    assert calls == ["smi", "driver"]
+
+
+def test_a_failing_driver_probe_falls_back_to_torch(calls):
+    calls.answers["driver"] = False
+    health = gpu_health.probe("0")
+    assert health.ok
+    assert health.call.startswith("torch")
+    assert "driver failed" in health.call
+    assert calls == ["smi", "driver", "torch"]
+
+
+def test_a_gpu_that_fails_both_calls_is_unhealthy(calls):
+    calls.answers["driver"] = calls.answers["torch"] = False
+    health = gpu_health.probe("0")
+    assert not health.ok
+    assert "CUDA call failed on GPU 0" in health.message
+
+
+def test_the_driver_probe_runs_as_a_script_of_the_standard_library_alone():
+    """``python -I cuda_driver.py``: no engine import, no torch; without libcuda it says so."""
+    source = Path(cuda_driver.__file__).read_text()
+    imports = [line for line in source.splitlines() if line.startswith(("import ", "from "))]
+    assert imports == [
+        "from __future__ import annotations",
+        "import ctypes",
+        "import sys",
+        "from collections.abc import Sequence",
+    ]
+    ran = subprocess.run(
+        [sys.executable, "-I", cuda_driver.__file__, "probe"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"CUDA_VISIBLE_DEVICES": ""},  # no device even where a driver is installed
+    )
+    assert ran.returncode == 1
+    assert ran.stderr.strip()
+
+
+def test_without_libcuda_the_arch_comes_from_torch_or_the_default(monkeypatch):
+    with pytest.raises(cuda_driver.DriverError, match="cannot load"):
+        cuda_driver.Driver("libcuda-that-is-not-there.so.1")
+
+    def missing(index=0):
+        raise cuda_driver.DriverError("no libcuda")
+
+    monkeypatch.setattr(cuda_driver, "device_arch", missing)
+    monkeypatch.setitem(sys.modules, "torch", None)  # import fails
+    assert cuda_driver.local_arch(default="sm_80") == "sm_80"
+
+
+@pytest.mark.skipif(shutil.which("ptxas") is None, reason="needs ptxas")
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_the_probe_kernel_assembles_for_the_gpus_we_run_on(arch, tmp_path):
+    ptx = tmp_path / "probe.ptx"
+    ptx.write_bytes(cuda_driver.PROBE_PTX)
+    ran = subprocess.run(
+        ["ptxas", f"-arch={arch}", str(ptx), "-o", str(tmp_path / "probe.cubin")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert ran.returncode == 0, ran.stderr
