@@ -20,6 +20,7 @@ from engine.campaign.space import SearchSpace
 from engine.campaign.storage import CandidateRecord
 from engine.problem import Layout, Problem
 from engine.verify import VerifyResult
+from tests.engine.process_fakes import killed_for_memory
 
 PROBLEM = Problem(1024, 1024, 1024, Layout.NN)
 
@@ -217,16 +218,7 @@ def test_a_remeasurement_stopped_by_its_sandbox_is_an_error_that_says_why(monkey
     from engine.campaign import final
 
     def killed(argv, **kwargs):
-        return toolchain.ProcessResult(
-            command="python -m engine.campaign.final",
-            returncode=None,
-            stdout="",
-            stderr="allocating",
-            seconds=3.0,
-            timed_out=False,
-            killed_for="memory",
-            sandbox=sandbox.Applied(kwargs["policy"].limits, sandbox.ISOLATED),
-        )
+        return killed_for_memory("python -m engine.campaign.final", kwargs["policy"].limits)
 
     monkeypatch.setenv("ENGINE_CHILD_MEMORY_GB", "8")
     monkeypatch.setattr(final.toolchain, "run", killed)

@@ -15,6 +15,7 @@ from engine import verify as verify_module
 from engine.problem import Problem
 from engine.toolchain import ProcessResult
 from engine.verify import REASONS, VerifyResult, interpret, verify
+from tests.engine.process_fakes import killed_for_memory
 
 
 def process(
@@ -133,15 +134,9 @@ def test_a_result_serialises_every_field(tmp_path):
 
 
 def test_a_child_killed_over_its_memory_limit_is_rejected_for_memory(tmp_path):
-    killed = ProcessResult(
-        command="python -m engine.verify_child spec.json verdict.json",
-        returncode=None,
-        stdout="",
-        stderr="allocating",
-        seconds=2.0,
-        timed_out=False,
-        killed_for="memory",
-        sandbox=sandbox.Applied(sandbox.Limits(resident_bytes=32 << 30), sandbox.ISOLATED),
+    killed = killed_for_memory(
+        "python -m engine.verify_child spec.json verdict.json",
+        sandbox.Limits(resident_bytes=32 << 30),
     )
     result = interpret(killed, tmp_path / "verdict.json", 180)
     assert (result.ok, result.reason) == (False, "memory")

@@ -14,6 +14,7 @@ import pytest
 
 from engine import sandbox, toolchain
 from engine.problem import Problem as EngineProblem
+from tests.engine.process_fakes import killed_for_memory
 from webapp.campaigns import runner
 
 RECORDED_RUN = "bench/results/2026-12-02-h200-families/families-run1.json"
@@ -145,16 +146,7 @@ def test_a_gpu_step_stopped_by_its_sandbox_crashes_the_step_and_says_why(setting
     monkeypatch.setenv("ENGINE_CHILD_MEMORY_GB", "8")
 
     def killed(argv, **kwargs):
-        return toolchain.ProcessResult(
-            command="python -m engine.gpu_step",
-            returncode=None,
-            stdout="",
-            stderr="allocating",
-            seconds=3.0,
-            timed_out=False,
-            killed_for="memory",
-            sandbox=sandbox.Applied(kwargs["policy"].limits, sandbox.ISOLATED),
-        )
+        return killed_for_memory("python -m engine.gpu_step", kwargs["policy"].limits)
 
     monkeypatch.setattr(runner.toolchain, "run", killed)
     with pytest.raises(runner.StepCrashed, match=r"memory.*resident memory 8 GiB"):
