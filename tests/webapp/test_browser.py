@@ -76,6 +76,13 @@ def wait_for(driver, condition, message: str):
     return WebDriverWait(driver, WAIT_S).until(condition, message=message)
 
 
+def present(selector: str):
+    """A wait condition: some element matches ``selector``."""
+    from selenium.webdriver.common.by import By
+
+    return lambda driver: driver.find_elements(By.CSS_SELECTOR, selector)
+
+
 def css(driver, selector: str):
     from selenium.webdriver.common.by import By
 
@@ -131,7 +138,8 @@ def test_a_user_launches_a_campaign_and_reads_the_recorded_run(
     css(driver, "#id_username").send_keys("alice")
     css(driver, "#id_password").send_keys(PASSWORD)
     css(driver, "form.stacked button[type=submit]").click()
-    wait_for(driver, lambda d: d.current_url.endswith("/campaigns/new/"), "login failed")
+    # the login page's own URL ends with ?next=/campaigns/new/: wait for the form, not the URL
+    wait_for(driver, present("#id_name"), "login failed")
 
     # Launch a campaign through the form: lines and a grid; the count updates as one types
     css(driver, "#id_name").send_keys("browser launch")
