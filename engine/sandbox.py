@@ -28,6 +28,7 @@ from pathlib import Path
 from engine.config import EngineConfig
 from engine.config import load as load_config
 
+REPO_ROOT = Path(__file__).resolve().parents[1]  # engine/ lives here
 GIB = 1 << 30
 MIB = 1 << 20
 
@@ -162,6 +163,15 @@ def candidate_env(
     env = {name: value for name, value in source.items() if is_passed(name)}
     env["HOME"] = env["TMPDIR"] = str(home)
     env["ENGINE_CACHE_DIR"] = str(cache_dir or load_config().cache_dir)
+    return env
+
+
+def engine_child_env(workdir: Path) -> dict[str, str]:
+    """The environment of a Python child that runs an engine module from ``workdir`` (an empty
+    folder, not the repository): :func:`candidate_env` with a private HOME inside ``workdir``
+    and this repository first on PYTHONPATH, so that ``python -m engine...`` still imports."""
+    env = candidate_env(private_home(workdir))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH")) if p)
     return env
 
 

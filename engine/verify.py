@@ -7,7 +7,6 @@ Every rejection carries a reason from REASONS and a message.
 from __future__ import annotations
 
 import json
-import os
 import secrets
 import sys
 import tempfile
@@ -88,11 +87,8 @@ def verify(
             "layout": problem.layout.value,
         }
         spec_path.write_text(json.dumps(spec))
-        env = sandbox.candidate_env(sandbox.private_home(Path(workdir)))
+        env = sandbox.engine_child_env(Path(workdir))
         env["GEMMFORGE_SEED"] = str(seed if seed is not None else secrets.randbits(63))
-        env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (str(Path(__file__).resolve().parent.parent), env.get("PYTHONPATH")) if p
-        )
         result = toolchain.run(
             [python, "-m", "engine.verify_child", spec_path, verdict_path],
             timeout=timeout,
@@ -128,8 +124,7 @@ class Verifications:
 
     def _verify(self, library: Path, problem: Problem, kwargs: dict[str, Any]) -> VerifyResult:
         try:
-            # looked up at each call, so that tests can stand in for engine.verify.verify
-            return sys.modules[__name__].verify(library, problem, **kwargs)
+            return verify(library, problem, **kwargs)
         finally:
             self._done.append(time.monotonic())
 

@@ -9,7 +9,6 @@ search), the top-k and every baseline interleaved, device runs up to ``device_se
 from __future__ import annotations
 
 import json
-import os
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
@@ -26,7 +25,6 @@ from engine.problem import Layout, Problem
 
 FINAL_PROTOCOLS = ("device", "offline", "server")
 FINAL_TIMEOUT = 600.0
-REPO = Path(__file__).resolve().parents[2]
 
 
 def top_records(records: Sequence[CandidateRecord], baseline: str, k: int) -> list[CandidateRecord]:
@@ -72,14 +70,11 @@ def remeasure(
                 }
             )
         )
-        env = sandbox.candidate_env(sandbox.private_home(Path(workdir)))
-        # the working directory is the empty workdir, not the repository: engine comes from here
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
         result = toolchain.run(
             [python, "-m", "engine.campaign.final", spec, out],
             timeout=timeout,
             cwd=Path(workdir),
-            env=env,
+            env=sandbox.engine_child_env(Path(workdir)),
             policy=sandbox.gpu_policy(),
         )
         applied = result.sandbox.describe() if result.sandbox else "none"

@@ -200,8 +200,8 @@ def test_the_remeasurement_child_gets_the_candidate_environment_and_the_gpu_sand
     assert env["HOME"] == env["TMPDIR"] == str(workdir / "home")
     assert env["ENGINE_CACHE_DIR"] == str(tmp_path / "cache")
     # engine comes from PYTHONPATH, not from the working directory
-    assert env["PYTHONPATH"].split(os.pathsep)[0] == str(final.REPO)
-    assert record["engine"] == str(final.REPO / "engine" / "__init__.py")
+    assert env["PYTHONPATH"].split(os.pathsep)[0] == str(sandbox.REPO_ROOT)
+    assert record["engine"] == str(sandbox.REPO_ROOT / "engine" / "__init__.py")
     assert record["argv"][:2] == ["-m", "engine.campaign.final"]
     assert record["spec"]["libraries"] == {"k": str(library)}
     # the GPU children's limits, and the caller's user namespace (CUDA needs /dev/nvidia*)

@@ -380,16 +380,13 @@ def run_gpu_child(
 
 
 def gpu_child_env(workdir: Path) -> dict[str, str]:
-    """The GPU step child's environment: the candidate sandbox's allow-list (engine.sandbox; no
-    Django secret key, database or broker URL, API key), a private HOME and TMPDIR in
-    ``workdir``, the worker's GPU pinned, and the repository on PYTHONPATH (the child's working
-    directory is ``workdir``, not the repository)."""
-    env = sandbox.candidate_env(sandbox.private_home(workdir))
-    env["CUDA_VISIBLE_DEVICES"] = settings.GEMMFORGE_GPU_DEVICE
-    env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (str(settings.BASE_DIR), env.get("PYTHONPATH")) if p
-    )
-    return env
+    """The GPU step child's environment: engine.sandbox's for an engine child (allow-listed: no
+    Django secret key, database or broker URL, API key; a private HOME and TMPDIR in
+    ``workdir``; the repository on PYTHONPATH) with the worker's GPU pinned."""
+    return {
+        **sandbox.engine_child_env(workdir),
+        "CUDA_VISIBLE_DEVICES": settings.GEMMFORGE_GPU_DEVICE,
+    }
 
 
 # -- running a step under its lease ------------------------------------------------------------
