@@ -43,6 +43,11 @@ prebuild_tn_subset() {
       --layout tn --arch sm_90 --jobs 6
   done >"$1" 2>&1
 }
+# every GPU test of the engine; the log and JUnit XML under $OUT
+gpu_tests() {
+  python3 -m pytest -q -o addopts="" -p no:cacheprovider -m gpu tests/engine \
+    --junitxml="$OUT/gpu-tests.xml" >"$OUT/gpu-tests.log" 2>&1
+}
 # the kernels built here since the carried ones were unpacked come back as one file (carry them
 # as .carry/ next time: no device time spent compiling them again once this machine is gone)
 pack_device_kernels() {
@@ -75,9 +80,8 @@ if [[ $stage == checks ]]; then
     python3 -m engine prebuild --family $family --library --layout nn --arch sm_90 --jobs 10
   done >"$OUT/prebuild-nn.log" 2>&1) &
   prebuild=$!
-  ENGINE_CACHE_DIR=/tmp/gemmforge-cache ENGINE_COMPILE_JOBS=6 python3 -m pytest -q -o addopts="" \
-    -p no:cacheprovider -m gpu tests/engine --junitxml="$OUT/gpu-tests.xml" 2>&1 \
-    | tee "$OUT/gpu-tests.log" | tail -25 || status=1
+  ENGINE_CACHE_DIR=/tmp/gemmforge-cache ENGINE_COMPILE_JOBS=6 gpu_tests || status=1
+  tail -25 "$OUT/gpu-tests.log"
   python3 bench/clock_probe.py --out "$OUT" 2>&1 | tee "$OUT/clock_probe.log" | tail -30 || status=1
   if [[ -n ${STACK_SMOKE:-} ]]; then  # issue 7's stack once, cold, e.g. "--budget 4 --deadline 120"
     # shellcheck disable=SC2086
@@ -88,8 +92,8 @@ if [[ $stage == checks ]]; then
   pack_device_kernels
 fi
 if [[ $stage == tests || $stage == all ]]; then
-  python3 -m pytest -q -o addopts="" -p no:cacheprovider -m gpu tests/engine \
-    --junitxml="$OUT/gpu-tests.xml" 2>&1 | tee "$OUT/gpu-tests.log" | tail -40 || status=1
+  gpu_tests || status=1
+  tail -40 "$OUT/gpu-tests.log"
 fi
 if [[ $stage == bench || $stage == all ]]; then
   python3 bench/gpu_run.py --out "$OUT" "$@" 2>&1 | tee "$OUT/bench.log" | tail -80 || status=1
@@ -157,8 +161,7 @@ fi
 if [[ $stage == library3 ]]; then  # issue 4: the TN sm90 subset verified on top of run 2
   run2=${LIBRARY_RUN2:-bench/results/2026-12-03-h200-library/library-run2.json}
   # issue 10's GPU tests beside the verification (both use the GPU, neither times anything)
-  ENGINE_CACHE_DIR=/tmp/gemmforge-cache ENGINE_COMPILE_JOBS=10 python3 -m pytest -q -o addopts="" \
-    -p no:cacheprovider -m gpu tests/engine --junitxml="$OUT/gpu-tests.xml" >"$OUT/gpu-tests.log" 2>&1 &
+  ENGINE_CACHE_DIR=/tmp/gemmforge-cache ENGINE_COMPILE_JOBS=10 gpu_tests &
   tests=$!
   mkdir -p "$OUT/verify"
   python3 bench/family_sweep.py --out "$OUT/verify" --library --families sm90 --layouts tn \

@@ -8,6 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 what=${1:-nn}
+[[ $what == nn || $what == all ]] || { echo "usage: bash bench/prepare_device.sh [nn|all]" >&2; exit 2; }
 mkdir -p .git/info .carry
 for dir in /.whl/ /.deb/ /.carry/; do
   grep -qx "$dir" .git/info/exclude 2>/dev/null || echo "$dir" >>.git/info/exclude
