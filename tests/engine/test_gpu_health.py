@@ -107,3 +107,15 @@ def test_the_probe_kernel_assembles_for_the_gpus_we_run_on(arch, tmp_path):
         timeout=120,
     )
     assert ran.returncode == 0, ran.stderr
+
+
+@pytest.mark.gpu
+def test_on_a_real_gpu_the_driver_probe_decides_and_agrees_with_torch_on_the_arch():
+    """The fast path works where it matters: no torch child after a GPU step on a healthy GPU."""
+    import torch
+
+    health = gpu_health.probe("0")
+    assert health.ok, health.message
+    assert health.call == "driver"
+    major, minor = torch.cuda.get_device_capability(0)
+    assert cuda_driver.device_arch(0) == f"sm_{major}{minor}"
