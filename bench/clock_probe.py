@@ -91,8 +91,13 @@ class ClockSampler:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.proc = subprocess.Popen(
-            ["nvidia-smi", f"--query-gpu={self.FIELDS}", "--format=csv,noheader,nounits",
-             "-lms", "100"],
+            [
+                "nvidia-smi",
+                f"--query-gpu={self.FIELDS}",
+                "--format=csv,noheader,nounits",
+                "-lms",
+                "100",
+            ],
             stdout=path.open("w"),
             stderr=subprocess.DEVNULL,
         )

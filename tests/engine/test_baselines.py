@@ -49,6 +49,24 @@ def test_it_does_not_mistake_cublaslt_times_for_cublas_times():
     assert best["cublaslt_autotune"]["seconds"] == 1.0
 
 
+def test_the_autotuned_pick_never_stands_when_the_heuristic_choice_was_faster_in_the_same_run():
+    best = best_of_layouts(
+        {
+            "cublaslt_heuristic_nn": 9.50e-6,
+            "cublaslt_autotune_nn": 9.67e-6,  # picked in a short selection run; slower here
+            "cublaslt_heuristic_tn": 9.70e-6,
+            "cublaslt_autotune_tn": 9.60e-6,
+        }
+    )
+    assert best["cublaslt_autotune"] == {"seconds": 9.50e-6, "layout": "nn", "choice": "heuristic"}
+    assert best["cublaslt_heuristic"] == {"seconds": 9.50e-6, "layout": "nn"}
+
+
+def test_an_autotuned_pick_that_beats_the_heuristic_is_kept():
+    best = best_of_layouts({"cublaslt_heuristic_tn": 2.0, "cublaslt_autotune_tn": 1.5})
+    assert best["cublaslt_autotune"] == {"seconds": 1.5, "layout": "tn"}
+
+
 def test_candidates_are_never_baselines():
     assert best_of_layouts({"candidate": 1.0, "my_kernel_nn": 1.0}) == {}
 

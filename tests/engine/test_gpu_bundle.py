@@ -47,8 +47,18 @@ def test_a_built_bundle_verifies_and_replays_under_graph_capture(campaign_db, tm
     # keep the caller's PYTHONPATH: on the GPU host it holds the carried nvidia-cutlass wheel
     path = os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH")) if p)
     env = {**os.environ, "PYTHONPATH": path}
-    for argv in (["-m", "gemmforge_bundle.build"], ["-m", "gemmforge_bundle.verify"],
-                 ["-c", SCRIPT]):
-        done = subprocess.run([sys.executable, *argv], cwd=root, env=env, capture_output=True,
-                              text=True, timeout=900, check=False)
+    for argv in (
+        ["-m", "gemmforge_bundle.build"],
+        ["-m", "gemmforge_bundle.verify"],
+        ["-c", SCRIPT],
+    ):
+        done = subprocess.run(
+            [sys.executable, *argv],
+            cwd=root,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=900,
+            check=False,
+        )
         assert done.returncode == 0, done.stdout + done.stderr

@@ -227,4 +227,3 @@ def test_a_user_launches_a_campaign_and_reads_the_recorded_run(
         entry for entry in driver.get_log("browser") if entry.get("level") == "SEVERE"
     ]
     assert not browser_errors, browser_errors
-
