@@ -63,8 +63,9 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="two shapes only (smoke run)")
     parser.add_argument("--skip-verify", action="store_true")
     parser.add_argument("--protocol", action="append")
+    parser.add_argument("--shapes", help="MxNxK, comma separated (default: the 12 of issue 3)")
     args = parser.parse_args()
-    shapes = QUICK_SHAPES if args.quick else SHAPES
+    shapes = args.shapes.split(",") if args.shapes else QUICK_SHAPES if args.quick else SHAPES
     problems = [Problem.parse(s) for s in shapes]
     if not args.skip_verify:
         tn = [Problem(p.m, p.n, p.k, Layout.TN) for p in problems[::3]]
