@@ -30,6 +30,10 @@ L2_FLUSH_BYTES = 256 << 20
 # A pause longer than this between two stretches of work ends a sustained load (Bench.heat_up):
 # the runner set-up between an autotuning's timing and the heat-up takes milliseconds.
 LOAD_GAP_S = 0.2
+# A device run ends no sooner than this: under its power cap the H200's clocks wander over
+# seconds, and runs that reached their precision target in 0.2 s had medians 2-4 % apart at
+# 1024x4096x16384 (every runner together; NOTES §2), so a run spans that wandering.
+DEVICE_MIN_SECONDS = 1.0
 PROTOCOLS = ("device", "offline", "server", "graph")
 SPOT_CHECK_TOLERANCE = 5e-3  # relative Frobenius error on N(0,1) inputs; cuBLAS is ~2e-4
 
@@ -176,8 +180,12 @@ class Bench:
         max_reps: int = 2000,
         target_rel_se: float = 0.002,
         max_seconds: float = 20.0,
+        min_seconds: float = DEVICE_MIN_SECONDS,
     ) -> ProtocolResult:
-        """CUDA events around each call, L2 flushed before each, interleaved in random order."""
+        """CUDA events around each call, L2 flushed before each, interleaved in random order;
+        until every median's relative standard error is under ``target_rel_se`` and at least
+        ``min_seconds`` (capped by ``max_seconds``) have passed."""
+        min_seconds = min(min_seconds, max_seconds)
         events: dict[str, list[tuple[torch.cuda.Event, torch.cuda.Event]]] = {
             r.name: [] for r in runners
         }
@@ -204,10 +212,11 @@ class Bench:
                     for name, pairs in events.items():
                         samples[name].extend(s.elapsed_time(e) * 1e-3 for s, e in pairs)
                         pairs.clear()
-                    done = all(
+                    elapsed = time.monotonic() - started
+                    done = elapsed >= min_seconds and all(
                         summarize(v).rel_se_median <= target_rel_se for v in samples.values()
                     )
-                    if done or time.monotonic() - started > max_seconds:
+                    if done or elapsed > max_seconds:
                         break
         torch.cuda.synchronize()
         self.loaded(started, time.monotonic())
