@@ -3,7 +3,7 @@
 # single call on the lent H200, writing JSON and logs under $OUT.
 #   usage (on the device): bash bench/gpu_run.sh
 #     [tests|bench|clock|all|checks|families|campaign|library|smoke|library2|library3|resume|
-#      stack|bundle]
+#      stack|bundle|grid64]
 #   [extra args]
 set -uo pipefail  # pipefail: a pipeline's status is its first failing command's
 stage=${1:-all}; shift || true
@@ -14,7 +14,7 @@ if ls .whl/*.whl >/dev/null 2>&1; then
   export PYTHONPATH=/tmp/site
 fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
-if [[ $stage == library* || $stage =~ ^(smoke|checks|stack|bundle|resume)$ ]]; then
+if [[ $stage == library* || $stage =~ ^(smoke|checks|stack|bundle|resume|grid64)$ ]]; then
   # inside the checkout (ignored): kept between calls while the lent machine stays warm
   export ENGINE_CACHE_DIR=$PWD/.cache/device
   mkdir -p "$ENGINE_CACHE_DIR/kernels"
@@ -179,6 +179,21 @@ if [[ $stage == resume ]]; then  # issue 5: the live campaign, resumed from the 
   [[ -f $ENGINE_CACHE_DIR/campaign.sqlite ]] \
     || cp "${CAMPAIGN_DB:-bench/results/2026-12-03-h200-library/campaign.sqlite}" "$ENGINE_CACHE_DIR/campaign.sqlite"
   live_campaign "${LIBRARY_RUN1:-bench/results/2026-12-03-h200-library/library-run1.json}" || status=1
+fi
+if [[ $stage == grid64 ]]; then  # issue 11: the 64-shape campaign, resumed across sessions
+  # from the database the last session committed (GRID64_DB); NN first, then its TN quarter
+  [[ -f $ENGINE_CACHE_DIR/grid64.sqlite ]] \
+    || cp "${GRID64_DB:-bench/results/grid64/campaign.sqlite}" "$ENGINE_CACHE_DIR/grid64.sqlite" 2>/dev/null
+  for layout in nn tn; do
+    timeout -k 20 -s INT "$(( ${GRID64_SECONDS:-480} - SECONDS > 1 ? ${GRID64_SECONDS:-480} - SECONDS : 1 ))" \
+      python3 -m engine optimize --shapes "$(python3 bench/grid64.py $layout)" --layout $layout \
+      --budget "${GRID64_BUDGET:-32}" --batch 32 --proposers rl,evolve --space library \
+      --verify-jobs 10 --device-seconds 2 --heat-seconds 0.3 \
+      --pretrain "${LIBRARY_RUN:-bench/results/2026-12-03-h200-run9/library3/library-run3.json}" \
+      --final-top 2 --final-device-seconds 3 --db "$ENGINE_CACHE_DIR/grid64.sqlite" \
+      --out "$OUT/grid64-$layout.json" 2>&1 | tee -a "$OUT/grid64.log" | tail -12 || { status=1; break; }
+  done
+  cp "$ENGINE_CACHE_DIR/grid64.sqlite" "$OUT/grid64.sqlite"
 fi
 if [[ $stage == stack ]]; then  # issue 7: a campaign through web, Redis and Celery workers
   bash bench/stack_run.sh "$@" || status=1

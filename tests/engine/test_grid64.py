@@ -1,0 +1,55 @@
+"""bench/grid64.py: issue 11's 64 shapes are the same in every session, balanced over the size
+classes, from CUDA-L2's grid, with a quarter of them also in TN."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "bench" / "grid64.py"
+
+
+@pytest.fixture(scope="module")
+def g() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("grid64", SCRIPT)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_it_draws_64_distinct_grid_shapes_balanced_over_the_size_classes(g):
+    shapes = g.grid64()
+    assert len(set(shapes)) == 64
+    assert all(d in g.SIZES for shape in shapes for d in shape)
+    assert Counter(g.size_class(*s) for s in shapes) == {"small": 21, "medium": 22, "large": 21}
+
+
+def test_every_session_gets_the_same_shapes_and_tn_is_every_fourth(g):
+    assert g.grid64() == g.grid64()
+    tn = g.shapes_for("tn")
+    assert len(tn) == 16
+    assert set(tn) <= set(g.shapes_for("nn"))
+    assert {g.size_class(*s) for s in tn} == {"small", "medium", "large"}
+
+
+def test_the_script_prints_shapes_the_cli_parses_and_rejects_a_bad_layout():
+    from engine.problem import Problem
+
+    env = {"PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "tn"], capture_output=True, text=True, env=env, check=True
+    )
+    printed = done.stdout.strip().split(",")
+    assert [Problem.parse(s).shape for s in printed] == printed
+    assert len(printed) == 16
+    bad = subprocess.run([sys.executable, str(SCRIPT), "nt"], capture_output=True, env=env)
+    assert bad.returncode == 2
