@@ -397,17 +397,22 @@ def write_plots(results: dict[str, ShapeResult], out: Path) -> list[Path]:
 
 
 def environment_line(paths: Sequence[Path]) -> str:
-    """GPU, driver, CUDA, library versions and date of the first measurement found."""
+    """GPU, driver, CUDA and library versions of the first measurement found, and the dates of
+    all of them (a report can combine runs of several days)."""
+    envs: list[dict[str, Any]] = []
     for path in paths:
         report = json.loads(Path(path).read_text())
-        envs = [row.get("environment") for row in report.get("sweep", [])]
-        envs += [final.get("environment") for final in report.get("final", {}).values()]
-        for env in envs:
-            if env:
-                return (
-                    f"{env.get('gpu_name')}, driver {env.get('driver')}, CUDA "
-                    f"{env.get('cuda_runtime')}, cuBLASLt {env.get('cublaslt_version')}, CUTLASS "
-                    f"{env.get('cutlass_version')}, torch {env.get('torch_version')}, nvcc "
-                    f"{env.get('nvcc_version')}; measured {env.get('recorded_at', '?')[:10]}."
-                )
-    return "environment not recorded"
+        found = [row.get("environment") for row in report.get("sweep", [])]
+        found += [final.get("environment") for final in report.get("final", {}).values()]
+        envs += [env for env in found if env]
+    if not envs:
+        return "environment not recorded"
+    env = envs[0]
+    days = sorted({e["recorded_at"][:10] for e in envs if e.get("recorded_at")}) or ["?"]
+    when = days[0] if len(days) == 1 else f"{days[0]} to {days[-1]}"
+    return (
+        f"{env.get('gpu_name')}, driver {env.get('driver')}, CUDA "
+        f"{env.get('cuda_runtime')}, cuBLASLt {env.get('cublaslt_version')}, CUTLASS "
+        f"{env.get('cutlass_version')}, torch {env.get('torch_version')}, nvcc "
+        f"{env.get('nvcc_version')}; measured {when}."
+    )

@@ -96,3 +96,17 @@ def test_it_rejects_a_file_that_is_no_result(tmp_path):
     path.write_text("{}")
     with pytest.raises(SystemExit, match="neither a family sweep nor a campaign"):
         cli.main(["report", str(path), "--out", str(tmp_path / "o")])
+
+
+def test_the_environment_line_spans_the_days_of_every_run_combined(tmp_path):
+    def run(day: str) -> Path:
+        path = tmp_path / f"{day}.json"
+        env = {"gpu_name": "NVIDIA H200", "driver": "580.159.04", "recorded_at": f"{day}T10:00"}
+        path.write_text(json.dumps({"sweep": [{"environment": env}]}))
+        return path
+
+    line = report.environment_line([run("2026-12-03"), run("2026-12-04"), run("2026-12-03")])
+    assert line.startswith("NVIDIA H200, driver 580.159.04")
+    assert line.endswith("measured 2026-12-03 to 2026-12-04.")
+    assert report.environment_line([run("2026-12-04")]).endswith("measured 2026-12-04.")
+    assert report.environment_line([]) == "environment not recorded"
