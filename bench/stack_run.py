@@ -892,6 +892,9 @@ def phase_report(steps: Sequence[dict[str, Any]]) -> dict[str, Any]:
         out["info"] = {
             "autotune_cached": [i.get("autotune_cached") for i in info],
             "verification_wall_s": [i.get("verification_wall_s") for i in info],
+            # [min, median, max] over each step's verification children
+            "verification_start_s": [i.get("verification_start_s") for i in info],
+            "verification_cuda_init_s": [i.get("verification_cuda_init_s") for i in info],
             "heat_up_ran_s": [i.get("heat_up_ran_s") for i in info],
             "health_probe": dict(Counter(str(i.get("health_probe")) for i in info)),
         }

@@ -54,6 +54,7 @@ class VerifyResult:
     seconds: float = 0.0
     deterministic: bool | None = None
     stderr_tail: str = ""
+    startup_s: dict[str, float] = field(default_factory=dict)  # the child's start, CUDA init
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -64,6 +65,7 @@ class VerifyResult:
             "seconds": self.seconds,
             "deterministic": self.deterministic,
             "stderr_tail": self.stderr_tail,
+            "startup_s": self.startup_s,
         }
 
 
@@ -86,9 +88,9 @@ def verify(
             "k": problem.k,
             "layout": problem.layout.value,
         }
-        spec_path.write_text(json.dumps(spec))
         env = sandbox.engine_child_env(Path(workdir))
         env["GEMMFORGE_SEED"] = str(seed if seed is not None else secrets.randbits(63))
+        spec_path.write_text(json.dumps({**spec, "launched_at": time.time()}))
         result = toolchain.run(
             [python, "-m", "engine.verify_child", spec_path, verdict_path],
             timeout=timeout,
@@ -177,4 +179,5 @@ def interpret(result: toolchain.ProcessResult, verdict_path: Path, timeout: floa
         seconds=float(verdict.get("seconds", result.seconds)),
         deterministic=verdict.get("deterministic"),
         stderr_tail=tail,
+        startup_s=dict(verdict.get("startup_s", {})),
     )

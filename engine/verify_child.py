@@ -281,7 +281,11 @@ def verify(spec: dict[str, Any], seed: int) -> dict[str, Any]:
     started = time.monotonic()
     session: Session | None = None
     verdict: dict[str, Any] = {"ok": False, "reason": "", "message": "", "checks": []}
+    # from the parent's launch to here: the interpreter, the sandbox's set-up and the imports
+    verdict["startup_s"] = {"start": round(time.time() - spec.get("launched_at", time.time()), 3)}
     try:
+        torch.cuda.init()
+        verdict["startup_s"]["cuda_init"] = round(time.monotonic() - started, 3)
         library = KernelLibrary(spec["library"])
         session = Session(library, problem, seed)
         verdict.update(run_checks(session))

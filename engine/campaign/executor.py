@@ -147,6 +147,7 @@ class LocalGpuExecutor:
         phases.info["verification_children"] = len(verdicts)
         if verifications.seconds is not None:
             phases.info["verification_wall_s"] = round(verifications.seconds, 3)
+        phases.info.update(child_startup(verdicts))
         failures: dict[str, Outcome] = {}
         passed: dict[str, Path] = {}
         for candidate, verdict in zip(batch, verdicts, strict=True):
@@ -185,6 +186,18 @@ class LocalGpuExecutor:
             config = self.config or measure_module.load_config()
             self._shim = measure_module.load_shim(config)
         return measure_module.Session(problem, config=self.config, shim=self._shim, phases=phases)
+
+
+def child_startup(verdicts: Sequence[Any]) -> dict[str, list[float]]:
+    """Min, median and max over the batch's verification children of each start-up part
+    (``verification_start_s``: launch to work, i.e. interpreter, sandbox and imports;
+    ``verification_cuda_init_s``)."""
+    out: dict[str, list[float]] = {}
+    for part in ("start", "cuda_init"):
+        values = sorted(v.startup_s[part] for v in verdicts if part in v.startup_s)
+        if values:
+            out[f"verification_{part}_s"] = [values[0], values[len(values) // 2], values[-1]]
+    return out
 
 
 def outcome_from_record(name: str, record: Mapping[str, Any], protocols: Sequence[str]) -> Outcome:

@@ -34,6 +34,7 @@ def test_it_accepts_the_reference_kernel(problem, verifier_sandboxes):
     result = verify(built.library, problem)
     verifier_sandboxes.assert_all_sandboxed()
     assert result.ok, (result.reason, result.message, result.stderr_tail)
+    assert set(result.startup_s) == {"start", "cuda_init"}  # the child's start-up, timed
 
 
 @pytest.mark.parametrize("problem", [SHAPE, ODD_SHAPE], ids=str)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -129,6 +130,7 @@ def test_a_result_serialises_every_field(tmp_path):
         "seconds": 1.0,
         "deterministic": None,
         "stderr_tail": "",
+        "startup_s": {},
     }
     json.dumps(result.to_dict())
 
@@ -200,3 +202,50 @@ def test_expected_reason_complains_about_a_fixture_without_an_expect_line(tmp_pa
     source.write_text("// a kernel\n")
     with pytest.raises(ValueError, match="expect"):
         fixtures.expected_reason(source)
+
+
+def test_the_childs_start_up_times_reach_the_result(tmp_path):
+    verdict = write_verdict(
+        tmp_path / "verdict.json",
+        ok=True,
+        reason="ok",
+        startup_s={"start": 7.1, "cuda_init": 0.4},
+    )
+    result = interpret(process(), verdict, 20)
+    assert result.startup_s == {"start": 7.1, "cuda_init": 0.4}
+    assert result.to_dict()["startup_s"] == {"start": 7.1, "cuda_init": 0.4}
+    older = interpret(process(), write_verdict(tmp_path / "old.json"), 20)  # a child without them
+    assert older.startup_s == {}
+
+
+def test_a_batch_reports_min_median_and_max_start_up_of_its_children():
+    from engine.campaign.executor import child_startup
+
+    verdicts = [
+        VerifyResult(True, "ok", "", startup_s={"start": s, "cuda_init": s / 10})
+        for s in (9.0, 3.0, 5.0)
+    ]
+    verdicts.append(VerifyResult(False, "crash", "no verdict"))  # no times: left out
+    assert child_startup(verdicts) == {
+        "verification_start_s": [3.0, 5.0, 9.0],
+        "verification_cuda_init_s": [0.3, 0.5, 0.9],
+    }
+    assert child_startup([]) == {}
+
+
+def test_the_child_learns_when_it_was_launched(tmp_path, verifier_sandboxes):
+    """The spec carries the parent's launch time, so the child can report its own start-up."""
+    fake_python = tmp_path / "python"
+    fake_python.write_text(
+        f"#!{sys.executable}\n"
+        "import json, sys, time\n"
+        "spec = json.load(open(sys.argv[3]))\n"
+        "start = round(time.time() - spec['launched_at'], 3)\n"
+        "verdict = {'ok': True, 'reason': 'ok', 'message': '', 'startup_s': {'start': start}}\n"
+        "open(sys.argv[4], 'w').write(json.dumps(verdict))\n"
+    )
+    fake_python.chmod(0o755)
+    before = time.time()
+    result = verify(tmp_path / "lib.so", Problem(64, 64, 64), seed=7, python=str(fake_python))
+    assert result.ok, result
+    assert 0 <= result.startup_s["start"] <= time.time() - before
