@@ -5,7 +5,6 @@ runs only on the GPU machine)."""
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
 from pathlib import Path
 from types import ModuleType
@@ -13,19 +12,13 @@ from types import ModuleType
 import pytest
 
 from engine.campaign.storage import SqliteStorage
+from tests import bench_scripts
 from tests.engine.test_bundle import PROBLEM, campaign_db, recorded_records  # noqa: F401
-
-SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "bundle_check.py"
 
 
 @pytest.fixture(scope="module")
 def bc() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bundle_check", SCRIPT)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return bench_scripts.load("bundle_check")
 
 
 def add_fast_campaign(db: Path) -> None:

@@ -3,7 +3,6 @@ classes, from CUDA-L2's grid, with a quarter of them also in TN."""
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from collections import Counter
@@ -12,18 +11,15 @@ from types import ModuleType
 
 import pytest
 
+from tests import bench_scripts
+
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "bench" / "grid64.py"
 
 
 @pytest.fixture(scope="module")
 def g() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("grid64", SCRIPT)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return bench_scripts.load("grid64")
 
 
 def test_it_draws_64_distinct_grid_shapes_balanced_over_the_size_classes(g):

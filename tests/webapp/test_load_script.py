@@ -1,26 +1,20 @@
 """bench/load_test.py's argument parsing (the load test itself is not part of the suite)."""
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "load_test.py"
+from tests import bench_scripts
 
 
 @pytest.fixture(scope="module")
 def load_test():
-    spec = importlib.util.spec_from_file_location("load_test", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return bench_scripts.load("load_test")
 
 
 def test_the_defaults_are_50_users_for_30_seconds_over_10000_candidates(load_test):
     args = load_test.parse_args([])
     assert (args.connections, args.duration, args.candidates) == (50, 30, 10000)
     assert args.postgres is None
-    assert args.out.parent == SCRIPT.parent / "results"
+    assert args.out.parent == bench_scripts.BENCH / "results"
     assert args.out.name.endswith("-load")
 
 

@@ -4,7 +4,6 @@ recorded H200 run (no GPU here, so the GPU's busy fraction is null with the reas
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
@@ -16,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import bench_scripts
+
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "bench" / "stack_run.py"
 RECORDED_RUN = "bench/results/2026-12-02-h200-families/families-run1.json"
@@ -23,11 +24,7 @@ RECORDED_RUN = "bench/results/2026-12-02-h200-families/families-run1.json"
 
 @pytest.fixture(scope="module")
 def stack_run():
-    spec = importlib.util.spec_from_file_location("stack_run", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["stack_run"] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return bench_scripts.load("stack_run")
 
 
 # -- arithmetic --------------------------------------------------------------------------------
