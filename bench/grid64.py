@@ -11,25 +11,18 @@ is also run in the TN layout.
 from __future__ import annotations
 
 import itertools
-import math
 import random
 import sys
 
-from engine.report import LARGE_LOG2_MNK
+from engine.report import SIZE_CLASSES, size_class
 
 SIZES = (64, 128, 256, 512, 1024, 2048, 4096, 8192, 12288, 16384)  # CUDA-L2's grid per dimension
-SHAPES = 64
 SEED = 11  # the issue's number; changing it starts a different campaign
-
-
-def size_class(m: int, n: int, k: int) -> str:
-    log2_mnk = math.log2(m * n * k)
-    return "small" if log2_mnk < 30 else "large" if log2_mnk >= LARGE_LOG2_MNK else "medium"
 
 
 def grid64() -> list[tuple[int, int, int]]:
     rng = random.Random(SEED)
-    by_class: dict[str, list[tuple[int, int, int]]] = {"small": [], "medium": [], "large": []}
+    by_class: dict[str, list[tuple[int, int, int]]] = {c: [] for c in SIZE_CLASSES}
     for shape in itertools.product(SIZES, repeat=3):
         by_class[size_class(*shape)].append(shape)
     quotas = {"small": 21, "medium": 22, "large": 21}

@@ -67,9 +67,15 @@ class ShapeResult:
 
     @property
     def size_class(self) -> str:
-        if self.log2_mnk < 30:
-            return "small"
-        return "large" if self.log2_mnk >= LARGE_LOG2_MNK else "medium"
+        return size_class(self.problem.m, self.problem.n, self.problem.k)
+
+
+def size_class(m: int, n: int, k: int) -> str:
+    """small (MNK < 2^30), medium, or large (MNK ≥ 2^LARGE_LOG2_MNK)."""
+    log2_mnk = math.log2(m * n * k)
+    if log2_mnk < 30:
+        return "small"
+    return "large" if log2_mnk >= LARGE_LOG2_MNK else "medium"
 
 
 def problem_of(key: str) -> Problem:
