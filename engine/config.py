@@ -54,6 +54,11 @@ class EngineConfig:
     sandbox_network: str = field(
         default_factory=lambda: _env_choice("ENGINE_SANDBOX_NETWORK", "auto", ("auto", "off"))
     )
+    # A batch's verification children forked from one server that imported torch once
+    # (engine.forkserver), or each started fresh ("off").
+    verify_fork_server: str = field(
+        default_factory=lambda: _env_choice("ENGINE_VERIFY_FORK_SERVER", "on", ("on", "off"))
+    )
 
     @property
     def kernel_cache(self) -> Path:

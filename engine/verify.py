@@ -18,7 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from engine import sandbox, toolchain
+from engine.config import load as load_config
+from engine.forkserver import ForkServer, ForkServerDied
 from engine.problem import Problem
+
+CHILD_MODULE = "engine.verify_child"
 
 REASONS = {
     "ok": "passed every check",
@@ -76,8 +80,10 @@ def verify(
     timeout: float = toolchain.Timeout.VERIFY,
     seed: int | None = None,
     python: str = sys.executable,
+    fork_server: ForkServer | None = None,
 ) -> VerifyResult:
-    """Runs every check on ``library`` for ``problem`` in a child process."""
+    """Runs every check on ``library`` for ``problem`` in a child process: forked from
+    ``fork_server`` when given (and alive), else started fresh."""
     with tempfile.TemporaryDirectory(prefix="gemmforge-verify-") as workdir:
         spec_path = Path(workdir) / "spec.json"
         verdict_path = Path(workdir) / "verdict.json"
@@ -91,20 +97,25 @@ def verify(
         env = sandbox.engine_child_env(Path(workdir))
         env["GEMMFORGE_SEED"] = str(seed if seed is not None else secrets.randbits(63))
         spec_path.write_text(json.dumps({**spec, "launched_at": time.time()}))
-        result = toolchain.run(
-            [python, "-m", "engine.verify_child", spec_path, verdict_path],
-            timeout=timeout,
-            cwd=Path(workdir),
-            env=env,
-            policy=sandbox.gpu_policy(),
-        )
+        policy = sandbox.gpu_policy()
+        child = {"timeout": timeout, "cwd": Path(workdir), "env": env, "policy": policy}
+        result = None
+        if fork_server is not None:
+            try:
+                result = fork_server.run(CHILD_MODULE, [spec_path, verdict_path], **child)
+            except ForkServerDied:
+                result = None  # started fresh below
+        if result is None:
+            result = toolchain.run([python, "-m", CHILD_MODULE, spec_path, verdict_path], **child)
         return interpret(result, verdict_path, timeout)
 
 
 class Verifications:
     """A batch's verifications, started at once: one child process per library (never two
-    libraries in one child), up to ``jobs`` of them running together. The caller does other work
-    meanwhile and collects the verdicts, in the libraries' order, with :meth:`results`."""
+    libraries in one child), up to ``jobs`` of them running together, forked from one fork
+    server (engine.forkserver) unless ``fork_server`` is False or ENGINE_VERIFY_FORK_SERVER is
+    off. The caller does other work meanwhile and collects the verdicts, in the libraries'
+    order, with :meth:`results`."""
 
     def __init__(
         self,
@@ -113,11 +124,23 @@ class Verifications:
         *,
         jobs: int = 1,
         timeout: float | None = None,
+        fork_server: bool | None = None,
     ) -> None:
         self.libraries = [Path(p) for p in libraries]
         self.started = time.monotonic()
         self._done: list[float] = []  # when each child's verdict came (list.append is atomic)
-        kwargs = {"timeout": timeout} if timeout else {}
+        kwargs: dict[str, Any] = {"timeout": timeout} if timeout else {}
+        if fork_server is None:
+            fork_server = load_config().verify_fork_server == "on"
+        self._server_dir: tempfile.TemporaryDirectory[str] | None = None
+        self._server: ForkServer | None = None
+        if fork_server and self.libraries:
+            self._server_dir = tempfile.TemporaryDirectory(prefix="gemmforge-forkserver-")
+            workdir = Path(self._server_dir.name)
+            self._server = ForkServer(
+                [CHILD_MODULE], env=sandbox.engine_child_env(workdir), cwd=workdir
+            )
+            kwargs["fork_server"] = self._server
         self._pool = ThreadPoolExecutor(max(1, jobs), thread_name_prefix="verify")
         self._futures: list[Future[VerifyResult]] = [
             self._pool.submit(self._verify, p, problem, kwargs) for p in self.libraries
@@ -131,8 +154,22 @@ class Verifications:
             self._done.append(time.monotonic())
 
     def results(self) -> list[VerifyResult]:
-        """Every verdict (waits for the children still running)."""
-        return [f.result() for f in self._futures]
+        """Every verdict (waits for the children still running); ends the fork server."""
+        try:
+            return [f.result() for f in self._futures]
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Ends the fork server, once every child has given its verdict."""
+        if not all(f.done() for f in self._futures):
+            return
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+        if self._server_dir is not None:
+            self._server_dir.cleanup()
+            self._server_dir = None
 
     @property
     def seconds(self) -> float | None:

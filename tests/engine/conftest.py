@@ -6,7 +6,12 @@ import pytest
 
 
 class VerifierSandboxes(list):
-    """What each verifier child of one test ran under (engine.sandbox.Applied, None: none)."""
+    """What each verifier child of one test ran under (engine.sandbox.Applied, None: none), and
+    its command."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.commands: list[str] = []
 
     def assert_all_sandboxed(self) -> None:
         from engine import sandbox
@@ -32,6 +37,7 @@ def verifier_sandboxes(monkeypatch) -> VerifierSandboxes:
 
     def interpret(result, verdict_path, timeout):
         seen.append(result.sandbox)
+        seen.commands.append(result.command)
         return real_interpret(result, verdict_path, timeout)
 
     monkeypatch.setattr(verify_module, "interpret", interpret)

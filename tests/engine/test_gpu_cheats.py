@@ -18,8 +18,9 @@ from engine import fixtures, toolchain
 from engine import static_checks as sc
 from engine.compile import CompileResult, compile_source
 from engine.families import KernelConfig, get_family
+from engine.forkserver import FORKED
 from engine.problem import Layout, Problem
-from engine.verify import verify
+from engine.verify import Verifications, verify
 
 pytestmark = [pytest.mark.gpu, pytest.mark.nvcc]
 
@@ -168,3 +169,37 @@ def test_the_best_sm90_and_sm80_configs_pass_gate_and_verifier(label, verifier_s
         timeout=toolchain.Timeout.VERIFY,
     )
     assert reason == "ok", f"{config.name}: {reason}: {message}"
+
+
+def test_every_cheat_forked_by_the_fork_server_is_rejected_with_its_reason(verifier_sandboxes):
+    """The campaign's path: a batch of verifications, each child forked by one fork server."""
+    expected, libraries = [], []
+    for path in fixtures.cheat_paths():
+        source = path.read_text()
+        if not sc.check_candidate(source).ok:
+            continue  # stopped by the static gate: never reaches a verifier
+        built = fixture_build(path, SHAPE.layout)()
+        assert built.ok, built.log[-4000:]
+        if not sc.check_candidate(source, built.library).ok:
+            continue
+        expected.append((path.stem, fixtures.expected_reason(path)))
+        libraries.append(built.library)
+    assert len(libraries) >= 10, "most cheats get past the static gates to the verifier"
+    verdicts = Verifications(libraries, SHAPE, jobs=8, timeout=120, fork_server=True).results()
+    verifier_sandboxes.assert_all_sandboxed()
+    assert all(c.endswith(FORKED) for c in verifier_sandboxes.commands)
+    pairs = list(zip(expected, verdicts, strict=True))
+    got = [(name, verdict.reason) for (name, _), verdict in pairs]
+    assert got == expected, [f"{name}: {verdict.message}" for (name, _), verdict in pairs]
+
+
+def test_honest_kernels_forked_by_the_fork_server_pass(verifier_sandboxes):
+    libraries = [fixture_build(fixtures.REFERENCE, SHAPE.layout)().library]
+    for label in HONEST_CONFIGS:
+        config, (_, best_at) = honest_config(label), HONEST_CONFIGS[label]
+        if runs_here(config) and best_at == Problem(4096, 4096, 4096, Layout.NN):
+            libraries.append(honest_builds()[label].library)
+    problem = Problem(4096, 4096, 4096, Layout.NN)
+    verdicts = Verifications(libraries, problem, jobs=8, fork_server=True).results()
+    assert all(c.endswith(FORKED) for c in verifier_sandboxes.commands)
+    assert [v.reason for v in verdicts] == ["ok"] * len(libraries), [v.message for v in verdicts]

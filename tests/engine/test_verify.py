@@ -13,6 +13,7 @@ import pytest
 
 from engine import fixtures, sandbox
 from engine import verify as verify_module
+from engine.forkserver import FORKED, ForkServer
 from engine.problem import Problem
 from engine.toolchain import ProcessResult
 from engine.verify import REASONS, VerifyResult, interpret, verify
@@ -249,3 +250,28 @@ def test_the_child_learns_when_it_was_launched(tmp_path, verifier_sandboxes):
     result = verify(tmp_path / "lib.so", Problem(64, 64, 64), seed=7, python=str(fake_python))
     assert result.ok, result
     assert 0 <= result.startup_s["start"] <= time.time() - before
+
+
+def test_a_batchs_children_are_forked_by_one_fork_server(tmp_path, verifier_sandboxes):
+    """Without a GPU the verdicts are failures; what matters is how the children started."""
+    libraries = [tmp_path / f"lib{i}.so" for i in range(3)]
+    verdicts = verify_module.Verifications(
+        libraries, Problem(64, 64, 64), jobs=3, timeout=120, fork_server=True
+    ).results()
+    assert [v.ok for v in verdicts] == [False] * 3
+    assert len(verifier_sandboxes.commands) == 3
+    assert all(c.endswith(FORKED) for c in verifier_sandboxes.commands)
+    assert all(applied is not None for applied in verifier_sandboxes)
+
+
+def test_the_fork_server_can_be_turned_off(tmp_path, verifier_sandboxes, monkeypatch):
+    monkeypatch.setenv("ENGINE_VERIFY_FORK_SERVER", "off")
+    verify_module.Verifications([tmp_path / "lib.so"], Problem(64, 64, 64), timeout=120).results()
+    assert not verifier_sandboxes.commands[0].endswith(FORKED)
+
+
+def test_a_child_starts_fresh_when_the_fork_server_is_gone(tmp_path, verifier_sandboxes):
+    server = ForkServer(["json"], env={}, cwd=tmp_path)
+    server.close()
+    verify(tmp_path / "lib.so", Problem(64, 64, 64), timeout=120, fork_server=server)
+    assert verifier_sandboxes.commands[0].startswith(sys.executable)
