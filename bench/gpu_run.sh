@@ -43,10 +43,12 @@ prebuild_tn_subset() {
       --layout tn --arch sm_90 --jobs 6
   done >"$1" 2>&1
 }
-# every GPU test of the engine; the log and JUnit XML under $OUT
+# every GPU test of the engine (or those of GPU_TESTS, paths, and GPU_TESTS_K, a -k expression);
+# the log and JUnit XML under $OUT
 gpu_tests() {
-  python3 -m pytest -q -o addopts="" -p no:cacheprovider -m gpu tests/engine \
-    --junitxml="$OUT/gpu-tests.xml" >"$OUT/gpu-tests.log" 2>&1
+  # shellcheck disable=SC2086
+  python3 -m pytest -q -o addopts="" -p no:cacheprovider -m gpu ${GPU_TESTS:-tests/engine} \
+    ${GPU_TESTS_K:+-k "$GPU_TESTS_K"} --junitxml="$OUT/gpu-tests.xml" >"$OUT/gpu-tests.log" 2>&1
 }
 # the kernels built here since the carried ones were unpacked come back as one file (carry them
 # as .carry/ next time: no device time spent compiling them again once this machine is gone)

@@ -8,26 +8,38 @@ times the child started its work and finished it (the worker books the rest: the
 and exit). ``--executor replay:<path>`` answers from recorded measurements (no GPU);
 ``--execution-log`` then gets one line per executed candidate, so tests can count executions.
 A daemon thread exits the child when its parent dies (kill -9 of the worker), freeing the GPU.
+
+``--standby``: the worker starts the next step's child while the GPU still runs this one. It
+imports what a local step needs (torch, without CUDA) and starts the fork server of its
+verification children (engine.forkserver), then waits for its step: one JSON list of the
+arguments above on stdin. It exits at end of input, or after ``--standby-seconds`` without one.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
+import select
 import sys
 import threading
 import time
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine.families import get_family
 from engine.phases import Phases
 from engine.problem import Problem
 
+if TYPE_CHECKING:
+    from engine.forkserver import ForkServer
+
 PARENT_DIED = 3
+# what a local step imports, imported by a standby child before its step (none initialises CUDA)
+STANDBY_IMPORTS = ("torch", "engine.campaign.executor", "engine.measure")
 
 
 def exit_if_orphaned(parent: int) -> None:
@@ -60,9 +72,11 @@ def run_batch(
     verify_jobs: int = 1,
     device_seconds: float = 20.0,
     phases: Phases | None = None,
+    fork_server: ForkServer | None = None,
 ) -> list[dict]:
     """The batch's outcomes (dicts of engine.campaign.executor.Outcome); ``phases`` gets where
-    the time went (engine.phases)."""
+    the time went (engine.phases); ``fork_server``: one started for the verifications (else
+    engine.verify's choice)."""
     phases = phases if phases is not None else Phases()
     configs = [get_family(c["family"]).from_knobs(c["knobs"]) for c in batch]
     if executor_spec.startswith("replay:"):
@@ -84,7 +98,12 @@ def run_batch(
     if executor_spec != "local":
         raise ValueError(f"unknown executor {executor_spec!r}: 'local' or 'replay:<path>'")
     return run_local(
-        problem, configs, verify_jobs=verify_jobs, device_seconds=device_seconds, phases=phases
+        problem,
+        configs,
+        verify_jobs=verify_jobs,
+        device_seconds=device_seconds,
+        phases=phases,
+        fork_server=fork_server,
     )
 
 
@@ -95,6 +114,7 @@ def run_local(
     verify_jobs: int,
     device_seconds: float,
     phases: Phases,
+    fork_server: ForkServer | None = None,
 ) -> list[dict]:
     """Verification children first, torch after: the children (one per candidate) start before
     this process imports torch, and run while it imports torch and sets up the measurement."""
@@ -108,7 +128,7 @@ def run_local(
         built = compile_module.compile_configs(configs, target_arch=arch)
     ready = [(c, r.library) for c, r in zip(configs, built, strict=True) if r.ok and r.library]
     verifications = verify_module.Verifications(
-        [library for _, library in ready], problem, jobs=verify_jobs
+        [library for _, library in ready], problem, jobs=verify_jobs, fork_server=fork_server
     )
     with phases("imports"):
         from engine.campaign.executor import (
@@ -133,20 +153,48 @@ def run_local(
     return [asdict(o) for o in outcomes]
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def standby(args: argparse.Namespace) -> int:
+    """Prepares a step, then waits for it (``--standby``; the module's docstring)."""
+    watch_parent(args.parent_pid if args.parent_pid is not None else os.getppid())
+    server = None
+    if args.executor == "local":
+        from engine import verify as verify_module
+
+        if verify_module.fork_server_on():
+            server, _folder = verify_module.new_fork_server(start=True)
+        for module in STANDBY_IMPORTS:
+            importlib.import_module(module)
+    ready, _, _ = select.select([sys.stdin], [], [], args.standby_seconds)
+    line = sys.stdin.readline() if ready else ""
+    if not line.strip():
+        return 0
+    step_argv = json.loads(line)
+    if "--standby" in step_argv:
+        raise SystemExit("a standby step child's step cannot be another standby")
+    return main(step_argv, fork_server=server)
+
+
+def main(argv: Sequence[str] | None = None, *, fork_server: ForkServer | None = None) -> int:
     started_at = time.time()  # after this module's imports: the worker books what came before
     clock = time.perf_counter()
     parser = argparse.ArgumentParser(prog="python -m engine.gpu_step", description=__doc__)
     parser.add_argument("--executor", required=True, help="local, or replay:<recorded json>")
-    parser.add_argument("--problem", required=True, help="problem key, e.g. 4096x4096x4096_tn")
-    parser.add_argument("--batch", type=Path, required=True, help="JSON list of candidates")
-    parser.add_argument("--out", type=Path, required=True, help="where the outcomes go")
+    parser.add_argument("--problem", help="problem key, e.g. 4096x4096x4096_tn")
+    parser.add_argument("--batch", type=Path, help="JSON list of candidates")
+    parser.add_argument("--out", type=Path, help="where the outcomes go")
     parser.add_argument("--execution-log", type=Path)
     parser.add_argument("--delay-ms", type=int, default=0, help="replay: simulated GPU time")
     parser.add_argument("--parent-pid", type=int, help="exit when this process is gone")
     parser.add_argument("--verify-jobs", type=int, default=1, help="local: verifications at once")
     parser.add_argument("--device-seconds", type=float, default=20.0, help="local: timing cap")
+    parser.add_argument("--standby", action="store_true", help="prepare, then read the step")
+    parser.add_argument("--standby-seconds", type=float, default=900.0, help="wait at most")
     args = parser.parse_args(argv)
+    if args.standby:
+        return standby(args)
+    for required in ("problem", "batch", "out"):
+        if getattr(args, required) is None:
+            parser.error(f"--{required} is required (except with --standby)")
     parent = args.parent_pid if args.parent_pid is not None else os.getppid()
     watch_parent(parent)
     shape, _, layout = args.problem.rpartition("_")
@@ -161,6 +209,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         verify_jobs=args.verify_jobs,
         device_seconds=args.device_seconds,
         phases=phases,
+        fork_server=fork_server,
     )
     phases.close(time.perf_counter() - clock)
     result = {

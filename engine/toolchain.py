@@ -69,23 +69,69 @@ def run(
     With ``policy``, the child runs under it (engine.sandbox) and the result says what was
     applied; a child over its resident-memory limit is killed like one over its time."""
     args = [os.fspath(a) for a in argv]
-    started = time.monotonic()
     proc, applied = _start(args, cwd=cwd, env=env, stdin=stdin, policy=policy)
-    resident_limit = policy.limits.resident_bytes if policy is not None else None
-    out, err, killed_for = _wait(proc, stdin, started + timeout, resident_limit)
-    if killed_for is None and proc.returncode is not None and proc.returncode < 0:
-        killed_for = LIMIT_SIGNALS.get(-proc.returncode)
-    killed_here = killed_for in ("timeout", "memory")
-    return ProcessResult(
-        command=shlex.join(args),
-        returncode=None if killed_here else proc.returncode,
-        stdout=truncate(out),
-        stderr=truncate(err),
-        seconds=time.monotonic() - started,
-        timed_out=killed_for == "timeout",
-        killed_for=killed_for,
-        sandbox=applied,
-    )
+    return Running(args, proc, applied, policy).finish(stdin=stdin, timeout=timeout)
+
+
+@dataclass(frozen=True, slots=True)
+class Running:
+    """A child started by :func:`start` that waits for its input: :meth:`finish` gives it its
+    input and waits for it as :func:`run` does, the timeout counting from then."""
+
+    args: list[str]
+    proc: subprocess.Popen[str]
+    sandbox: Applied | None
+    policy: Policy | None
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def finish(self, *, stdin: str | None, timeout: float) -> ProcessResult:
+        started = time.monotonic()
+        proc = self.proc
+        resident_limit = self.policy.limits.resident_bytes if self.policy is not None else None
+        out, err, killed_for = _wait(proc, stdin, started + timeout, resident_limit)
+        if killed_for is None and proc.returncode is not None and proc.returncode < 0:
+            killed_for = LIMIT_SIGNALS.get(-proc.returncode)
+        killed_here = killed_for in ("timeout", "memory")
+        return ProcessResult(
+            command=shlex.join(self.args),
+            returncode=None if killed_here else proc.returncode,
+            stdout=truncate(out),
+            stderr=truncate(err),
+            seconds=time.monotonic() - started,
+            timed_out=killed_for == "timeout",
+            killed_for=killed_for,
+            sandbox=self.sandbox,
+        )
+
+    def discard(self, grace: float = 5.0) -> None:
+        """Ends a child that will get no input: its stdin closes (end of input), and its group
+        is killed if it has not exited ``grace`` seconds later."""
+        with contextlib.suppress(OSError):
+            self.proc.stdin.close()  # type: ignore[union-attr]
+        try:
+            self.proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            kill_group(self.proc, grace=0.0)
+        for pipe in (self.proc.stdout, self.proc.stderr):
+            if pipe is not None:
+                pipe.close()
+        self.proc.wait()
+
+
+def start(
+    argv: Sequence[str | os.PathLike[str]],
+    *,
+    cwd: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    policy: Policy | None = None,
+) -> Running:
+    """Starts ``argv`` now, as :func:`run` would, with its stdin a pipe for :meth:`Running.finish`
+    to write to later (a child that prepares itself before its input arrives)."""
+    args = [os.fspath(a) for a in argv]
+    proc, applied = _start(args, cwd=cwd, env=env, stdin="", policy=policy)
+    return Running(args, proc, applied, policy)
 
 
 def _start(

@@ -110,12 +110,28 @@ def verify(
         return interpret(result, verdict_path, timeout)
 
 
+def fork_server_on() -> bool:
+    return load_config().verify_fork_server == "on"
+
+
+def new_fork_server(*, start: bool) -> tuple[ForkServer, tempfile.TemporaryDirectory[str]]:
+    """A fork server for verification children and the private folder it runs in (its HOME,
+    TMPDIR and working directory); started now (it imports torch meanwhile) or on first use."""
+    folder = tempfile.TemporaryDirectory(prefix="gemmforge-forkserver-")
+    workdir = Path(folder.name)
+    server = ForkServer([CHILD_MODULE], env=sandbox.engine_child_env(workdir), cwd=workdir)
+    if start:
+        server.start()
+    return server, folder
+
+
 class Verifications:
     """A batch's verifications, started at once: one child process per library (never two
     libraries in one child), up to ``jobs`` of them running together, forked from one fork
     server (engine.forkserver) unless ``fork_server`` is False or ENGINE_VERIFY_FORK_SERVER is
-    off. The caller does other work meanwhile and collects the verdicts, in the libraries'
-    order, with :meth:`results`."""
+    off; ``fork_server`` may also be a server the caller started (and ends) itself. The caller
+    does other work meanwhile and collects the verdicts, in the libraries' order, with
+    :meth:`results`."""
 
     def __init__(
         self,
@@ -124,22 +140,20 @@ class Verifications:
         *,
         jobs: int = 1,
         timeout: float | None = None,
-        fork_server: bool | None = None,
+        fork_server: bool | ForkServer | None = None,
     ) -> None:
         self.libraries = [Path(p) for p in libraries]
         self.started = time.monotonic()
         self._done: list[float] = []  # when each child's verdict came (list.append is atomic)
         kwargs: dict[str, Any] = {"timeout": timeout} if timeout else {}
         if fork_server is None:
-            fork_server = load_config().verify_fork_server == "on"
+            fork_server = fork_server_on()
         self._server_dir: tempfile.TemporaryDirectory[str] | None = None
-        self._server: ForkServer | None = None
-        if fork_server and self.libraries:
-            self._server_dir = tempfile.TemporaryDirectory(prefix="gemmforge-forkserver-")
-            workdir = Path(self._server_dir.name)
-            self._server = ForkServer(
-                [CHILD_MODULE], env=sandbox.engine_child_env(workdir), cwd=workdir
-            )
+        self._server: ForkServer | None = None  # ours to end
+        if isinstance(fork_server, ForkServer):
+            kwargs["fork_server"] = fork_server
+        elif fork_server and self.libraries:
+            self._server, self._server_dir = new_fork_server(start=False)
             kwargs["fork_server"] = self._server
         self._pool = ThreadPoolExecutor(max(1, jobs), thread_name_prefix="verify")
         self._futures: list[Future[VerifyResult]] = [

@@ -17,3 +17,6 @@ CELERY_TASK_ALWAYS_EAGER = True
 CELERY_TASK_EAGER_PROPAGATES = True
 # Rate-limit counters in this process's memory; tests clear it (tests/webapp/conftest.py).
 CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+# Each GPU step's child started fresh, as the tests of the step's child expect; the standby path
+# has its own tests (tests/webapp/test_gpu_standby.py) and the fault tests run it (real settings).
+GEMMFORGE_GPU_STANDBY = False

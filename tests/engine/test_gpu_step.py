@@ -1,15 +1,21 @@
 """engine.gpu_step's local path: the executor gets its tuning, and the compile cache is asked for
 the GPU's own arch (the keys the compile step and carried kernels use); the verification children
-start before the step imports torch; the step reports where its time went (issue 7)."""
+start before the step imports torch; the step reports where its time went; a standby child
+prepares (imports, fork server) before it reads its step (issue 7)."""
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 from types import SimpleNamespace
+
+import pytest
 
 from engine import compile as compile_module
 from engine import cuda_driver, gpu_step
@@ -75,7 +81,7 @@ def test_verification_children_start_before_the_step_imports_torch(tmp_path):
             pass
 
         class Spy:
-            def __init__(self, libraries, problem, *, jobs, timeout=None):
+            def __init__(self, libraries, problem, *, jobs, timeout=None, fork_server=None):
                 seen["torch_loaded"] = "torch" in sys.modules
                 seen["jobs"] = jobs
                 raise Stop
@@ -120,3 +126,47 @@ def test_the_step_child_reports_its_phases_with_its_outcomes(tmp_path):
     assert phases["timing"] >= 0.05  # the replay's stand-in for the GPU's time
     assert data["started_at"] <= data["finished_at"]
     assert sum(phases.values()) <= data["finished_at"] - data["started_at"] + 0.01
+
+
+def stdin_with(monkeypatch, text: str | None):
+    """sys.stdin from a pipe holding ``text`` (closed after it; left open when None)."""
+    read_end, write_end = os.pipe()
+    if text is not None:
+        os.write(write_end, text.encode())
+        os.close(write_end)
+    monkeypatch.setattr(sys, "stdin", os.fdopen(read_end))
+    return write_end
+
+
+def standby_args(**overrides) -> argparse.Namespace:
+    values = {"executor": "local", "parent_pid": os.getppid(), "standby_seconds": 5.0}
+    return argparse.Namespace(**{**values, **overrides})
+
+
+def test_a_standby_child_prepares_then_runs_the_step_it_reads(monkeypatch):
+    started, ran = [], []
+    server = object()
+
+    def new_fork_server(*, start):
+        started.append(start)
+        return server, None
+
+    monkeypatch.setattr(verify_module, "new_fork_server", new_fork_server)
+    monkeypatch.setattr(verify_module, "fork_server_on", lambda: True)
+    monkeypatch.setattr(gpu_step, "main", lambda argv, fork_server: ran.append((argv, fork_server)))
+    step = ["--executor", "local", "--problem", "64x64x64_nn", "--batch", "b", "--out", "o"]
+    stdin_with(monkeypatch, json.dumps(step) + "\n")
+    gpu_step.standby(standby_args())
+    assert started == [True]  # the fork server was started before the step came
+    assert ran == [(step, server)]
+    assert all(module in sys.modules for module in gpu_step.STANDBY_IMPORTS)
+
+
+def test_a_standby_child_without_a_step_exits(monkeypatch):
+    monkeypatch.setattr(gpu_step, "main", lambda *a, **k: pytest.fail("no step was given"))
+    stdin_with(monkeypatch, "")  # end of input: the worker discarded it
+    assert gpu_step.standby(standby_args(executor="replay:x")) == 0
+    stdin_with(monkeypatch, None)  # nothing within --standby-seconds
+    clock = time.monotonic()
+    assert gpu_step.standby(standby_args(executor="replay:x", standby_seconds=0.2)) == 0
+    assert time.monotonic() - clock < 2

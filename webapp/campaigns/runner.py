@@ -13,6 +13,7 @@ nothing, and a candidate is recorded once.
 
 from __future__ import annotations
 
+import atexit
 import functools
 import json
 import logging
@@ -321,38 +322,110 @@ def gpu_step(*, item_id: int, token: str) -> dict[str, Any]:
     return result
 
 
+def step_args(spec: str, problem_key: str, workdir: Path) -> list[str]:
+    """engine.gpu_step's arguments for a batch in ``workdir`` (batch.json, outcomes.json)."""
+    args = ["--executor", spec, "--problem", problem_key,
+            "--batch", str(workdir / "batch.json"), "--out", str(workdir / "outcomes.json"),
+            "--parent-pid", str(os.getpid())]  # fmt: skip
+    if spec == "local":
+        args += ["--verify-jobs", str(settings.GEMMFORGE_VERIFY_JOBS),
+                 "--device-seconds", str(settings.GEMMFORGE_DEVICE_SECONDS)]  # fmt: skip
+    if spec.startswith("replay:"):
+        if settings.GEMMFORGE_EXECUTION_LOG:  # made absolute: the child runs in ``workdir``
+            args += ["--execution-log", str(settings.BASE_DIR / settings.GEMMFORGE_EXECUTION_LOG)]
+        args += ["--delay-ms", str(settings.GEMMFORGE_REPLAY_DELAY_MS)]
+    return args
+
+
+class StandbyStep:
+    """A GPU step child started before its step (``python -m engine.gpu_step --standby``): it
+    imports torch and starts its verifications' fork server while the GPU still runs the step
+    before, in its own empty working directory and the same sandbox as any step child."""
+
+    def __init__(self, spec: str) -> None:
+        self.spec = spec
+        self.device = settings.GEMMFORGE_GPU_DEVICE
+        self._folder = tempfile.TemporaryDirectory(prefix="gemmforge-gpu-")
+        self.workdir = Path(self._folder.name)
+        argv = [sys.executable, "-m", "engine.gpu_step", "--standby", "--executor", spec,
+                "--parent-pid", str(os.getpid())]  # fmt: skip
+        self.running = toolchain.start(
+            argv, cwd=self.workdir, env=gpu_child_env(self.workdir), policy=sandbox.gpu_policy()
+        )
+
+    def fits(self, spec: str) -> bool:
+        """Still waiting, for this executor and GPU (the settings may change in between)."""
+        return (
+            self.spec == spec
+            and self.device == settings.GEMMFORGE_GPU_DEVICE
+            and (self.running.alive())
+        )
+
+    def run(self, args: list[str]) -> toolchain.ProcessResult:
+        return self.running.finish(stdin=json.dumps(args) + "\n", timeout=settings.GPU_STEP_TIMEOUT)
+
+    def discard(self) -> None:
+        self.running.discard()
+        self.cleanup()
+
+    def cleanup(self) -> None:
+        self._folder.cleanup()
+
+
+_standby: StandbyStep | None = None  # this worker process's next step child, warming up
+
+
+def standby_take(spec: str) -> StandbyStep:
+    """The standby step child if it fits, else one started now; a new standby starts meanwhile
+    for the step after."""
+    global _standby
+    child, _standby = _standby, None
+    if child is not None and not child.fits(spec):
+        child.discard()
+        child = None
+    child = child or StandbyStep(spec)
+    _standby = StandbyStep(spec)
+    return child
+
+
+def standby_discard() -> None:
+    """Ends this process's standby step child, if any (at exit, and in tests)."""
+    global _standby
+    child, _standby = _standby, None
+    if child is not None:
+        child.discard()
+
+
+atexit.register(standby_discard)
+
+
 def run_gpu_child(
     problem_key: str, rows: list[Candidate], *, phases: Phases | None = None
 ) -> list[dict[str, Any]]:
-    """The batch's outcomes from ``python -m engine.gpu_step`` in a child process; ``phases``
-    gets the child's time breakdown, its start (spawn to its first statement) and its exit."""
+    """The batch's outcomes from ``python -m engine.gpu_step`` in a child process (a standby
+    one when GEMMFORGE_GPU_STANDBY); ``phases`` gets the child's time breakdown, its start
+    (spawn, or the batch handed over, to its first statement) and its exit."""
     spec = executor_spec()
-    with tempfile.TemporaryDirectory(prefix="gemmforge-gpu-") as tmp:
-        batch, out = Path(tmp) / "batch.json", Path(tmp) / "outcomes.json"
-        batch.write_text(
+    standby = standby_take(spec) if settings.GEMMFORGE_GPU_STANDBY else None
+    folder = None if standby else tempfile.TemporaryDirectory(prefix="gemmforge-gpu-")
+    try:
+        tmp = standby.workdir if standby else Path(folder.name)  # type: ignore[union-attr]
+        out = tmp / "outcomes.json"
+        (tmp / "batch.json").write_text(
             json.dumps([{"name": r.name, "family": r.family, "knobs": r.config} for r in rows])
         )
-        argv = [sys.executable, "-m", "engine.gpu_step", "--executor", spec,
-                "--problem", problem_key, "--batch", str(batch), "--out", str(out),
-                "--parent-pid", str(os.getpid())]  # fmt: skip
-        if spec == "local":
-            argv += ["--verify-jobs", str(settings.GEMMFORGE_VERIFY_JOBS),
-                     "--device-seconds", str(settings.GEMMFORGE_DEVICE_SECONDS)]  # fmt: skip
-        if spec.startswith("replay:"):
-            if settings.GEMMFORGE_EXECUTION_LOG:  # made absolute: the child runs in ``tmp``
-                argv += [
-                    "--execution-log",
-                    str(settings.BASE_DIR / settings.GEMMFORGE_EXECUTION_LOG),
-                ]
-            argv += ["--delay-ms", str(settings.GEMMFORGE_REPLAY_DELAY_MS)]
+        args = step_args(spec, problem_key, tmp)
         spawned = time.time()
-        ran = toolchain.run(
-            argv,
-            timeout=settings.GPU_STEP_TIMEOUT,
-            cwd=Path(tmp),
-            env=gpu_child_env(Path(tmp)),
-            policy=sandbox.gpu_policy(),
-        )
+        if standby is not None:
+            ran = standby.run(args)
+        else:
+            ran = toolchain.run(
+                [sys.executable, "-m", "engine.gpu_step", *args],
+                timeout=settings.GPU_STEP_TIMEOUT,
+                cwd=tmp,
+                env=gpu_child_env(tmp),
+                policy=sandbox.gpu_policy(),
+            )
         returned = time.time()
         if ran.timed_out:
             message = f"GPU step killed after {settings.GPU_STEP_TIMEOUT} s"
@@ -369,6 +442,11 @@ def run_gpu_child(
                 )
             raise StepCrashed(f"GPU step exited with {ran.returncode}: {ran.stderr[-800:]}")
         data = json.loads(out.read_text())
+    finally:
+        if standby is not None:
+            standby.cleanup()
+        if folder is not None:
+            folder.cleanup()
     if isinstance(data, list):  # outcomes alone: a child without the time breakdown
         return data
     if phases is not None:
