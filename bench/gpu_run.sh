@@ -190,7 +190,7 @@ if [[ $stage == grid64 ]]; then  # issue 11: the 64-shape campaign, resumed acro
     timeout -k 20 -s INT "$(( ${GRID64_SECONDS:-480} - SECONDS > 1 ? ${GRID64_SECONDS:-480} - SECONDS : 1 ))" \
       python3 -m engine optimize --shapes "$(python3 bench/grid64.py $layout)" --layout $layout \
       --budget "${GRID64_BUDGET:-32}" --batch 32 --proposers rl,evolve --space library \
-      --verify-jobs 10 --device-seconds 2 --heat-seconds 0.3 \
+      --verify-jobs "${GRID64_VERIFY_JOBS:-16}" --device-seconds 2 --heat-seconds 0.3 \
       --pretrain "${LIBRARY_RUN:-bench/results/2026-12-03-h200-run9/library3/library-run3.json}" \
       --final-top 2 --final-device-seconds 3 --db "$ENGINE_CACHE_DIR/grid64.sqlite" \
       --out "$OUT/grid64-$layout.json" 2>&1 | tee -a "$OUT/grid64.log" | tail -12 || { status=1; break; }

@@ -71,6 +71,12 @@ class ForkServer:
         self._next_id = 0
         self._dead: str | None = None
 
+    @property
+    def alive(self) -> bool:
+        """Not closed, and its process (if started) still running."""
+        proc = self._proc
+        return self._dead is None and (proc is None or proc.poll() is None)
+
     def start(self) -> None:
         """Starts the server now (it imports its preloads meanwhile); :meth:`run` would anyway."""
         with self._lock:

@@ -102,6 +102,8 @@ class LocalGpuExecutor:
         self.verify_timeout = verify_timeout
         self.heat_seconds = heat_seconds
         self._shim: Any = None
+        self._fork_server: Any = None  # engine.forkserver.ForkServer, and its folder
+        self._fork_server_folder: Any = None
 
     def execute(
         self,
@@ -130,7 +132,11 @@ class LocalGpuExecutor:
         libraries = [Path(c.library) for c in batch if c.library is not None]
         if verifications is None:
             verifications = verify_module.Verifications(
-                libraries, problem, jobs=self.verify_jobs, timeout=self.verify_timeout
+                libraries,
+                problem,
+                jobs=self.verify_jobs,
+                timeout=self.verify_timeout,
+                fork_server=self._verification_fork_server(),
             )
         elif list(verifications.libraries) != libraries:
             raise ValueError("the verifications started are not this batch's")
@@ -178,6 +184,17 @@ class LocalGpuExecutor:
                 outcome = outcome_from_record(candidate.name, record, self.protocols)
             outcomes.append(_with_gpu_seconds(outcome, share))
         return outcomes
+
+    def _verification_fork_server(self) -> Any:
+        """One fork server for every batch this executor verifies itself (it imports torch
+        once); a new one if it died; False (fresh children) when ENGINE_VERIFY_FORK_SERVER=off."""
+        from engine import verify as verify_module
+
+        if not verify_module.fork_server_on():
+            return False
+        if self._fork_server is None or not self._fork_server.alive:
+            self._fork_server, self._fork_server_folder = verify_module.new_fork_server(start=False)
+        return self._fork_server
 
     def _session(self, problem: Problem, phases: Phases) -> Any:
         from engine import measure as measure_module

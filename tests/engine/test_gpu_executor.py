@@ -12,6 +12,7 @@ import pytest
 from engine import measure as measure_module
 from engine import verify as verify_module
 from engine.campaign.executor import STATUS_OK, STATUS_REJECTED, CompiledCandidate, LocalGpuExecutor
+from engine.forkserver import ForkServer
 from engine.phases import Phases
 from engine.problem import Layout, Problem
 from engine.verify import Verifications, VerifyResult
@@ -143,3 +144,23 @@ def test_a_set_up_failure_matters_only_when_a_candidate_passed(monkeypatch):
     assert [o.status for o in rejected] == [STATUS_REJECTED] * 2
     with pytest.raises(measure_module.MeasureSetupError, match="no cuBLAS"):
         LocalGpuExecutor(arch="sm_90").execute(PROBLEM, batch_of("bad", "good"))
+
+
+def test_one_fork_server_serves_every_batch_the_executor_verifies(timeline, monkeypatch):
+    servers = []
+    real_verifications = verify_module.Verifications
+
+    def spy(libraries, problem, **kwargs):
+        servers.append(kwargs.get("fork_server"))
+        return real_verifications(libraries, problem, **kwargs)
+
+    monkeypatch.setattr(verify_module, "Verifications", spy)
+    executor = LocalGpuExecutor(arch="sm_90", verify_jobs=2)
+    executor.execute(PROBLEM, batch_of("a", "b"))
+    executor.execute(PROBLEM, batch_of("c"))
+    assert len(servers) == 2
+    assert isinstance(servers[0], ForkServer)
+    assert servers[1] is servers[0]
+    monkeypatch.setenv("ENGINE_VERIFY_FORK_SERVER", "off")
+    executor.execute(PROBLEM, batch_of("d"))
+    assert servers[2] is False  # fresh children
