@@ -184,18 +184,22 @@ if [[ $stage == resume ]]; then  # issue 5: the live campaign, resumed from the 
 fi
 if [[ $stage == grid64 ]]; then  # issue 11: the 64-shape campaign, resumed across sessions
   # from the database the last session committed (GRID64_DB); NN first, then its TN quarter
-  [[ -f $ENGINE_CACHE_DIR/grid64.sqlite ]] \
-    || cp "${GRID64_DB:-bench/results/grid64/campaign.sqlite}" "$ENGINE_CACHE_DIR/grid64.sqlite" 2>/dev/null
+  # (and the finals measured so far, engine.campaign.final.SavedFinals, beside it)
+  grid64_db=${GRID64_DB:-bench/results/grid64/campaign.sqlite}
+  [[ -f $ENGINE_CACHE_DIR/grid64.sqlite ]] || cp "$grid64_db" "$ENGINE_CACHE_DIR/grid64.sqlite" 2>/dev/null
+  [[ -f $ENGINE_CACHE_DIR/grid64.finals.json ]] \
+    || cp "${grid64_db%.sqlite}.finals.json" "$ENGINE_CACHE_DIR/grid64.finals.json" 2>/dev/null
   for layout in nn tn; do
     timeout -k 20 -s INT "$(( ${GRID64_SECONDS:-480} - SECONDS > 1 ? ${GRID64_SECONDS:-480} - SECONDS : 1 ))" \
       python3 -m engine optimize --shapes "$(python3 bench/grid64.py $layout)" --layout $layout \
       --budget "${GRID64_BUDGET:-32}" --batch 32 --proposers rl,evolve --space library \
       --verify-jobs "${GRID64_VERIFY_JOBS:-16}" --device-seconds 2 --heat-seconds 0.3 \
       --pretrain "${LIBRARY_RUN:-bench/results/2026-12-03-h200-run9/library3/library-run3.json}" \
-      --final-top 2 --final-device-seconds 3 --db "$ENGINE_CACHE_DIR/grid64.sqlite" \
+      --final-top 2 --final-device-seconds "${GRID64_FINAL_SECONDS:-2}" --db "$ENGINE_CACHE_DIR/grid64.sqlite" \
       --out "$OUT/grid64-$layout.json" 2>&1 | tee -a "$OUT/grid64.log" | tail -12 || { status=1; break; }
   done
   cp "$ENGINE_CACHE_DIR/grid64.sqlite" "$OUT/grid64.sqlite"
+  cp "$ENGINE_CACHE_DIR/grid64.finals.json" "$OUT/grid64.finals.json" 2>/dev/null
 fi
 if [[ $stage == stack ]]; then  # issue 7: a campaign through web, Redis and Celery workers
   bash bench/stack_run.sh "$@" || status=1

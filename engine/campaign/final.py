@@ -112,6 +112,47 @@ def final_summary(record: dict[str, Any]) -> dict[str, Any]:
 Sanitizer = Callable[[Path], Any]  # library → a result with .ok and .to_dict()
 
 
+class SavedFinals:
+    """The finals measured so far, in a JSON file (beside the campaign's database), so that a
+    campaign cut during its finals resumes them: each sanitizer verdict (by kernel) and each
+    shape's final summary (for the top kernels it was measured with) is written as it comes.
+    Without a path nothing is kept."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self.data: dict[str, dict[str, Any]] = {"sanitize": {}, "finals": {}}
+        if path is not None and path.exists():
+            loaded = json.loads(path.read_text())
+            self.data = {"sanitize": loaded.get("sanitize", {}), "finals": loaded.get("finals", {})}
+
+    def sanitized(self, kernel: str) -> dict[str, Any] | None:
+        return self.data["sanitize"].get(kernel)
+
+    def add_sanitized(self, kernel: str, verdict: dict[str, Any]) -> None:
+        self.data["sanitize"][kernel] = verdict
+        self._save()
+
+    def final(self, key: str, kernels: Sequence[str]) -> dict[str, Any] | None:
+        """The shape's saved summary, if it was measured with these very top kernels."""
+        entry = self.data["finals"].get(key)
+        if entry is None or sorted(entry["kernels"]) != sorted(kernels):
+            return None
+        return entry["summary"]
+
+    def add_final(self, key: str, kernels: Sequence[str], summary: dict[str, Any]) -> None:
+        if "error" in summary:
+            return  # measured again next time
+        self.data["finals"][key] = {"kernels": sorted(kernels), "summary": summary}
+        self._save()
+
+    def _save(self) -> None:
+        if self.path is None:
+            return
+        partial = self.path.with_name(self.path.name + ".partial")
+        partial.write_text(json.dumps(self.data))
+        partial.replace(self.path)  # atomic: a crash leaves the previous file whole
+
+
 def final_measurements(
     results: Sequence[Any],
     *,
@@ -123,45 +164,51 @@ def final_measurements(
     sanitizer: Sanitizer | None = None,
     sanitize_jobs: int = 8,
     progress: Callable[[str], None] = lambda _msg: None,
+    saved: SavedFinals | None = None,
 ) -> dict[str, Any]:
     """{problem key: final summary} for every problem with a verified family candidate.
 
     With ``sanitizer``, a top kernel that fails compute-sanitizer is left out (it cannot become
-    the shape's best) and its verdict is kept under ``sanitize``."""
+    the shape's best) and its verdict is kept under ``sanitize``. ``saved``: what an earlier,
+    interrupted run measured (reused, not measured again) and where each new result goes."""
+    saved = saved or SavedFinals(None)
     chosen = {r.problem.key: top_records(r.records, baseline, top) for r in results}
     configs = {rec.name: config_of(rec) for recs in chosen.values() for rec in recs}
     names = list(configs)
     built = dict(zip(names, compile([configs[n] for n in names]), strict=True)) if names else {}
-    verdicts: dict[str, Any] = {}
+    verdicts: dict[str, dict[str, Any]] = {}
     if sanitizer is not None:
         libraries = {n: b.library for n, b in built.items() if b.ok}
-        progress(f"sanitizing {len(libraries)} top kernels")
+        verdicts = {n: v for n in libraries if (v := saved.sanitized(n)) is not None}
+        todo = {n: lib for n, lib in libraries.items() if n not in verdicts}
+        progress(f"sanitizing {len(todo)} top kernels ({len(verdicts)} sanitized before)")
         with ThreadPoolExecutor(sanitize_jobs) as pool:
-            verdicts = dict(zip(libraries, pool.map(sanitizer, libraries.values()), strict=True))
+            for name, verdict in zip(todo, pool.map(sanitizer, todo.values()), strict=True):
+                verdicts[name] = verdict.to_dict()
+                saved.add_sanitized(name, verdicts[name])
     finals: dict[str, Any] = {}
     for result in results:
+        key = result.problem.key
         libraries = {
             r.name: built[r.name].library
-            for r in chosen[result.problem.key]
-            if built[r.name].ok and (r.name not in verdicts or verdicts[r.name].ok)
+            for r in chosen[key]
+            if built[r.name].ok and (r.name not in verdicts or verdicts[r.name]["ok"])
         }
-        sanitized = {
-            r.name: verdicts[r.name].to_dict()
-            for r in chosen[result.problem.key]
-            if r.name in verdicts
-        }
+        sanitized = {r.name: verdicts[r.name] for r in chosen[key] if r.name in verdicts}
         if not libraries:
             if sanitized:
-                finals[result.problem.key] = {
-                    "error": "no top kernel passed",
-                    "sanitize": sanitized,
-                }
+                finals[key] = {"error": "no top kernel passed", "sanitize": sanitized}
+            continue
+        earlier = saved.final(key, list(libraries))
+        if earlier is not None:
+            finals[key] = earlier
             continue
         progress(f"{result.problem}: re-measuring the top {len(libraries)} in {list(protocols)}")
         record = remeasure(
             result.problem, libraries, protocols=protocols, device_seconds=device_seconds
         )
-        finals[result.problem.key] = {**final_summary(record), "sanitize": sanitized}
+        finals[key] = {**final_summary(record), "sanitize": sanitized}
+        saved.add_final(key, list(libraries), finals[key])
     return finals
 
 

@@ -31,7 +31,7 @@ from engine.campaign import (
     make_proposers,
     policy_path,
 )
-from engine.campaign.final import final_measurements
+from engine.campaign.final import SavedFinals, final_measurements
 from engine.campaign.loop import compile_configs
 from engine.config import load as load_config
 from engine.problem import Layout, Problem, ProblemError
@@ -260,6 +260,7 @@ def run(args: argparse.Namespace) -> int:
             device_seconds=args.final_device_seconds,
             sanitizer=None if args.no_sanitize else sanitize_library,
             progress=lambda msg: print(msg, flush=True),
+            saved=SavedFinals(Path(db).with_suffix(".finals.json")),
         )
         print_finals(report["final"], settings.baseline)
     out = args.out or Path(db).with_name(f"{name}.json")

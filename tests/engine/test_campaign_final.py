@@ -121,6 +121,70 @@ def test_a_top_kernel_that_fails_the_sanitizer_cannot_be_the_final_best(monkeypa
     assert finals[PROBLEM.key]["sanitize"] == {"fast": {"ok": False}, "middle": {"ok": True}}
 
 
+def test_finals_cut_short_resume_without_measuring_a_shape_or_sanitizing_a_kernel_twice(
+    monkeypatch, tmp_path
+):
+    from engine.campaign import final
+    from engine.campaign.loop import ProblemResult
+    from engine.compile import CompileResult
+
+    other = Problem(2048, 2048, 2048, Layout.NN)
+    results = [
+        ProblemResult(PROBLEM, [record("a", 8.0), record("b", 9.0)], stopped="budget"),
+        ProblemResult(other, [record("c", 8.0)], stopped="budget"),
+    ]
+
+    def compile_(configs):
+        return [
+            CompileResult(True, tmp_path / f"{c.name}.so", "h", ("sm_90a",), "", "", 1.0, True)
+            for c in configs
+        ]
+
+    class Verdict:
+        ok = True
+
+        def to_dict(self):
+            return {"ok": True}
+
+    sanitized, measured, cut = [], [], [True]
+
+    def sanitizer(library):
+        sanitized.append(library.stem)
+        return Verdict()
+
+    def remeasure(problem, libraries, **_kwargs):
+        if problem == other and cut.pop():
+            cut.append(False)
+            raise KeyboardInterrupt  # the session's time ran out here
+        measured.append(problem.key)
+        return {"protocols": {}, "environment": {"gpu": "H200"}}
+
+    monkeypatch.setattr(final, "remeasure", remeasure)
+    path = tmp_path / "campaign.finals.json"
+    run = {"baseline": "cublaslt_autotune", "top": 2, "compile": compile_, "sanitizer": sanitizer}
+    with pytest.raises(KeyboardInterrupt):
+        final.final_measurements(results, **run, saved=final.SavedFinals(path))
+    first_sanitized = sorted(sanitized)
+    finals = final.final_measurements(results, **run, saved=final.SavedFinals(path))
+    assert sorted(sanitized) == first_sanitized  # every kernel sanitized once, in the first run
+    assert measured.count(PROBLEM.key) == 1  # the shape done before the cut is not measured again
+    assert measured.count(other.key) == 1
+    assert set(finals) == {PROBLEM.key, other.key}
+    assert finals[PROBLEM.key]["environment"] == {"gpu": "H200"}
+
+
+def test_a_saved_final_is_not_reused_for_other_top_kernels(tmp_path):
+    from engine.campaign.final import SavedFinals
+
+    saved = SavedFinals(tmp_path / "f.json")
+    saved.add_final("k", ["a", "b"], {"protocols": {}})
+    again = SavedFinals(tmp_path / "f.json")
+    assert again.final("k", ["b", "a"]) == {"protocols": {}}
+    assert again.final("k", ["a", "c"]) is None
+    saved.add_final("e", ["a"], {"error": "GPU fault"})
+    assert SavedFinals(tmp_path / "f.json").final("e", ["a"]) is None  # failures are retried
+
+
 # ---- the re-measurement child runs in the candidate sandbox (issue 10) ------------------------
 
 PARENT_SECRETS = {
