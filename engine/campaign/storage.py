@@ -136,6 +136,11 @@ class SqliteStorage:
                 (name, json.dumps(settings, sort_keys=True), time.time()),
             )
 
+    def campaign_names(self) -> list[str]:
+        """Every campaign in the file, in the order they were opened."""
+        rows = self._db.execute("SELECT name FROM campaigns ORDER BY rowid").fetchall()
+        return [name for (name,) in rows]
+
     def campaign_settings(self, name: str) -> dict[str, Any] | None:
         row = self._db.execute("SELECT settings FROM campaigns WHERE name = ?", (name,)).fetchone()
         return json.loads(row[0]) if row else None

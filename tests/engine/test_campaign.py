@@ -263,3 +263,12 @@ def test_storage_refuses_to_store_a_candidate_twice():
     assert storage.candidates("c", BIG.key) == [record]
     with pytest.raises(sqlite3.IntegrityError):
         storage.record("c", BIG.key, [record])
+
+
+def test_storage_lists_its_campaigns_in_the_order_they_were_opened():
+    storage = SqliteStorage(":memory:")
+    assert storage.campaign_names() == []
+    storage.open_campaign("b", {})
+    storage.open_campaign("a", {})
+    storage.open_campaign("b", {"reopened": True})
+    assert storage.campaign_names() == ["b", "a"]

@@ -213,15 +213,22 @@ def campaign_import_report(
 
 
 def import_baselines(
-    problem: Problem, seconds: dict[str, float], environment: GpuEnvironment
+    problem: Problem,
+    seconds: dict[str, float],
+    environment: GpuEnvironment,
+    *,
+    protocol: str = IMPORT_PROTOCOL,
+    **details: Any,
 ) -> int:
+    """Stores each ``<baseline>_<variant>`` time of ``seconds`` as the baseline's ``protocol``
+    timing on ``environment`` (other protocols' timings of the row are kept)."""
     count = 0
     for baseline in BASELINES:
         for variant in ("nn", "tn"):
             key = f"{baseline}_{variant}"
             if key not in seconds:
                 continue
-            BaselineResult.objects.update_or_create(
+            row, _ = BaselineResult.objects.get_or_create(
                 m=problem.m,
                 n=problem.n,
                 k=problem.k,
@@ -229,7 +236,8 @@ def import_baselines(
                 baseline=baseline,
                 variant=variant,
                 gpu_environment=environment,
-                defaults={"timings": {IMPORT_PROTOCOL: {"median_s": seconds[key]}}},
             )
+            row.timings = {**row.timings, protocol: {"median_s": seconds[key], **details}}
+            row.save(update_fields=["timings"])
             count += 1
     return count

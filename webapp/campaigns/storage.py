@@ -195,7 +195,8 @@ class DjangoStorage:
             if record.parent and record.parent in existing:
                 fields["parent"] = existing[record.parent]
             if row is None:
-                source = source_of(record.family, record.knobs)
+                # a model-written candidate (engine.llm) carries its source; a config renders it
+                source = record.source or source_of(record.family, record.knobs)
                 row = Candidate.objects.create(
                     problem=problem,
                     name=record.name,
