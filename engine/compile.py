@@ -372,6 +372,28 @@ def try_load(key: str, config: EngineConfig) -> CompileResult | None:
     return result
 
 
+def source_key(
+    source: str,
+    *,
+    archs: Sequence[str] = DEFAULT_ARCHS,
+    libraries: Sequence[str] = (),
+    extra_flags: Sequence[str] = (),
+    config: EngineConfig | None = None,
+) -> str:
+    """The cache key :func:`compile_source` builds or loads ``source`` under (same arguments).
+
+    Raises :class:`CompileSetupError` when nvcc or the CUTLASS headers are missing."""
+    config = config or load_config()
+    return cache_key(
+        source,
+        archs=tuple(archs),
+        flags=(*BASE_FLAGS, *extra_flags),
+        libraries=tuple(libraries),
+        nvcc_version=nvcc_version(config.nvcc),
+        cutlass_version=cutlass_version(),
+    )
+
+
 def compile_source(
     source: str,
     *,
@@ -394,13 +416,8 @@ def compile_source(
     extra_flags = tuple(extra_flags)
     for arch in archs:
         arch_flags(arch)  # validate early
-    key = cache_key(
-        source,
-        archs=archs,
-        flags=(*BASE_FLAGS, *extra_flags),
-        libraries=libraries,
-        nvcc_version=nvcc_version(config.nvcc),
-        cutlass_version=cutlass_version(),
+    key = source_key(
+        source, archs=archs, libraries=libraries, extra_flags=extra_flags, config=config
     )
     if use_cache and (hit := try_load(key, config)) is not None:
         return hit
@@ -553,3 +570,19 @@ def compile_configs(
         for i, result in zip(where, built, strict=True):
             results[i] = result
     return [r for r in results if r is not None]
+
+
+def config_keys(
+    configs: Sequence[Any], *, config: EngineConfig | None = None, target_arch: str | None = None
+) -> list[str]:
+    """The cache keys :func:`compile_configs` (same ``target_arch``) builds or loads ``configs``
+    under, in order, without compiling: what a GPU step fetches from a shared artifact store.
+
+    Raises :class:`CompileSetupError` when nvcc or the CUTLASS headers are missing."""
+    from engine.families import get_family
+
+    config = config or load_config()
+    return [
+        source_key(c.render(), archs=get_family(c.FAMILY).archs_for(target_arch), config=config)
+        for c in configs
+    ]

@@ -15,6 +15,7 @@ from typing import Any
 
 # the order reports list them in: the step's life from the worker's point of view
 PHASES = (
+    "artifact_fetch",  # the worker installing its batch's libraries from the artifact store
     "child_start",  # the child's interpreter, its sandbox and its module imports
     "compile_lookup",  # this GPU's arch (libcuda), the batch's libraries from the compile cache
     "imports",  # torch and the executor, after the verification children started

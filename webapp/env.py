@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -64,3 +66,17 @@ def env_url(name: str, default: str, *, schemes: tuple[str, ...]) -> str:
             f"got {value!r}"
         )
     return value
+
+
+def env_json_object(name: str, default: dict[str, Any]) -> dict[str, Any]:
+    """A JSON object, e.g. ``{"bucket_name": "kernels"}``."""
+    value = os.environ.get(name, "").strip()
+    if not value:
+        return dict(default)
+    try:
+        parsed = json.loads(value)
+    except ValueError:
+        parsed = None
+    if not isinstance(parsed, dict):
+        raise ImproperlyConfigured(f"{name} must be a JSON object, got {value!r}")
+    return parsed

@@ -8,7 +8,7 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 from kombu import Queue
 
-from webapp.env import env_bool, env_int, env_list, env_str, env_url
+from webapp.env import env_bool, env_int, env_json_object, env_list, env_str, env_url
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = BASE_DIR / "var"
@@ -123,6 +123,16 @@ STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
 }
+
+# The artifact store (webapp/campaigns/artifact_store.py): compile workers publish each library
+# they build, GPU workers fetch what their compile cache lacks. A folder by default; any Django
+# storage backend by ARTIFACTS_STORAGE (its dotted path) and ARTIFACTS_STORAGE_OPTIONS (JSON).
+GEMMFORGE_ARTIFACT_STORE = env_bool("GEMMFORGE_ARTIFACT_STORE", True)
+ARTIFACTS_STORAGE = env_str("ARTIFACTS_STORAGE", "django.core.files.storage.FileSystemStorage")
+_ARTIFACTS_OPTIONS = env_json_object("ARTIFACTS_STORAGE_OPTIONS", {})
+if ARTIFACTS_STORAGE == "django.core.files.storage.FileSystemStorage":
+    _ARTIFACTS_OPTIONS.setdefault("location", env_str("ARTIFACTS_ROOT", str(VAR_DIR / "artifacts")))
+STORAGES["artifacts"] = {"BACKEND": ARTIFACTS_STORAGE, "OPTIONS": _ARTIFACTS_OPTIONS}
 
 LOGGING = {
     "version": 1,

@@ -10,6 +10,8 @@ PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+    # tests of the store point it at a folder of their own (tests/webapp/test_artifact_store.py)
+    "artifacts": {"BACKEND": "django.core.files.storage.InMemoryStorage"},
 }
 STATIC_ROOT = None  # WhiteNoise serves from the finders; nothing is collected in tests
 WHITENOISE_USE_FINDERS = True

@@ -33,6 +33,7 @@ from django.db import transaction
 from engine import sandbox, toolchain
 from engine.campaign.storage import CandidateRecord
 from engine.phases import Phases
+from webapp.campaigns import artifact_store
 from webapp.campaigns.models import Campaign, Candidate, Problem, WorkItem
 from webapp.campaigns.storage import DjangoStorage, source_hash, source_of
 from webapp.campaigns.work import (
@@ -206,7 +207,9 @@ def compile_batch(configs: list[Any], *, arch: str | None = None) -> dict[str, d
 
     With the local executor the configs are compiled with nvcc for ``arch`` (the problem's, so
     the cache keys match the GPU step's and kernels prebuilt for that GPU) into the engine's
-    compile cache (the GPU step, on this host, finds them there). GEMMFORGE_COMPILE_HOOK, when
+    compile cache (the GPU step, on this host, finds them there), and each library built is
+    published to the artifact store (a GPU step on another host fetches it from there; see
+    webapp.campaigns.artifact_store). GEMMFORGE_COMPILE_HOOK, when
     set, runs as well, once per step, under COMPILE_STEP_TIMEOUT: a hook that hangs times the
     batch out.
     """
@@ -224,6 +227,9 @@ def compile_batch(configs: list[Any], *, arch: str | None = None) -> dict[str, d
                     "reason": reason,
                     "message": result.error or "did not compile",
                 }
+        artifact_store.artifacts_publish_built(
+            keys=[r.key for r in built if r.ok and r.library is not None]
+        )
     if settings.GEMMFORGE_COMPILE_HOOK:
         ran = toolchain.run(
             shlex.split(settings.GEMMFORGE_COMPILE_HOOK), timeout=settings.COMPILE_STEP_TIMEOUT
@@ -272,6 +278,13 @@ def gpu_step(*, item_id: int, token: str) -> dict[str, Any]:
         ).order_by("id")
     )  # a re-run skips what an earlier attempt recorded
     crash_hook("gpu")
+    if rows and executor_spec() == "local":  # what compile workers elsewhere built
+        with phases("artifact_fetch"):
+            fetched = artifact_store.artifacts_fetch_batch(
+                candidates=[(r.family, r.config) for r in rows], arch=problem.arch
+            )
+        if fetched.get("installed") or fetched.get("refused"):
+            phases.info["artifacts"] = fetched
     outcomes = run_gpu_child(key, rows, phases=phases) if rows else []
     if executor_spec() == "local":
         from engine import gpu_health
