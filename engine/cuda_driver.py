@@ -69,6 +69,7 @@ class Driver:
         self._sig("cuInit", ctypes.c_uint)
         self._sig("cuDeviceGet", c_int_p, ctypes.c_int)
         self._sig("cuDeviceGetAttribute", c_int_p, ctypes.c_int, ctypes.c_int)
+        self._sig("cuDeviceTotalMem_v2", ctypes.POINTER(ctypes.c_size_t), ctypes.c_int)
         self._sig("cuDevicePrimaryCtxRetain", c_void_pp, ctypes.c_int)
         self._sig("cuCtxSetCurrent", ctypes.c_void_p)
         self._sig("cuCtxSynchronize")
@@ -116,6 +117,18 @@ class Driver:
         self("cuDeviceGetAttribute", ctypes.byref(major), _COMPUTE_CAPABILITY_MAJOR, device)
         self("cuDeviceGetAttribute", ctypes.byref(minor), _COMPUTE_CAPABILITY_MINOR, device)
         return f"sm_{major.value}{minor.value}"
+
+
+def device_total_memory(index: int = 0) -> int | None:
+    """Visible device ``index``'s memory in bytes (no context is created); None without one."""
+    try:
+        driver = Driver()
+        device = driver.device(index)
+        total = ctypes.c_size_t()
+        driver("cuDeviceTotalMem_v2", ctypes.byref(total), device)
+    except DriverError:
+        return None
+    return total.value
 
 
 def device_arch(index: int = 0) -> str:

@@ -17,12 +17,31 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine import sandbox, toolchain
+from engine import cuda_driver, sandbox, toolchain
 from engine.config import load as load_config
 from engine.forkserver import ForkServer, ForkServerDied
 from engine.problem import Problem
 
 CHILD_MODULE = "engine.verify_child"
+# One verification child's device memory, fitted to run 11 on the H200 (6.9 GB per child at
+# 12288×12288×1024, 8.9 GB at 16384×12288×512): its CUDA context and allocator slack, ~22 times
+# C's fp16 bytes (guarded buffers, the fp32 reference, the comparisons' temporaries), ~8 times
+# A's and B's. Sixteen at once ran the H200 out of memory on the largest grid shapes.
+CHILD_BASE_BYTES = 768 << 20
+VERIFIERS_GPU_SHARE = 0.6  # of the GPU's memory; the rest is the measuring process's
+
+
+def child_gpu_bytes(problem: Problem) -> int:
+    m, n, k = problem.m, problem.n, problem.k
+    return CHILD_BASE_BYTES + 22 * 2 * m * n + 8 * 2 * (m * k + k * n)
+
+
+def jobs_for_memory(problem: Problem, jobs: int, gpu_bytes: int | None) -> int:
+    """``jobs``, fewer where that many children of this shape would not fit the GPU's memory
+    (``gpu_bytes``: its total; None: unknown, no cap)."""
+    if gpu_bytes is None:
+        return jobs
+    return max(1, min(jobs, int(gpu_bytes * VERIFIERS_GPU_SHARE) // child_gpu_bytes(problem)))
 
 REASONS = {
     "ok": "passed every check",
@@ -41,6 +60,7 @@ REASONS = {
     "stream": "work escaped the caller's stream (wrong or late when called as a user would)",
     "c_dependent": "the result depends on C's previous contents",
     "threads": "started host threads",
+    "gpu_memory": "ran out of GPU memory, alone on the GPU",
     # the static gate (engine.static_checks), before any GPU time
     "static_size": "source over the size limit",
     "static_include": "includes a header outside the allow-list",
@@ -131,7 +151,9 @@ class Verifications:
     server (engine.forkserver) unless ``fork_server`` is False or ENGINE_VERIFY_FORK_SERVER is
     off; ``fork_server`` may also be a server the caller started (and ends) itself. The caller
     does other work meanwhile and collects the verdicts, in the libraries' order, with
-    :meth:`results`."""
+    :meth:`results`. No more children run at once than the GPU's memory holds for the shape
+    (:func:`jobs_for_memory`), and a child that still ran out of GPU memory among others is
+    verified again, alone, before its verdict counts."""
 
     def __init__(
         self,
@@ -141,8 +163,10 @@ class Verifications:
         jobs: int = 1,
         timeout: float | None = None,
         fork_server: bool | ForkServer | None = None,
+        gpu_bytes: int | None = None,
     ) -> None:
         self.libraries = [Path(p) for p in libraries]
+        self.problem = problem
         self.started = time.monotonic()
         self._done: list[float] = []  # when each child's verdict came (list.append is atomic)
         kwargs: dict[str, Any] = {"timeout": timeout} if timeout else {}
@@ -155,7 +179,12 @@ class Verifications:
         elif fork_server and self.libraries:
             self._server, self._server_dir = new_fork_server(start=False)
             kwargs["fork_server"] = self._server
-        self._pool = ThreadPoolExecutor(max(1, jobs), thread_name_prefix="verify")
+        self._kwargs = kwargs
+        if gpu_bytes is None and len(self.libraries) > 1:
+            gpu_bytes = cuda_driver.device_total_memory()
+        self.jobs = jobs_for_memory(problem, max(1, min(jobs, len(self.libraries))), gpu_bytes)
+        self.retried_alone = 0
+        self._pool = ThreadPoolExecutor(self.jobs, thread_name_prefix="verify")
         self._futures: list[Future[VerifyResult]] = [
             self._pool.submit(self._verify, p, problem, kwargs) for p in self.libraries
         ]
@@ -170,7 +199,12 @@ class Verifications:
     def results(self) -> list[VerifyResult]:
         """Every verdict (waits for the children still running); ends the fork server."""
         try:
-            return [f.result() for f in self._futures]
+            verdicts = [f.result() for f in self._futures]
+            for i, verdict in enumerate(verdicts):
+                if verdict.reason == "gpu_memory" and self.jobs > 1:  # others held memory too
+                    verdicts[i] = self._verify(self.libraries[i], self.problem, self._kwargs)
+                    self.retried_alone += 1
+            return verdicts
         finally:
             self.close()
 

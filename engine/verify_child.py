@@ -297,7 +297,10 @@ def verify(spec: dict[str, Any], seed: int) -> dict[str, Any]:
     except RuntimeError as exc:  # torch raises CUDA faults (illegal address, trap) as these
         if not any(word in str(exc) for word in ("CUDA", "cuda", "accelerator")):
             raise
-        verdict.update(reason="runtime_error", message=str(exc).splitlines()[0])
+        # out of GPU memory (torch's allocator, or a CUDA call): the parent decides whether
+        # other verifiers held the memory
+        reason = "gpu_memory" if "out of memory" in str(exc) else "runtime_error"
+        verdict.update(reason=reason, message=str(exc).splitlines()[0])
     if session is not None:
         verdict["checks"] = [vars(c) for c in session.checks]
     verdict["seconds"] = time.monotonic() - started

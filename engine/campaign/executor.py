@@ -151,6 +151,9 @@ class LocalGpuExecutor:
         with phases("verification"):
             verdicts = verifications.results()
         phases.info["verification_children"] = len(verdicts)
+        phases.info["verification_jobs"] = verifications.jobs
+        if verifications.retried_alone:
+            phases.info["verification_retried_alone"] = verifications.retried_alone
         if verifications.seconds is not None:
             phases.info["verification_wall_s"] = round(verifications.seconds, 3)
         phases.info.update(child_startup(verdicts))

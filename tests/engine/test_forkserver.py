@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import threading
 import time
@@ -162,3 +163,15 @@ def test_closing_the_server_kills_its_running_children(server, tmp_path):
 def test_a_user_namespace_policy_is_refused(server, tmp_path):
     with pytest.raises(ValueError, match="user namespace"):
         run(server, tmp_path, "report", policy=sandbox.nvcc_policy(EngineConfig()))
+
+
+def test_the_server_keeps_off_the_requesters_stderr_and_ignores_ctrl_c(server, tmp_path):
+    """Holding our stderr, it would keep the pipe our parent reads open after we exit."""
+    server.start()
+    pid = server._proc.pid  # type: ignore[union-attr]
+    assert os.readlink(f"/proc/{pid}/fd/2").endswith("forkserver.stderr")
+    assert json.loads(run(server, tmp_path, "report").stdout)  # preloads done
+    os.kill(pid, signal.SIGINT)  # as `timeout -s INT` sends to the whole group
+    time.sleep(0.3)
+    assert server.alive
+    assert run(server, tmp_path, "exit", "0").returncode == 0

@@ -164,3 +164,42 @@ def test_one_fork_server_serves_every_batch_the_executor_verifies(timeline, monk
     monkeypatch.setenv("ENGINE_VERIFY_FORK_SERVER", "off")
     executor.execute(PROBLEM, batch_of("d"))
     assert servers[2] is False  # fresh children
+
+
+def test_no_more_verifiers_run_at_once_than_the_gpus_memory_holds_for_the_shape():
+    h200 = 141 << 30
+    assert verify_module.jobs_for_memory(Problem(4096, 4096, 4096), 16, h200) == 16
+    big = Problem(16384, 16384, 8192)
+    assert 1 < verify_module.jobs_for_memory(big, 16, h200) <= 6
+    assert verify_module.jobs_for_memory(big, 16, None) == 16  # no GPU known: no cap
+    assert verify_module.jobs_for_memory(big, 16, 1 << 30) == 1  # never none at all
+
+
+def test_a_verifier_out_of_gpu_memory_among_others_runs_again_alone(monkeypatch):
+    calls, lock = [], threading.Lock()
+
+    def fake_verify(library, problem, **_kwargs):
+        name = Path(library).stem
+        with lock:
+            first = name not in calls
+            calls.append(name)
+        if name == "big" and first:
+            return VerifyResult(False, "gpu_memory", "CUDA out of memory")
+        return VerifyResult(True, "ok", "")
+
+    monkeypatch.setattr(verify_module, "verify", fake_verify)
+    libraries = [Path(f"/x/{n}.so") for n in ("a", "big", "c")]
+    verifications = Verifications(libraries, PROBLEM, jobs=3, gpu_bytes=141 << 30)
+    verdicts = verifications.results()
+    assert [v.reason for v in verdicts] == ["ok", "ok", "ok"]
+    assert verifications.retried_alone == 1
+    assert calls[-1] == "big"  # after every other verifier had finished
+
+
+def test_a_verifier_out_of_gpu_memory_alone_is_rejected(monkeypatch):
+    monkeypatch.setattr(
+        verify_module, "verify", lambda *a, **k: VerifyResult(False, "gpu_memory", "oom")
+    )
+    verifications = Verifications([Path("/x/a.so")], PROBLEM, jobs=4, gpu_bytes=141 << 30)
+    assert [v.reason for v in verifications.results()] == ["gpu_memory"]
+    assert verifications.retried_alone == 0
