@@ -6,14 +6,21 @@ is also run in the TN layout.
 
     python bench/grid64.py nn    # the 64 shapes, comma separated (for --shapes)
     python bench/grid64.py tn    # the 16 of them also run as TN
+    python bench/grid64.py summary DB   # progress so far, from the search-time measurements
 """
 
 from __future__ import annotations
 
 import itertools
+import json
+import math
 import random
+import statistics
 import sys
+from pathlib import Path
+from typing import Any
 
+from engine.campaign.storage import SqliteStorage
 from engine.report import SIZE_CLASSES, size_class
 
 SIZES = (64, 128, 256, 512, 1024, 2048, 4096, 8192, 12288, 16384)  # CUDA-L2's grid per dimension
@@ -35,9 +42,61 @@ def shapes_for(layout: str) -> list[tuple[int, int, int]]:
     return shapes if layout == "nn" else shapes[::4]
 
 
+def search_summary(db: Path, baseline: str = "cublaslt_autotune") -> dict[str, Any]:
+    """Progress of the campaign in ``db`` from its search-time measurements (short device runs
+    inside the campaign process, not the final re-measurements): per shape the candidates,
+    failures by reason, and the best verified speedup over ``baseline``."""
+    storage = SqliteStorage(db)
+    try:
+        shapes = []
+        for campaign in storage.campaign_names():
+            for problem in storage.problems(campaign):
+                records = storage.candidates(campaign, problem.key)
+                verified = [r for r in records if r.status == "ok" and r.seconds]
+                speedups = [
+                    r.baselines[baseline] / r.seconds for r in verified if baseline in r.baselines
+                ]
+                failures: dict[str, int] = {}
+                for r in records:
+                    if r.status != "ok":
+                        failures[r.reason or r.status] = failures.get(r.reason or r.status, 0) + 1
+                shapes.append(
+                    {
+                        "problem": problem.key,
+                        "size_class": size_class(problem.m, problem.n, problem.k),
+                        "candidates": len(records),
+                        "verified": len(verified),
+                        "failures": failures,
+                        "best_speedup": max(speedups, default=None),
+                    }
+                )
+    finally:
+        storage.close()
+    best = [s["best_speedup"] for s in shapes if s["best_speedup"]]
+    by_class = {
+        c: [s["best_speedup"] for s in shapes if s["size_class"] == c and s["best_speedup"]]
+        for c in SIZE_CLASSES
+    }
+    return {
+        "baseline": baseline,
+        "measurements": "search-time (campaign process, short device runs); not the finals",
+        "shapes": shapes,
+        "geomean": _geomean(best),
+        "geomean_by_class": {c: _geomean(v) for c, v in by_class.items()},
+        "faster_fraction": sum(v > 1 for v in best) / len(best) if best else None,
+    }
+
+
+def _geomean(values: list[float]) -> float | None:
+    return math.exp(statistics.fmean(math.log(v) for v in values)) if values else None
+
+
 def main(argv: list[str]) -> int:
+    if len(argv) == 2 and argv[0] == "summary":
+        print(json.dumps(search_summary(Path(argv[1])), indent=1))
+        return 0
     if len(argv) != 1 or argv[0] not in ("nn", "tn"):
-        print("usage: python bench/grid64.py nn|tn", file=sys.stderr)
+        print("usage: python bench/grid64.py nn|tn|summary DB", file=sys.stderr)
         return 2
     print(",".join(f"{m}x{n}x{k}" for m, n, k in shapes_for(argv[0])))
     return 0

@@ -49,3 +49,33 @@ def test_the_script_prints_shapes_the_cli_parses_and_rejects_a_bad_layout():
     assert len(printed) == 16
     bad = subprocess.run([sys.executable, str(SCRIPT), "nt"], capture_output=True, env=env)
     assert bad.returncode == 2
+
+
+def test_the_summary_gives_each_shapes_best_search_speedup_and_its_failures(g, tmp_path):
+    from engine.campaign.storage import CandidateRecord, SqliteStorage
+    from engine.problem import Problem
+
+    def record(name, seconds, status="ok", reason=""):
+        return CandidateRecord(
+            name=name, family="sm80", knobs={}, proposer="rl", status=status, reason=reason,
+            reward=0.0, seconds=seconds, baselines={"cublaslt_autotune": 1.0},
+        )  # fmt: skip
+
+    db = tmp_path / "grid.sqlite"
+    storage = SqliteStorage(db)
+    storage.open_campaign("c", {})
+    small, large = Problem(64, 64, 64), Problem(8192, 8192, 8192)
+    for problem in (small, large):
+        storage.add_problem("c", problem)
+    storage.record("c", small.key, [record("a", 2.0), record("b", 0.5)])
+    storage.record("c", large.key, [record("x", 1.25), record("y", None, "rejected", "gpu_memory")])
+    storage.close()
+    summary = g.search_summary(db)
+    shapes = {s["problem"]: s for s in summary["shapes"]}
+    assert shapes[small.key]["best_speedup"] == 2.0
+    assert shapes[large.key]["best_speedup"] == 0.8
+    assert shapes[large.key]["failures"] == {"gpu_memory": 1}
+    assert shapes[large.key]["verified"] == 1
+    assert summary["geomean"] == pytest.approx((2.0 * 0.8) ** 0.5)
+    assert summary["faster_fraction"] == 0.5
+    assert "not the finals" in summary["measurements"]
