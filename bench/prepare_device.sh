@@ -2,7 +2,7 @@
 # Everything the lent GPU machine needs from this (CPU) machine, for a fresh checkout: the wheels
 # and Debian packages it has no network for (.whl/, .deb/), and the curated kernel library built
 # here and packed for carrying (.carry/kernels.tar.xz), so that the device spends no time on nvcc.
-#   usage: bash bench/prepare_device.sh [nn|all]      (default nn: the 192 NN library kernels)
+#   usage: bash bench/prepare_device.sh [nn|all]      (default nn: the 201 NN library kernels)
 # The wheels take a minute; the kernels about 65 minutes for NN (2 cores), about 110 with the TN
 # subset (all). Progress: .carry/prepare.log. Run it at the start of a session, in the background.
 set -euo pipefail

@@ -44,6 +44,10 @@ SM80_TILES = (
 )
 SM80_STAGES = (3, 4)
 SM80_SPLITS = (1, 2, 4)
+# Deep split-K for small M·N with a long K: at 128×128×12288 the best library kernel reached only
+# 0.42× cuBLASLt-autotune with ≤ 4 splits (8 CTAs of 32×64 for 132 SMs; run 11's grid64).
+SM80_DEEP_SPLIT_TILES = ((32, 64, 64, 1, 2), (64, 64, 64, 2, 2), (32, 128, 64, 1, 4))
+SM80_DEEP_SPLITS = (8, 16, 32)
 
 
 def sm90_library(layout: Layout) -> list[Sm90Config]:
@@ -99,9 +103,10 @@ def sm80_library(layout: Layout) -> list[Sm80Config]:
             swizzle=1,
             splits=splits,
         )
-        for (tm, tn, tk, wm, wn), stages, splits in itertools.product(
-            SM80_TILES, SM80_STAGES, SM80_SPLITS
-        )
+        for (tm, tn, tk, wm, wn), stages, splits in [
+            *itertools.product(SM80_TILES, SM80_STAGES, SM80_SPLITS),
+            *itertools.product(SM80_DEEP_SPLIT_TILES, (4,), SM80_DEEP_SPLITS),
+        ]
     ]
     return [c for c in configs if c.is_valid(None, "sm_90")]
 

@@ -65,7 +65,7 @@ class Sm80Config(KernelConfig):
         "warp_n": (1, 2, 4),
         "stages": (2, 3, 4, 5),
         "swizzle": (1, 2, 4, 8),
-        "splits": (1, 2, 3, 4, 8),
+        "splits": (1, 2, 3, 4, 8, 16, 32),
     }
 
     tile_m: int = 128

@@ -73,7 +73,7 @@ SM80_EXTREMES = [
         warp_n=1,
         stages=2,
         swizzle=8,
-        splits=8,
+        splits=32,
     ),
 ]
 EXTREMES = SM90_EXTREMES + SM80_EXTREMES
