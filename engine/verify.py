@@ -79,6 +79,7 @@ class VerifyResult:
     deterministic: bool | None = None
     stderr_tail: str = ""
     startup_s: dict[str, float] = field(default_factory=dict)  # the child's start, CUDA init
+    phases_s: dict[str, float] = field(default_factory=dict)  # then its session set-up, checks
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -90,6 +91,7 @@ class VerifyResult:
             "deterministic": self.deterministic,
             "stderr_tail": self.stderr_tail,
             "startup_s": self.startup_s,
+            "phases_s": self.phases_s,
         }
 
 
@@ -265,4 +267,5 @@ def interpret(result: toolchain.ProcessResult, verdict_path: Path, timeout: floa
         deterministic=verdict.get("deterministic"),
         stderr_tail=tail,
         startup_s=dict(verdict.get("startup_s", {})),
+        phases_s=dict(verdict.get("phases_s", {})),
     )

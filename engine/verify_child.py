@@ -178,6 +178,7 @@ class Session:
     ) -> torch.Tensor:
         """Runs one call and every check on it; raises Rejected with the first failing reason."""
         buffers = buffers or self.primary
+        started = time.monotonic()
 
         def fill_inputs(target: Buffers) -> None:
             if refill:
@@ -197,6 +198,7 @@ class Session:
             detail["failure"] = rejected.message
             raise
         finally:
+            detail["seconds"] = round(time.monotonic() - started, 4)  # the checks sync: GPU work
             self.checks.append(Check(name, ok, detail))
         return out.clone()
 
@@ -286,9 +288,13 @@ def verify(spec: dict[str, Any], seed: int) -> dict[str, Any]:
     try:
         torch.cuda.init()
         verdict["startup_s"]["cuda_init"] = round(time.monotonic() - started, 3)
+        clock = time.monotonic()
         library = KernelLibrary(spec["library"])
         session = Session(library, problem, seed)
+        verdict["phases_s"] = {"session": round(time.monotonic() - clock, 3)}
+        clock = time.monotonic()
         verdict.update(run_checks(session))
+        verdict["phases_s"]["checks"] = round(time.monotonic() - clock, 3)
         verdict.update(ok=True, reason="ok", message="all checks passed")
     except LoadError as exc:
         verdict.update(reason="load", message=str(exc))

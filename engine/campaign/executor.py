@@ -209,12 +209,18 @@ class LocalGpuExecutor:
 
 
 def child_startup(verdicts: Sequence[Any]) -> dict[str, list[float]]:
-    """Min, median and max over the batch's verification children of each start-up part
+    """Min, median and max over the batch's verification children of each part of their time
     (``verification_start_s``: launch to work, i.e. interpreter, sandbox and imports;
-    ``verification_cuda_init_s``)."""
+    ``verification_cuda_init_s``; ``verification_session_s``: loading the library, allocating
+    and filling the guarded buffers; ``verification_checks_s``: the trials)."""
     out: dict[str, list[float]] = {}
-    for part in ("start", "cuda_init"):
-        values = sorted(v.startup_s[part] for v in verdicts if part in v.startup_s)
+    for part in ("start", "cuda_init", "session", "checks"):
+        values = sorted(
+            times[part]
+            for v in verdicts
+            for times in (v.startup_s, getattr(v, "phases_s", {}))
+            if part in times
+        )
         if values:
             out[f"verification_{part}_s"] = [values[0], values[len(values) // 2], values[-1]]
     return out

@@ -35,6 +35,8 @@ def test_it_accepts_the_reference_kernel(problem, verifier_sandboxes):
     verifier_sandboxes.assert_all_sandboxed()
     assert result.ok, (result.reason, result.message, result.stderr_tail)
     assert set(result.startup_s) == {"start", "cuda_init"}  # the child's start-up, timed
+    assert set(result.phases_s) == {"session", "checks"}  # then its set-up and its trials
+    assert all("seconds" in check["detail"] for check in result.checks)
 
 
 @pytest.mark.parametrize("problem", [SHAPE, ODD_SHAPE], ids=str)

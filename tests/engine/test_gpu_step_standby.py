@@ -57,3 +57,4 @@ def test_a_standby_step_child_verifies_and_times_its_batch(tmp_path: Path):
     # forked by a fork server that had imported torch already: no interpreter start, no imports
     assert info["verification_start_s"][1] < 1.0, info
     assert phases.get("imports", 0.0) < 1.0, phases
+    assert {"verification_session_s", "verification_checks_s"} <= set(info)

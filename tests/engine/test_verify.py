@@ -132,6 +132,7 @@ def test_a_result_serialises_every_field(tmp_path):
         "deterministic": None,
         "stderr_tail": "",
         "startup_s": {},
+        "phases_s": {},
     }
     json.dumps(result.to_dict())
 
@@ -211,25 +212,35 @@ def test_the_childs_start_up_times_reach_the_result(tmp_path):
         ok=True,
         reason="ok",
         startup_s={"start": 7.1, "cuda_init": 0.4},
+        phases_s={"session": 0.8, "checks": 3.9},
     )
     result = interpret(process(), verdict, 20)
     assert result.startup_s == {"start": 7.1, "cuda_init": 0.4}
     assert result.to_dict()["startup_s"] == {"start": 7.1, "cuda_init": 0.4}
+    assert result.phases_s == {"session": 0.8, "checks": 3.9}
     older = interpret(process(), write_verdict(tmp_path / "old.json"), 20)  # a child without them
-    assert older.startup_s == {}
+    assert (older.startup_s, older.phases_s) == ({}, {})
 
 
-def test_a_batch_reports_min_median_and_max_start_up_of_its_children():
+def test_a_batch_reports_min_median_and_max_of_its_childrens_times():
     from engine.campaign.executor import child_startup
 
     verdicts = [
-        VerifyResult(True, "ok", "", startup_s={"start": s, "cuda_init": s / 10})
+        VerifyResult(
+            True,
+            "ok",
+            "",
+            startup_s={"start": s, "cuda_init": s / 10},
+            phases_s={"session": s / 2, "checks": s * 2},
+        )
         for s in (9.0, 3.0, 5.0)
     ]
     verdicts.append(VerifyResult(False, "crash", "no verdict"))  # no times: left out
     assert child_startup(verdicts) == {
         "verification_start_s": [3.0, 5.0, 9.0],
         "verification_cuda_init_s": [0.3, 0.5, 0.9],
+        "verification_session_s": [1.5, 2.5, 4.5],
+        "verification_checks_s": [6.0, 10.0, 18.0],
     }
     assert child_startup([]) == {}
 
