@@ -13,15 +13,13 @@ from __future__ import annotations
 
 import itertools
 import json
-import math
 import random
-import statistics
 import sys
 from pathlib import Path
 from typing import Any
 
 from engine.campaign.storage import SqliteStorage
-from engine.report import SIZE_CLASSES, size_class
+from engine.report import SIZE_CLASSES, geomean, size_class
 
 SIZES = (64, 128, 256, 512, 1024, 2048, 4096, 8192, 12288, 16384)  # CUDA-L2's grid per dimension
 SEED = 11  # the issue's number; changing it starts a different campaign
@@ -46,6 +44,8 @@ def search_summary(db: Path, baseline: str = "cublaslt_autotune") -> dict[str, A
     """Progress of the campaign in ``db`` from its search-time measurements (short device runs
     inside the campaign process, not the final re-measurements): per shape the candidates,
     failures by reason, and the best verified speedup over ``baseline``."""
+    if not db.is_file():  # SqliteStorage would create an empty campaign database there
+        raise FileNotFoundError(f"{db}: no campaign database")
     storage = SqliteStorage(db)
     try:
         shapes = []
@@ -81,19 +81,19 @@ def search_summary(db: Path, baseline: str = "cublaslt_autotune") -> dict[str, A
         "baseline": baseline,
         "measurements": "search-time (campaign process, short device runs); not the finals",
         "shapes": shapes,
-        "geomean": _geomean(best),
-        "geomean_by_class": {c: _geomean(v) for c, v in by_class.items()},
+        "geomean": geomean(best),
+        "geomean_by_class": {c: geomean(v) for c, v in by_class.items()},
         "faster_fraction": sum(v > 1 for v in best) / len(best) if best else None,
     }
 
 
-def _geomean(values: list[float]) -> float | None:
-    return math.exp(statistics.fmean(math.log(v) for v in values)) if values else None
-
-
 def main(argv: list[str]) -> int:
     if len(argv) == 2 and argv[0] == "summary":
-        print(json.dumps(search_summary(Path(argv[1])), indent=1))
+        try:
+            print(json.dumps(search_summary(Path(argv[1])), indent=1))
+        except FileNotFoundError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
         return 0
     if len(argv) != 1 or argv[0] not in ("nn", "tn"):
         print("usage: python bench/grid64.py nn|tn|summary DB", file=sys.stderr)

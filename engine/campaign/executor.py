@@ -216,10 +216,7 @@ def child_startup(verdicts: Sequence[Any]) -> dict[str, list[float]]:
     out: dict[str, list[float]] = {}
     for part in ("start", "cuda_init", "session", "checks"):
         values = sorted(
-            times[part]
-            for v in verdicts
-            for times in (v.startup_s, getattr(v, "phases_s", {}))
-            if part in times
+            times[part] for v in verdicts for times in (v.startup_s, v.phases_s) if part in times
         )
         if values:
             out[f"verification_{part}_s"] = [values[0], values[len(values) // 2], values[-1]]

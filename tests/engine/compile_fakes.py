@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+import tarfile
 from pathlib import Path
 
 from engine.config import EngineConfig
@@ -31,3 +33,20 @@ def fake_nvcc(folder: Path, *, fails: bool = False) -> Path:
 def machine(folder: Path, nvcc: Path | str) -> EngineConfig:
     """The engine configuration of one machine: its own compile cache, the given nvcc."""
     return EngineConfig(cache_dir=folder / "cache", nvcc=str(nvcc), compile_jobs=2)
+
+
+def tar_members(data: bytes) -> dict[str, bytes]:
+    """The files of a (gzip'd or plain) tar, by name: an artifact's insides."""
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:*") as tar:
+        return {m.name: tar.extractfile(m).read() for m in tar}  # type: ignore[union-attr]
+
+
+def tar_of(files: dict[str, bytes]) -> bytes:
+    """A plain tar of ``files``: an artifact put together by hand."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()

@@ -3,10 +3,8 @@ installed whole into another machine's cache; the keys a GPU step needs, without
 
 from __future__ import annotations
 
-import io
 import json
 import os
-import tarfile
 
 import pytest
 
@@ -14,7 +12,7 @@ from engine import artifacts
 from engine import compile as comp
 from engine.families.library import library
 from engine.problem import Layout
-from tests.engine.compile_fakes import fake_nvcc, machine
+from tests.engine.compile_fakes import fake_nvcc, machine, tar_members, tar_of
 
 
 @pytest.fixture
@@ -29,21 +27,6 @@ def built(tmp_path, nvcc):
     [result] = comp.compile_configs(library("sm90", Layout.NN, limit=1), config=config)
     assert result.ok, result.log
     return config, result.key
-
-
-def members(data: bytes) -> dict[str, bytes]:
-    with tarfile.open(fileobj=io.BytesIO(data), mode="r:*") as tar:
-        return {m.name: tar.extractfile(m).read() for m in tar}  # type: ignore[union-attr]
-
-
-def repack(files: dict[str, bytes]) -> bytes:
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w") as tar:
-        for name, data in files.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return buffer.getvalue()
 
 
 def leftovers(config, key) -> list[str]:
@@ -68,7 +51,7 @@ def test_a_packed_entry_installs_into_another_machines_cache(tmp_path, built):
     a, key = built
     b = machine(tmp_path / "b", a.nvcc)
     data = artifacts.pack_entry(key, a)
-    assert set(members(data)) == {
+    assert set(tar_members(data)) == {
         "artifact.json",
         "kernel.cu",
         "lib.so",
@@ -98,9 +81,9 @@ def test_a_failed_build_is_not_packed(tmp_path):
 def test_a_corrupted_library_is_refused(tmp_path, built):
     a, key = built
     b = machine(tmp_path / "b", a.nvcc)
-    files = members(artifacts.pack_entry(key, a))
+    files = tar_members(artifacts.pack_entry(key, a))
     files["lib.so"] = files["lib.so"][:-1] + b"!"
-    installed = artifacts.install_entry(key, repack(files), b)
+    installed = artifacts.install_entry(key, tar_of(files), b)
     assert installed.status == "refused"
     assert "lib.so: sha256 differs" in installed.reason
     assert comp.try_load(key, b) is None
@@ -120,12 +103,12 @@ def test_a_corrupted_library_is_refused(tmp_path, built):
 def test_an_artifact_that_fails_a_check_installs_nothing(tmp_path, built, change, reason):
     a, key = built
     b = machine(tmp_path / "b", a.nvcc)
-    files = members(artifacts.pack_entry(key, a))
+    files = tar_members(artifacts.pack_entry(key, a))
     manifest = json.loads(files["artifact.json"])
     change(files, manifest)
     if "artifact.json" in files:
         files["artifact.json"] = json.dumps(manifest).encode()
-    installed = artifacts.install_entry(key, repack(files), b)
+    installed = artifacts.install_entry(key, tar_of(files), b)
     assert installed.status == "refused"
     assert reason in installed.reason
     assert comp.try_load(key, b) is None
@@ -142,12 +125,12 @@ def test_a_truncated_artifact_is_refused(tmp_path, built):
 
 def test_a_result_that_is_not_this_keys_success_is_refused(tmp_path, built):
     a, key = built
-    files = members(artifacts.pack_entry(key, a, compress_level=0))
+    files = tar_members(artifacts.pack_entry(key, a, compress_level=0))
     manifest = json.loads(files["artifact.json"])
     files["kernel.cu"] = b"// another source\n"
     manifest["files"]["kernel.cu"]["sha256"] = artifacts.sha256(files["kernel.cu"])
     files["artifact.json"] = json.dumps(manifest).encode()
-    installed = artifacts.install_entry(key, repack(files), machine(tmp_path / "b", a.nvcc))
+    installed = artifacts.install_entry(key, tar_of(files), machine(tmp_path / "b", a.nvcc))
     assert (installed.status, installed.reason) == (
         "refused",
         "kernel.cu is not the source result.json was built from",

@@ -79,3 +79,10 @@ def test_the_summary_gives_each_shapes_best_search_speedup_and_its_failures(g, t
     assert summary["geomean"] == pytest.approx((2.0 * 0.8) ** 0.5)
     assert summary["faster_fraction"] == 0.5
     assert "not the finals" in summary["measurements"]
+
+
+def test_the_summary_refuses_a_missing_database_and_creates_none(g, tmp_path):
+    missing = tmp_path / "typo.sqlite"
+    with pytest.raises(FileNotFoundError, match="no campaign database"):
+        g.search_summary(missing)
+    assert not missing.exists()

@@ -5,10 +5,8 @@ two engine caches (ENGINE_CACHE_DIR) with a stand-in nvcc; the store is a folder
 from __future__ import annotations
 
 import gzip
-import io
 import logging
 import runpy
-import tarfile
 from pathlib import Path
 
 import pytest
@@ -19,7 +17,7 @@ from engine import gpu_health
 from engine.families.library import library
 from engine.problem import Layout
 from engine.problem import Problem as EngineProblem
-from tests.engine.compile_fakes import fake_nvcc
+from tests.engine.compile_fakes import fake_nvcc, tar_members, tar_of
 from webapp.campaigns import artifact_store, runner, work
 from webapp.campaigns.models import Campaign, Candidate, WorkItem
 from webapp.campaigns.services import campaign_create
@@ -159,16 +157,9 @@ def test_a_corrupted_artifact_is_refused(store, machines, configs, caplog):
     runner.compile_batch(configs, arch="sm_90")
     key = comp.config_keys(configs, target_arch="sm_90")[0]
     path = store / artifact_store.artifact_name(key)
-    with tarfile.open(fileobj=io.BytesIO(gzip.decompress(path.read_bytes()))) as tar:
-        files = {m.name: tar.extractfile(m).read() for m in tar}  # type: ignore[union-attr]
+    files = tar_members(path.read_bytes())
     files["lib.so"] = b"\x7fELF and something else"
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
-        for name, data in files.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    path.write_bytes(buffer.getvalue())
+    path.write_bytes(gzip.compress(tar_of(files)))
     gpu_cache = machines.use("gpu")
     with caplog.at_level(logging.ERROR, logger="webapp.campaigns.artifact_store"):
         fetched = artifact_store.artifacts_fetch(keys=[key])
