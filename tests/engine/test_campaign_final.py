@@ -105,11 +105,13 @@ def test_a_top_kernel_that_fails_the_sanitizer_cannot_be_the_final_best(monkeypa
 
     measured = {}
 
-    def fake_remeasure(problem, libraries, **_kwargs):
-        measured[problem.key] = sorted(libraries)
-        return {"error": "not on a GPU"}
+    def fake_remeasure(jobs, *, on_record, **_kwargs):
+        for index, (problem, libraries) in enumerate(jobs):
+            measured[problem.key] = sorted(libraries)
+            on_record(index, {"error": "not on a GPU"})
+        return [{"error": "not on a GPU"} for _ in jobs]
 
-    monkeypatch.setattr(final, "remeasure", fake_remeasure)
+    monkeypatch.setattr(final, "remeasure_batch", fake_remeasure)
     finals = final.final_measurements(
         [result],
         baseline="cublaslt_autotune",
@@ -152,14 +154,18 @@ def test_finals_cut_short_resume_without_measuring_a_shape_or_sanitizing_a_kerne
         sanitized.append(library.stem)
         return Verdict()
 
-    def remeasure(problem, libraries, **_kwargs):
-        if problem == other and cut.pop():
-            cut.append(False)
-            raise KeyboardInterrupt  # the session's time ran out here
-        measured.append(problem.key)
-        return {"protocols": {}, "environment": {"gpu": "H200"}}
+    def remeasure_batch(jobs, *, on_record, **_kwargs):
+        records = []
+        for index, (problem, _libraries) in enumerate(jobs):
+            if problem == other and cut.pop():
+                cut.append(False)
+                raise KeyboardInterrupt  # the session's time ran out here
+            measured.append(problem.key)
+            records.append({"protocols": {}, "environment": {"gpu": "H200"}})
+            on_record(index, records[-1])
+        return records
 
-    monkeypatch.setattr(final, "remeasure", remeasure)
+    monkeypatch.setattr(final, "remeasure_batch", remeasure_batch)
     path = tmp_path / "campaign.finals.json"
     run = {"baseline": "cublaslt_autotune", "top": 2, "compile": compile_, "sanitizer": sanitizer}
     with pytest.raises(KeyboardInterrupt):
@@ -214,7 +220,7 @@ def reporting_python(tmp_path: Path) -> Path:
         "    'net_ns': os.readlink('/proc/self/ns/net'),\n"
         "    'spec': json.load(open(sys.argv[3])),\n"
         "}\n"
-        "open(sys.argv[4], 'w').write(json.dumps(report))\n"
+        "open(sys.argv[4], 'w').write(json.dumps(report) + '\\n')\n"
     )
     fake.chmod(0o755)
     return fake
@@ -267,7 +273,12 @@ def test_the_remeasurement_child_gets_the_candidate_environment_and_the_gpu_sand
     assert env["PYTHONPATH"].split(os.pathsep)[0] == str(sandbox.REPO_ROOT)
     assert record["engine"] == str(sandbox.REPO_ROOT / "engine" / "__init__.py")
     assert record["argv"][:2] == ["-m", "engine.campaign.final"]
-    assert record["spec"]["libraries"] == {"k": str(library)}
+    assert record["spec"]["jobs"] == [
+        {
+            "problem": [PROBLEM.m, PROBLEM.n, PROBLEM.k, PROBLEM.layout.value],
+            "libraries": {"k": str(library)},
+        }
+    ]
     # the GPU children's limits, and the caller's user namespace (CUDA needs /dev/nvidia*)
     assert record["core"] == 0
     assert record["fsize"] == 64 << 20
@@ -290,6 +301,51 @@ def test_a_remeasurement_stopped_by_its_sandbox_is_an_error_that_says_why(monkey
     assert "memory" in record["error"]
     assert "resident memory 8 GiB" in record["error"]
     assert final_summary(record) == record
+
+
+def batch_python(tmp_path: Path, body: str) -> Path:
+    """A stand-in for python -m engine.campaign.final: for each job of the spec it runs
+    ``body`` (m, n, k: the job's problem; out: the records file)."""
+    fake = tmp_path / "python"
+    fake.write_text(
+        f"#!{sys.executable}\n"
+        "import json, sys, time\n"
+        "spec = json.load(open(sys.argv[3]))\n"
+        "out = open(sys.argv[4], 'a')\n"
+        "for job in spec['jobs']:\n"
+        "    m, n, k, _ = job['problem']\n"
+        + "".join(f"    {line}\n" for line in body.splitlines())
+        + "    out.write(json.dumps({'protocols': {}, 'm': m}) + '\\n'); out.flush()\n"
+    )
+    fake.chmod(0o755)
+    return fake
+
+
+def test_a_batch_child_that_dies_costs_only_the_problem_it_was_on(tmp_path):
+    from engine.campaign import final
+
+    jobs = [(Problem(m, 64, 64, Layout.NN), {"k": tmp_path / "k.so"}) for m in (64, 13, 128)]
+    python = batch_python(tmp_path, "if m == 13: sys.exit(3)")
+    seen = []
+    records = final.remeasure_batch(
+        jobs, timeout=30, python=str(python), on_record=lambda i, r: seen.append(i)
+    )
+    assert [r.get("m") for r in records] == [64, None, 128]  # the third by a new child
+    assert "exited 3" in records[1]["error"]
+    assert seen == [0, 1, 2]
+
+
+def test_a_batch_child_that_hangs_keeps_what_it_measured_before(tmp_path):
+    from engine.campaign import final
+
+    jobs = [(Problem(m, 64, 64, Layout.NN), {"k": tmp_path / "k.so"}) for m in (64, 13)]
+    python = batch_python(tmp_path, "if m == 13: time.sleep(60)")
+    started = time.monotonic()
+    records = final.remeasure_batch(jobs, timeout=2, python=str(python))
+    assert time.monotonic() - started < 30
+    assert records[0]["m"] == 64
+    assert "sandbox" in records[0]
+    assert "did not finish in 2 s per problem" in records[1]["error"]
 
 
 def test_final_summary_keeps_what_the_child_ran_under():
@@ -315,3 +371,23 @@ def test_the_final_remeasurement_runs_on_the_gpu_inside_its_sandbox():
     assert "reference" in device["seconds"]
     assert device["rejected_while_timed"] == []
     assert "resident memory" in record["sandbox"]
+
+
+@pytest.mark.gpu
+@pytest.mark.nvcc
+def test_one_child_re_measures_several_problems_on_the_gpu():
+    from engine import fixtures
+    from engine.campaign.final import remeasure_batch
+
+    built = fixtures.build_one(fixtures.REFERENCE, Layout.NN)
+    assert built.ok, built.log[-4000:]
+    problems = [PROBLEM, Problem(512, 256, 2048, Layout.NN)]
+    records = remeasure_batch(
+        [(p, {"reference": built.library}) for p in problems],
+        protocols=("device", "offline"),
+        device_seconds=1.0,
+    )
+    for problem, record in zip(problems, records, strict=True):
+        assert "error" not in record, record.get("error")
+        assert record["problem"]["m"] == problem.m
+        assert "reference" in record["protocols"]["offline"]["seconds"]
