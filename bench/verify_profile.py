@@ -1,0 +1,142 @@
+"""Issue 7: where a verifier's wall time goes when many run at once (bench/NOTES.md §15).
+
+In run 11's stack each verifier took about 5 s while 16 ran together and the GPU was far from
+busy. This runs the GPU step's own verification path (engine.verify.Verifications, children
+forked from one fork server) on a batch of compiled library kernels at one shape, with 1, 4, 8
+and 16 verifiers at once, and reports per setting: the batch's wall time, verdicts per second,
+the GPU's busy fraction (NVML) and each verifier's phases (start, CUDA init, session, checks)
+and each check's seconds, as the median over the batch.
+
+    python3 bench/verify_profile.py --db CAMPAIGN.sqlite [--shapes 4096x4096x4096] [--kernels 16]
+        [--jobs 1,4,8,16] [--out FILE]
+
+The kernels are the campaign's best verified ones (compiled from the cache, built elsewhere and
+carried); they must be honest, so every verdict is expected to be ok.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.stack_run import GpuSampler, busy_fraction  # noqa: E402
+from engine import cuda_driver  # noqa: E402
+from engine.campaign.final import config_of, top_records  # noqa: E402
+from engine.campaign.storage import SqliteStorage  # noqa: E402
+from engine.compile import compile_configs  # noqa: E402
+from engine.environment import collect  # noqa: E402
+from engine.problem import Problem  # noqa: E402
+from engine.verify import Verifications, VerifyResult, new_fork_server  # noqa: E402
+
+BASELINE = "cublaslt_autotune"
+
+
+def campaign_kernels(db: Path, count: int) -> list[Any]:
+    """``count`` distinct configs among the campaign's per-shape best (two per shape)."""
+    storage = SqliteStorage(db)
+    try:
+        configs: dict[str, Any] = {}
+        for campaign in storage.campaign_names():
+            for problem in storage.problems(campaign):
+                for record in top_records(storage.candidates(campaign, problem.key), BASELINE, 2):
+                    configs.setdefault(record.name, config_of(record))
+    finally:
+        storage.close()
+    return list(configs.values())[:count]
+
+
+def median(values: list[float]) -> float | None:
+    return round(statistics.median(values), 3) if values else None
+
+
+def verdict_profile(verdicts: list[VerifyResult]) -> dict[str, Any]:
+    """Medians over the batch: the child's start-up and phases, and each check's seconds."""
+    checks: dict[str, list[float]] = {}
+    for verdict in verdicts:
+        for check in verdict.checks:
+            seconds = check.get("detail", {}).get("seconds")
+            if seconds is not None:
+                checks.setdefault(check["name"], []).append(seconds)
+    return {
+        "ok": sum(v.ok for v in verdicts),
+        "reasons": sorted({v.reason for v in verdicts if not v.ok}),
+        "verifier_s": median([v.seconds for v in verdicts]),
+        "start_s": median([v.startup_s["start"] for v in verdicts if "start" in v.startup_s]),
+        "cuda_init_s": median([v.startup_s.get("cuda_init", 0.0) for v in verdicts]),
+        "session_s": median([v.phases_s["session"] for v in verdicts if "session" in v.phases_s]),
+        "checks_s": median([v.phases_s["checks"] for v in verdicts if "checks" in v.phases_s]),
+        "check_s": {name: median(values) for name, values in checks.items()},
+    }
+
+
+def profile(problem: Problem, libraries: list[Path], jobs: int, sampler: GpuSampler) -> dict:
+    server, folder = new_fork_server(start=True)
+    try:
+        time.sleep(8)  # the server's imports (torch) finish before the clock starts
+        started = time.time()
+        batch = Verifications(libraries, problem, jobs=jobs, fork_server=server)
+        verdicts = batch.results()
+        ended = time.time()
+    finally:
+        server.close()
+        folder.cleanup()
+    wall = ended - started
+    return {
+        "problem": problem.key,
+        "jobs": jobs,
+        "jobs_used": batch.jobs,
+        "kernels": len(libraries),
+        "wall_s": round(wall, 3),
+        "verdicts_per_s": round(len(libraries) / wall, 3),
+        "gpu": busy_fraction(sampler.samples, started, ended),
+        **verdict_profile(verdicts),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--db", type=Path, required=True, help="a campaign database")
+    parser.add_argument("--shapes", default="4096x4096x4096,8192x1024x4096")
+    parser.add_argument("--kernels", type=int, default=16)
+    parser.add_argument("--jobs", default="1,4,8,16")
+    parser.add_argument("--out", type=Path, default=Path("verify-profile.json"))
+    args = parser.parse_args(argv)
+
+    configs = campaign_kernels(args.db, args.kernels)
+    built = compile_configs(configs, target_arch=cuda_driver.local_arch())
+    libraries = [b.library for b in built if b.ok and b.library is not None]
+    print(f"{len(libraries)} kernels ({sum(b.cached for b in built)} from the cache)", flush=True)
+    sampler = GpuSampler(0)
+    sampler.start()
+    runs = []
+    try:
+        for shape in args.shapes.split(","):
+            problem = Problem.parse(shape)
+            for jobs in (int(j) for j in args.jobs.split(",")):
+                run = profile(problem, libraries, jobs, sampler)
+                runs.append(run)
+                print(json.dumps({k: v for k, v in run.items() if k != "check_s"}), flush=True)
+    finally:
+        sampler.stop()
+    report = {
+        "what": "verification of a batch of honest kernels, by verifiers at once (issue 7)",
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "environment": collect().to_dict(),
+        "gpu_samples": sampler.source or sampler.reason,
+        "runs": runs,
+    }
+    args.out.write_text(json.dumps(report, indent=1))
+    print(f"wrote {args.out}")
+    return 0 if all(r["ok"] == r["kernels"] for r in runs) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
