@@ -214,6 +214,9 @@ def _wait(
             return out, err, None
         except subprocess.TimeoutExpired:
             pending_input = None  # communicate() keeps sending what it was given first
+        except BaseException:  # KeyboardInterrupt: no child outlives the caller's wait
+            kill_group(proc, grace=2.0)
+            raise
         if time.monotonic() >= deadline:
             killed_for = "timeout"
         elif resident_limit is not None and sandbox.group_resident_bytes(proc.pid) > resident_limit:

@@ -8,6 +8,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from engine.toolchain import OUTPUT_LIMIT, ProcessResult, run, truncate
 
 
@@ -94,6 +96,20 @@ def test_a_timeout_kills_the_child_and_the_grandchild_it_started(tmp_path):
     assert not result.ok
     assert "started" in result.stdout
     assert elapsed < 10
+    assert wait_until_gone(read_pid(pidfile))
+
+
+def test_an_interrupted_wait_kills_the_child_and_its_group(tmp_path):
+    """A campaign stopped by Ctrl-C (or timeout -s INT) leaves no child on the GPU."""
+    import signal
+    import threading
+
+    pidfile = tmp_path / "grandchild.pid"
+    threading.Timer(
+        1.0, lambda: signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+    ).start()
+    with pytest.raises(KeyboardInterrupt):
+        run(["sh", "-c", f"sleep 60 & echo $! > {pidfile}; wait"], timeout=60)
     assert wait_until_gone(read_pid(pidfile))
 
 
