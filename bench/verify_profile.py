@@ -33,6 +33,7 @@ from engine.campaign.final import config_of, top_records  # noqa: E402
 from engine.campaign.storage import SqliteStorage  # noqa: E402
 from engine.compile import compile_configs  # noqa: E402
 from engine.environment import collect  # noqa: E402
+from engine.forkserver import ForkServer  # noqa: E402
 from engine.problem import Problem  # noqa: E402
 from engine.verify import Verifications, VerifyResult, new_fork_server  # noqa: E402
 
@@ -77,17 +78,13 @@ def verdict_profile(verdicts: list[VerifyResult]) -> dict[str, Any]:
     }
 
 
-def profile(problem: Problem, libraries: list[Path], jobs: int, sampler: GpuSampler) -> dict:
-    server, folder = new_fork_server(start=True)
-    try:
-        time.sleep(8)  # the server's imports (torch) finish before the clock starts
-        started = time.time()
-        batch = Verifications(libraries, problem, jobs=jobs, fork_server=server)
-        verdicts = batch.results()
-        ended = time.time()
-    finally:
-        server.close()
-        folder.cleanup()
+def profile(
+    problem: Problem, libraries: list[Path], jobs: int, server: ForkServer, sampler: GpuSampler
+) -> dict:
+    started = time.time()
+    batch = Verifications(libraries, problem, jobs=jobs, fork_server=server)
+    verdicts = batch.results()
+    ended = time.time()
     wall = ended - started
     return {
         "problem": problem.key,
@@ -116,15 +113,19 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{len(libraries)} kernels ({sum(b.cached for b in built)} from the cache)", flush=True)
     sampler = GpuSampler(0)
     sampler.start()
+    server, folder = new_fork_server(start=True)  # one, as a GPU worker keeps one
     runs = []
     try:
+        time.sleep(8)  # its imports (torch) are done before the first batch, as when warm
         for shape in args.shapes.split(","):
             problem = Problem.parse(shape)
             for jobs in (int(j) for j in args.jobs.split(",")):
-                run = profile(problem, libraries, jobs, sampler)
+                run = profile(problem, libraries, jobs, server, sampler)
                 runs.append(run)
                 print(json.dumps({k: v for k, v in run.items() if k != "check_s"}), flush=True)
     finally:
+        server.close()
+        folder.cleanup()
         sampler.stop()
     report = {
         "what": "verification of a batch of honest kernels, by verifiers at once (issue 7)",
