@@ -1,0 +1,107 @@
+"""Issue 11: do the deep split-K sm80 configs (8, 16 and 32 splits) lift the grid's small-M·N,
+long-K shapes? (bench/NOTES.md §13 predicted 0.42× → 0.8–1.0× at 128×128×12288.)
+
+For each shape: the library's deep split-K configs that are valid for it are verified (the GPU
+step's own path, engine.verify.Verifications), then the verified ones are timed against every
+baseline in the device protocol by the campaign finals' child (engine.campaign.final, several
+shapes per child). Printed and written beside the campaign's search-time best for the shape.
+
+    python3 bench/deep_splitk.py --db CAMPAIGN.sqlite [--shapes ...] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.grid64 import search_summary  # noqa: E402
+from engine import cuda_driver  # noqa: E402
+from engine.campaign.final import remeasure_batch  # noqa: E402
+from engine.compile import compile_configs  # noqa: E402
+from engine.families.library import SM80_DEEP_SPLITS, library  # noqa: E402
+from engine.problem import Layout, Problem  # noqa: E402
+from engine.verify import Verifications  # noqa: E402
+
+BASELINE = "cublaslt_autotune"
+SHAPES = (
+    "128x128x12288,128x128x16384,64x1024x12288,1024x64x12288,512x256x8192,128x2048x12288,"
+    "64x4096x16384,2048x256x12288,512x256x4096,64x1024x4096"
+)
+
+
+def deep_configs() -> list[Any]:
+    return [c for c in library("sm80", Layout.NN) if c.splits in SM80_DEEP_SPLITS]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--db", type=Path, required=True, help="the grid64 campaign database")
+    parser.add_argument("--shapes", default=SHAPES)
+    parser.add_argument("--device-seconds", type=float, default=1.0)
+    parser.add_argument("--out", type=Path, default=Path("deep-splitk.json"))
+    args = parser.parse_args(argv)
+
+    searched = {s["problem"]: s["best_speedup"] for s in search_summary(args.db)["shapes"]}
+    configs = deep_configs()
+    built = compile_configs(configs, target_arch=cuda_driver.local_arch())
+    libraries = {c.name: b.library for c, b in zip(configs, built, strict=True) if b.ok}
+    print(f"{len(libraries)} of {len(configs)} deep split-K configs built", flush=True)
+    jobs, verdicts = [], {}
+    for shape in args.shapes.split(","):
+        problem = Problem.parse(shape)
+        names = [c.name for c in configs if c.name in libraries and c.is_valid(problem, "sm_90")]
+        batch = Verifications([libraries[n] for n in names], problem, jobs=8)
+        results = batch.results()
+        verdicts[problem.key] = {n: r.reason for n, r in zip(names, results, strict=True)}
+        ok = {n: libraries[n] for n, r in zip(names, results, strict=True) if r.ok}
+        print(f"{problem}: {len(ok)} of {len(names)} verified", flush=True)
+        if ok:
+            jobs.append((problem, ok))
+    records = remeasure_batch(jobs, protocols=("device",), device_seconds=args.device_seconds)
+    shapes = []
+    for (problem, _), record in zip(jobs, records, strict=True):
+        if "error" in record:
+            shapes.append({"problem": problem.key, "error": record["error"]})
+            print(f"{problem}: {record['error'][:300]}")
+            continue
+        device = record["protocols"]["device"]
+        speedups = {n: s[BASELINE] for n, s in device["speedups"].items()}
+        best = max(speedups, key=speedups.get, default=None)
+        shapes.append(
+            {
+                "problem": problem.key,
+                "speedups": speedups,
+                "best": best,
+                "best_speedup": speedups.get(best),
+                "search_best_speedup": searched.get(problem.key),
+                "seconds": device["seconds"],
+            }
+        )
+        print(
+            f"{problem}: deep split-K best {speedups.get(best, 0):.3f}x {BASELINE} ({best}); "
+            f"the campaign's search-time best {searched.get(problem.key) or 0:.3f}x",
+            flush=True,
+        )
+    report = {
+        "what": "deep split-K sm80 configs on the grid's small-M·N, long-K shapes (issue 11)",
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "baseline": BASELINE,
+        "protocol": "device (finals child, several shapes per process)",
+        "environment": records[0].get("environment") if records else None,
+        "verdicts": verdicts,
+        "shapes": shapes,
+    }
+    args.out.write_text(json.dumps(report, indent=1))
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
