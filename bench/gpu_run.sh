@@ -184,12 +184,13 @@ if [[ $stage == resume ]]; then  # issue 5: the live campaign, resumed from the 
 fi
 if [[ $stage == grid64 ]]; then  # issue 11: the 64-shape campaign, resumed across sessions
   # from the database the last session committed (GRID64_DB); NN first, then its TN quarter
-  # (and the finals measured so far, engine.campaign.final.SavedFinals, beside it)
+  # (and the finals measured so far, engine.campaign.final.SavedFinals, beside it); GRID64_LAYOUTS
+  # picks the layouts ("nn tn")
   grid64_db=${GRID64_DB:-bench/results/grid64/campaign.sqlite}
   [[ -f $ENGINE_CACHE_DIR/grid64.sqlite ]] || cp "$grid64_db" "$ENGINE_CACHE_DIR/grid64.sqlite" 2>/dev/null
   [[ -f $ENGINE_CACHE_DIR/grid64.finals.json ]] \
     || cp "${grid64_db%.sqlite}.finals.json" "$ENGINE_CACHE_DIR/grid64.finals.json" 2>/dev/null
-  for layout in nn tn; do
+  for layout in ${GRID64_LAYOUTS:-nn tn}; do
     timeout -k 20 -s INT "$(( ${GRID64_SECONDS:-480} - SECONDS > 1 ? ${GRID64_SECONDS:-480} - SECONDS : 1 ))" \
       python3 -m engine optimize --shapes "$(python3 bench/grid64.py $layout)" --layout $layout \
       --budget "${GRID64_BUDGET:-32}" --batch 32 --proposers rl,evolve --space library \
