@@ -68,6 +68,7 @@ def verdict_profile(verdicts: list[VerifyResult]) -> dict[str, Any]:
                 checks.setdefault(check["name"], []).append(seconds)
     return {
         "ok": sum(v.ok for v in verdicts),
+        "busy_stream": sorted({v.busy_stream for v in verdicts}),
         "reasons": sorted({v.reason for v in verdicts if not v.ok}),
         "verifier_s": median([v.seconds for v in verdicts]),
         "start_s": median([v.startup_s["start"] for v in verdicts if "start" in v.startup_s]),

@@ -59,6 +59,12 @@ class EngineConfig:
     verify_fork_server: str = field(
         default_factory=lambda: _env_choice("ENGINE_VERIFY_FORK_SERVER", "on", ("on", "off"))
     )
+    # How a verifier keeps the caller's stream busy while it writes a call's inputs: held by a
+    # gate the host opens after the call returns (engine.verify_child.StreamGate), or a ~10 ms
+    # sleep kernel in front ("sleep", which occupies the GPU).
+    verify_busy_stream: str = field(
+        default_factory=lambda: _env_choice("ENGINE_VERIFY_BUSY_STREAM", "gate", ("gate", "sleep"))
+    )
 
     @property
     def kernel_cache(self) -> Path:

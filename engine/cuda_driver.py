@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 _COMPUTE_CAPABILITY_MAJOR = 75  # CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR
 _COMPUTE_CAPABILITY_MINOR = 76
+_STREAM_WAIT_VALUE_GEQ = 0  # CU_STREAM_WAIT_VALUE_GEQ
 PROBE_ELEMENTS = 4096
 PROBE_OFFSET = 7
 # PTX for sm_75 runs (JIT-compiled by the driver) on every later GPU: out[i] = i + offset.
@@ -104,6 +105,20 @@ class Driver:
             self.lib.cuGetErrorString(status, ctypes.byref(text))
             why = text.value.decode(errors="replace") if text.value else "unknown error"
             raise DriverError(f"{name} failed: {why} ({status})")
+
+    def stream_wait_value32(self, stream: int, address: int, value: int) -> None:
+        """Enqueues on ``stream`` a wait until the 32-bit word at ``address`` (device memory, or
+        pinned host memory under unified addressing) is >= ``value``; no kernel runs meanwhile."""
+        if not hasattr(self, "_wait_value_declared"):
+            self._sig(
+                "cuStreamWaitValue32_v2",
+                ctypes.c_void_p,
+                ctypes.c_uint64,
+                ctypes.c_uint32,
+                ctypes.c_uint,
+            )
+            self._wait_value_declared = True
+        self("cuStreamWaitValue32_v2", stream, address, value, _STREAM_WAIT_VALUE_GEQ)
 
     def device(self, index: int = 0) -> int:
         self("cuInit", 0)

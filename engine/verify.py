@@ -43,6 +43,7 @@ def jobs_for_memory(problem: Problem, jobs: int, gpu_bytes: int | None) -> int:
         return jobs
     return max(1, min(jobs, int(gpu_bytes * VERIFIERS_GPU_SHARE) // child_gpu_bytes(problem)))
 
+
 REASONS = {
     "ok": "passed every check",
     "load": "the library cannot be loaded, lacks an ABI symbol or has another ABI version",
@@ -80,6 +81,7 @@ class VerifyResult:
     stderr_tail: str = ""
     startup_s: dict[str, float] = field(default_factory=dict)  # the child's start, CUDA init
     phases_s: dict[str, float] = field(default_factory=dict)  # then its session set-up, checks
+    busy_stream: str = ""  # how the busy-stream trials held the stream (verify_child.new_gate)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -92,6 +94,7 @@ class VerifyResult:
             "stderr_tail": self.stderr_tail,
             "startup_s": self.startup_s,
             "phases_s": self.phases_s,
+            "busy_stream": self.busy_stream,
         }
 
 
@@ -268,4 +271,5 @@ def interpret(result: toolchain.ProcessResult, verdict_path: Path, timeout: floa
         stderr_tail=tail,
         startup_s=dict(verdict.get("startup_s", {})),
         phases_s=dict(verdict.get("phases_s", {})),
+        busy_stream=str(verdict.get("busy_stream", "")),
     )

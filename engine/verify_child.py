@@ -7,9 +7,11 @@ GEMMFORGE_SEED and is removed from the environment before the candidate is loade
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,13 +20,15 @@ from typing import Any
 
 import torch
 
-from engine import numerics
+from engine import cuda_driver, numerics
+from engine.config import load as load_config
 from engine.problem import Layout, Problem
 from engine.runtime import KernelLibrary, LoadError
 
 GUARD_ELEMENTS = 16384  # fp16 elements of random guard band before and after every buffer
 MAX_WORKSPACE_BYTES = 8 << 30
 BUSY_CYCLES = 20_000_000  # ~10 ms: keeps the caller's stream busy while inputs are written
+GATE_LIMIT_S = 2.0  # a gate the host has not opened by then is opened by its watchdog
 
 
 @dataclass
@@ -97,6 +101,68 @@ def fill(tensor: torch.Tensor, distribution: str, gen: torch.Generator) -> None:
         raise ValueError(f"unknown distribution {distribution}")
 
 
+class StreamGate:
+    """Holds the caller's stream while a call's inputs are written and the call is made, as a
+    busy stream would, without running anything on the GPU meanwhile: the stream waits
+    (cuStreamWaitValue32) for a counter in pinned host memory, which :meth:`release` raises from
+    the CPU once the call has returned. A ~10 ms sleep kernel did this before (still there as
+    ENGINE_VERIFY_BUSY_STREAM=sleep); with 16 verifiers time-slicing one GPU those sleeps were
+    most of the verification's GPU time (bench/NOTES.md §15).
+
+    Loading a kernel for the first time may synchronise the context, which would wait for the
+    held stream while the host waits for the load: every kernel launched while the gate is held
+    is launched once before (Session.warm_up), and a watchdog thread opens a hold older than
+    GATE_LIMIT_S anyway (counted in ``forced``)."""
+
+    def __init__(self, driver: cuda_driver.Driver, counter: torch.Tensor | None = None) -> None:
+        self.driver = driver
+        self.counter = counter if counter is not None else pinned_counter()
+        self.word = ctypes.c_int32.from_address(self.counter.data_ptr())
+        self.generation = 0
+        self.held_since: float | None = None
+        self.forced = 0
+        self.limit_s = GATE_LIMIT_S
+        self.lock = threading.Lock()
+        threading.Thread(target=self._watch, name="stream-gate-watchdog", daemon=True).start()
+
+    def hold(self, stream: torch.cuda.Stream) -> None:
+        with self.lock:
+            self.driver.stream_wait_value32(
+                stream.cuda_stream, self.counter.data_ptr(), self.generation + 1
+            )
+            self.generation += 1
+            self.held_since = time.monotonic()
+
+    def release(self, *, forced: bool = False) -> None:
+        with self.lock:
+            if self.held_since is None:
+                return
+            self.word.value = self.generation
+            self.held_since = None
+            self.forced += forced
+
+    def _watch(self) -> None:
+        while True:
+            time.sleep(0.05)
+            since = self.held_since
+            if since is not None and time.monotonic() - since > self.limit_s:
+                self.release(forced=True)
+
+
+def pinned_counter() -> torch.Tensor:
+    return torch.zeros(1, dtype=torch.int32, pin_memory=True)
+
+
+def new_gate() -> tuple[StreamGate | None, str]:
+    """The gate, and how the busy stream is made ("gate", or "sleep" and why not a gate)."""
+    if load_config().verify_busy_stream == "sleep":
+        return None, "sleep"
+    try:
+        return StreamGate(cuda_driver.Driver()), "gate"
+    except cuda_driver.DriverError as exc:
+        return None, f"sleep (no gate: {exc})"
+
+
 class Session:
     def __init__(self, library: KernelLibrary, problem: Problem, seed: int) -> None:
         self.library = library
@@ -111,6 +177,35 @@ class Session:
         self.workspace = Guarded((workspace_bytes + 1) // 2, self.gen) if workspace_bytes else None
         self.primary = Buffers.allocate(problem, self.gen)
         self.secondary = Buffers.allocate(problem, self.gen)
+        self.gate, self.busy_stream = new_gate()
+        if self.gate is not None:
+            self.warm_up()
+
+    def warm_up(self) -> None:
+        """Launches once each kernel that runs while the gate holds the stream (see
+        StreamGate): the input fills, C's prefills and the copies."""
+        with torch.cuda.stream(self.stream):
+            for distribution in ("normal", "exact01", "uniform"):
+                fill(self.secondary.a.body, distribution, self.gen)
+            self.secondary.c.body.fill_(float("nan"))
+            fill(self.secondary.c.body, "normal", self.gen)
+            for buffer in (self.secondary.a, self.secondary.b, self.secondary.c):
+                buffer.body.clone()
+        torch.cuda.synchronize()
+
+    def make_busy(self) -> None:
+        """Keeps the stream from running what is enqueued next until :meth:`done_busy`."""
+        if self.gate is not None:
+            try:
+                self.gate.hold(self.stream)
+                return
+            except cuda_driver.DriverError as exc:
+                self.gate, self.busy_stream = None, f"sleep (no gate: {exc})"
+        torch.cuda._sleep(BUSY_CYCLES)
+
+    def done_busy(self) -> None:
+        if self.gate is not None:
+            self.gate.release()
 
     def reference(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         p = self.problem
@@ -138,7 +233,7 @@ class Session:
             torch.cuda.synchronize()
         with torch.cuda.stream(self.stream):
             if busy:
-                torch.cuda._sleep(BUSY_CYCLES)
+                self.make_busy()
             fill_inputs(buffers)
             if c_prefill == "nan":
                 buffers.c.body.fill_(float("nan"))
@@ -148,16 +243,20 @@ class Session:
         if not busy:
             torch.cuda.synchronize()
         ws = self.workspace.body.data_ptr() if self.workspace else 0
-        status = self.library.launch(
-            buffers.a.body.data_ptr(),
-            buffers.b.body.data_ptr(),
-            buffers.c.body.data_ptr(),
-            p.m,
-            p.n,
-            p.k,
-            ws,
-            self.stream.cuda_stream,
-        )
+        try:
+            status = self.library.launch(
+                buffers.a.body.data_ptr(),
+                buffers.b.body.data_ptr(),
+                buffers.c.body.data_ptr(),
+                p.m,
+                p.n,
+                p.k,
+                ws,
+                self.stream.cuda_stream,
+            )
+        finally:
+            if busy:
+                self.done_busy()
         with torch.cuda.stream(self.stream):
             at_return = buffers.c.body.clone()
         torch.cuda.synchronize()
@@ -188,7 +287,10 @@ class Session:
         out, at_return, a_copy, b_copy, _ = self.call(
             buffers, fill_inputs=fill_inputs, c_prefill=c_prefill, busy=busy
         )
-        detail: dict[str, Any] = {"distribution": distribution, "busy_stream": busy}
+        detail: dict[str, Any] = {
+            "distribution": distribution,
+            "busy_stream": self.busy_stream if busy else False,
+        }
         ok = True
         try:
             self._check_integrity(buffers, a_copy, b_copy, out, at_return, reason)
@@ -309,6 +411,9 @@ def verify(spec: dict[str, Any], seed: int) -> dict[str, Any]:
         verdict.update(reason=reason, message=str(exc).splitlines()[0])
     if session is not None:
         verdict["checks"] = [vars(c) for c in session.checks]
+        verdict["busy_stream"] = session.busy_stream
+        if session.gate is not None and session.gate.forced:
+            verdict["busy_stream"] += f" ({session.gate.forced} opened by its watchdog)"
     verdict["seconds"] = time.monotonic() - started
     return verdict
 

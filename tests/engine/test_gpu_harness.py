@@ -37,6 +37,7 @@ def test_it_accepts_the_reference_kernel(problem, verifier_sandboxes):
     assert set(result.startup_s) == {"start", "cuda_init"}  # the child's start-up, timed
     assert set(result.phases_s) == {"session", "checks"}  # then its set-up and its trials
     assert all("seconds" in check["detail"] for check in result.checks)
+    assert result.busy_stream == "gate"  # held by the gate, none opened by its watchdog
 
 
 @pytest.mark.parametrize("problem", [SHAPE, ODD_SHAPE], ids=str)

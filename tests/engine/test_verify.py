@@ -133,6 +133,7 @@ def test_a_result_serialises_every_field(tmp_path):
         "stderr_tail": "",
         "startup_s": {},
         "phases_s": {},
+        "busy_stream": "",
     }
     json.dumps(result.to_dict())
 
