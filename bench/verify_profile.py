@@ -58,7 +58,7 @@ def median(values: list[float]) -> float | None:
     return round(statistics.median(values), 3) if values else None
 
 
-def verdict_profile(verdicts: list[VerifyResult]) -> dict[str, Any]:
+def verdict_profile(libraries: list[Path], verdicts: list[VerifyResult]) -> dict[str, Any]:
     """Medians over the batch: the child's start-up and phases, and each check's seconds."""
     checks: dict[str, list[float]] = {}
     for verdict in verdicts:
@@ -70,6 +70,11 @@ def verdict_profile(verdicts: list[VerifyResult]) -> dict[str, Any]:
         "ok": sum(v.ok for v in verdicts),
         "busy_stream": sorted({v.busy_stream for v in verdicts}),
         "reasons": sorted({v.reason for v in verdicts if not v.ok}),
+        "failures": [
+            {"library": Path(library).name, "reason": v.reason, "message": v.message}
+            for library, v in zip(libraries, verdicts, strict=True)
+            if not v.ok
+        ],
         "verifier_s": median([v.seconds for v in verdicts]),
         "start_s": median([v.startup_s["start"] for v in verdicts if "start" in v.startup_s]),
         "cuda_init_s": median([v.startup_s.get("cuda_init", 0.0) for v in verdicts]),
@@ -95,7 +100,7 @@ def profile(
         "wall_s": round(wall, 3),
         "verdicts_per_s": round(len(libraries) / wall, 3),
         "gpu": busy_fraction(sampler.samples, started, ended),
-        **verdict_profile(verdicts),
+        **verdict_profile(libraries, verdicts),
     }
 
 

@@ -231,6 +231,9 @@ class Session:
         p = self.problem
         if not busy:
             torch.cuda.synchronize()
+        # the harness's own earlier work on the default stream (the last trial's result copy)
+        # is ordered before this call's window: the streams are not ordered with each other
+        self.stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(self.stream):
             if busy:
                 self.make_busy()
@@ -365,9 +368,12 @@ def run_checks(session: Session) -> dict[str, Any]:
     first = session.trial(
         "C prefilled with values", "normal", c_prefill="values", reason="c_dependent"
     )
-    # new pointers, same contents: copy the primary inputs into the secondary buffers
-    session.secondary.a.body.copy_(session.primary.a.body)
-    session.secondary.b.body.copy_(session.primary.b.body)
+    # new pointers, same contents: copy the primary inputs into the secondary buffers, on the
+    # caller's stream (the default stream is not ordered with it: a copy there raced the next
+    # trial's snapshot of A and B once the busy stream no longer hid it behind 10 ms of sleep)
+    with torch.cuda.stream(session.stream):
+        session.secondary.a.body.copy_(session.primary.a.body)
+        session.secondary.b.body.copy_(session.primary.b.body)
     second = session.trial(
         "new buffers, same contents", "normal", buffers=session.secondary, refill=False
     )

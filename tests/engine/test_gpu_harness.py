@@ -65,3 +65,16 @@ def test_measure_times_every_baseline_and_the_candidate_above_the_floor():
     assert all(t > 0 for t in device["seconds"].values())
     # the simple reference kernel is far slower than cuBLAS
     assert device["speedups"]["reference"]["cublas"] < 1.0
+
+
+def test_an_honest_kernel_verified_many_times_side_by_side_always_passes(verifier_sandboxes):
+    """Four verifiers at once slow each other's streams down: with the busy stream held by the
+    gate, a copy the harness made on the default stream once raced the next trial's snapshot
+    of A and B and rejected honest kernels (`input_modified`, 2 of 128 on the H200)."""
+    from engine.verify import Verifications
+
+    problem = Problem(4096, 1024, 4096)
+    built = fixtures.build_one(fixtures.REFERENCE, problem.layout)
+    assert built.ok, built.log
+    verdicts = Verifications([built.library] * 24, problem, jobs=4).results()
+    assert [v.reason for v in verdicts] == ["ok"] * 24
