@@ -80,6 +80,10 @@ def verdict_profile(libraries: list[Path], verdicts: list[VerifyResult]) -> dict
         "cuda_init_s": median([v.startup_s.get("cuda_init", 0.0) for v in verdicts]),
         "session_s": median([v.phases_s["session"] for v in verdicts if "session" in v.phases_s]),
         "checks_s": median([v.phases_s["checks"] for v in verdicts if "checks" in v.phases_s]),
+        **{
+            f"{part}_s": median([v.phases_s[part] for v in verdicts if part in v.phases_s])
+            for part in ("session_library", "session_buffers", "session_warm_up")
+        },
         "check_s": {name: median(values) for name, values in checks.items()},
     }
 

@@ -167,6 +167,8 @@ class Session:
     def __init__(self, library: KernelLibrary, problem: Problem, seed: int) -> None:
         self.library = library
         self.problem = problem
+        self.parts_s: dict[str, float] = {}  # where the set-up's time went (bench/NOTES.md §15)
+        clock = time.monotonic()
         self.gen = torch.Generator(device="cuda")
         self.gen.manual_seed(seed)
         self.stream = torch.cuda.Stream()
@@ -177,9 +179,13 @@ class Session:
         self.workspace = Guarded((workspace_bytes + 1) // 2, self.gen) if workspace_bytes else None
         self.primary = Buffers.allocate(problem, self.gen)
         self.secondary = Buffers.allocate(problem, self.gen)
+        torch.cuda.synchronize()  # the guard bands' random fill counts here, not in the checks
+        self.parts_s["session_buffers"] = round(time.monotonic() - clock, 3)
+        clock = time.monotonic()
         self.gate, self.busy_stream = new_gate()
         if self.gate is not None:
             self.warm_up()
+        self.parts_s["session_warm_up"] = round(time.monotonic() - clock, 3)
 
     def warm_up(self) -> None:
         """Launches once each kernel that runs while the gate holds the stream (see
@@ -398,8 +404,13 @@ def verify(spec: dict[str, Any], seed: int) -> dict[str, Any]:
         verdict["startup_s"]["cuda_init"] = round(time.monotonic() - started, 3)
         clock = time.monotonic()
         library = KernelLibrary(spec["library"])
+        loaded = round(time.monotonic() - clock, 3)
         session = Session(library, problem, seed)
-        verdict["phases_s"] = {"session": round(time.monotonic() - clock, 3)}
+        verdict["phases_s"] = {
+            "session": round(time.monotonic() - clock, 3),
+            "session_library": loaded,
+            **session.parts_s,
+        }
         clock = time.monotonic()
         verdict.update(run_checks(session))
         verdict["phases_s"]["checks"] = round(time.monotonic() - clock, 3)
