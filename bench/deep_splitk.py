@@ -1,5 +1,5 @@
-"""Issue 11: do the deep split-K sm80 configs (8, 16 and 32 splits) lift the grid's small-M·N,
-long-K shapes? (bench/NOTES.md §13 predicted 0.42× → 0.8–1.0× at 128×128×12288.)
+"""Issue 11: do the deep split-K configs (sm80: 8, 16 and 32 splits; sm90 stream-K split-K: 4, 8
+and 16) lift the grid's small-M·N, long-K shapes? (bench/NOTES.md §13 and §15.)
 
 For each shape: the library's deep split-K configs that are valid for it are verified (the GPU
 step's own path, engine.verify.Verifications), then the verified ones are timed against every
@@ -25,7 +25,7 @@ from bench.grid64 import search_summary  # noqa: E402
 from engine import cuda_driver  # noqa: E402
 from engine.campaign.final import remeasure_batch  # noqa: E402
 from engine.compile import compile_configs  # noqa: E402
-from engine.families.library import SM80_DEEP_SPLITS, library  # noqa: E402
+from engine.families.library import SM80_DEEP_SPLITS, SM90_DEEP_SPLITS, library  # noqa: E402
 from engine.problem import Layout, Problem  # noqa: E402
 from engine.verify import Verifications  # noqa: E402
 
@@ -37,7 +37,15 @@ SHAPES = (
 
 
 def deep_configs() -> list[Any]:
-    return [c for c in library("sm80", Layout.NN) if c.splits in SM80_DEEP_SPLITS]
+    """The library's deep split-K configs: sm80 (a reduction kernel after the GEMM) and sm90
+    (stream-K's split-K, reduced inside the kernel)."""
+    sm80 = [c for c in library("sm80", Layout.NN) if c.splits in SM80_DEEP_SPLITS]
+    sm90 = [
+        c
+        for c in library("sm90", Layout.NN)
+        if c.decomposition == "splitk" and c.splits in SM90_DEEP_SPLITS
+    ]
+    return sm80 + sm90
 
 
 def main(argv: list[str] | None = None) -> int:

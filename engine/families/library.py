@@ -28,6 +28,11 @@ SM90_COOP_SCHEDULERS = (
     ("streamk", "splitk", 2),
 )
 SM90_SWIZZLED_TILES = ((128, 256, 64), (256, 128, 64))  # large tiles also with raster N, swizzle 8
+# Deep split-K on Hopper's own kernel for small M·N with a long K: on the sm80 family 16 splits
+# took 128×128×12288 from 0.42× to 0.77× cuBLASLt-autotune (run 12), with a second kernel for
+# the reduction; CUTLASS's stream-K scheduler reduces in the kernel (bench/NOTES.md §15).
+SM90_DEEP_SPLIT_TILES = ((128, 64, 64), (128, 128, 64))
+SM90_DEEP_SPLITS = (4, 8, 16)
 
 SM80_TILES = (
     # tile M, N, K, warps M, N
@@ -87,6 +92,18 @@ def sm90_library(layout: Layout) -> list[Sm90Config]:
         SM90_PINGPONG_TILES, SM90_CLUSTERS, SM90_EPILOGUES
     ):
         configs.append(config(tile, cluster, "pingpong", epilogue))
+    for tile, splits in itertools.product(SM90_DEEP_SPLIT_TILES, SM90_DEEP_SPLITS):
+        configs.append(
+            config(
+                tile,
+                (1, 1),
+                "coop",
+                "tma",
+                scheduler="streamk",
+                decomposition="splitk",
+                splits=splits,
+            )
+        )
     return [c for c in configs if c.is_valid()]
 
 

@@ -57,7 +57,7 @@ class Sm90Config(KernelConfig):
         "stages": (0, 2, 3, 4, 5, 6, 7),
         "scheduler": ("persistent", "streamk"),
         "decomposition": ("heuristic", "dataparallel", "splitk", "streamk"),
-        "splits": (1, 2, 3, 4),
+        "splits": (1, 2, 3, 4, 8, 16),
         "raster": ("heuristic", "m", "n"),
         "swizzle": (1, 2, 4, 8),
     }
