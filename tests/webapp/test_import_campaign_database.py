@@ -327,3 +327,22 @@ def test_the_recorded_h200_campaign_imports_with_its_final_measurements(client, 
     page = client.get(reverse("candidate-detail", args=[best.id])).content.decode()
     assert "offline" in page
     assert "server" in page
+
+
+GRID64 = Path(settings.BASE_DIR) / "bench/results/grid64/campaign.sqlite"
+
+
+def test_the_grid64_campaign_imports_with_the_finals_of_all_64_shapes(client, db):
+    """What `bin/run` loads into an empty dashboard: issue 11's campaign on the H200, its
+    candidates and, from grid64-nn.json beside it, every shape's final re-measurement."""
+    call_command("import_results", str(GRID64))
+    campaign = Campaign.objects.get()
+    assert campaign.name == "nn-64shapes-2bacba6c"
+    assert campaign.problems.count() == 64
+    assert Candidate.objects.filter(problem__campaign=campaign).count() == 2048
+    # the four baselines in both layouts, for each of the 64 shapes
+    assert BaselineResult.objects.count() == 64 * 8
+    slow = campaign.problems.get(m=128, n=128, k=12288)
+    assert slow.best_speedups["cublaslt_autotune"] < 0.5  # the report's worst shape
+    page = client.get(reverse("campaign-detail", args=[campaign.id])).content.decode()
+    assert "128x128x12288" in page
