@@ -84,7 +84,8 @@ def remeasure_batch(
     process that did no searching. The child writes each record as it finishes, so ``on_record``
     (index, record) sees every finished problem even when the child, or this caller, is
     interrupted later. When the child dies or times out, the problem it was on gets the error
-    and the ones after it are measured by a new child. ``timeout`` is per problem.
+    and the ones after it are measured by a new child. ``timeout`` is per problem: a child gets
+    ``timeout`` times its number of problems.
 
     The child loads the candidates, so it runs in the candidate sandbox (engine.sandbox) like the
     verifier: the allow-listed environment with a private HOME and TMPDIR, an empty working
