@@ -58,7 +58,7 @@ def median(values: list[float]) -> float | None:
     return round(statistics.median(values), 3) if values else None
 
 
-def verdict_profile(libraries: list[Path], verdicts: list[VerifyResult]) -> dict[str, Any]:
+def verdict_profile(names: list[str], verdicts: list[VerifyResult]) -> dict[str, Any]:
     """Medians over the batch: the child's start-up and phases, and each check's seconds."""
     checks: dict[str, list[float]] = {}
     for verdict in verdicts:
@@ -71,8 +71,8 @@ def verdict_profile(libraries: list[Path], verdicts: list[VerifyResult]) -> dict
         "busy_stream": sorted({v.busy_stream for v in verdicts}),
         "reasons": sorted({v.reason for v in verdicts if not v.ok}),
         "failures": [
-            {"library": Path(library).name, "reason": v.reason, "message": v.message}
-            for library, v in zip(libraries, verdicts, strict=True)
+            {"kernel": name, "reason": v.reason, "message": v.message}
+            for name, v in zip(names, verdicts, strict=True)
             if not v.ok
         ],
         "verifier_s": median([v.seconds for v in verdicts]),
@@ -89,10 +89,11 @@ def verdict_profile(libraries: list[Path], verdicts: list[VerifyResult]) -> dict
 
 
 def profile(
-    problem: Problem, libraries: list[Path], jobs: int, server: ForkServer, sampler: GpuSampler
+    problem: Problem, kernels: dict[str, Path], jobs: int, server: ForkServer, sampler: GpuSampler
 ) -> dict:
+    """One batch of ``kernels`` (name → library) verified ``jobs`` at once."""
     started = time.time()
-    batch = Verifications(libraries, problem, jobs=jobs, fork_server=server)
+    batch = Verifications(list(kernels.values()), problem, jobs=jobs, fork_server=server)
     verdicts = batch.results()
     ended = time.time()
     wall = ended - started
@@ -100,11 +101,11 @@ def profile(
         "problem": problem.key,
         "jobs": jobs,
         "jobs_used": batch.jobs,
-        "kernels": len(libraries),
+        "kernels": len(kernels),
         "wall_s": round(wall, 3),
-        "verdicts_per_s": round(len(libraries) / wall, 3),
+        "verdicts_per_s": round(len(kernels) / wall, 3),
         "gpu": busy_fraction(sampler.samples, started, ended),
-        **verdict_profile(libraries, verdicts),
+        **verdict_profile(list(kernels), verdicts),
     }
 
 
@@ -119,8 +120,8 @@ def main(argv: list[str] | None = None) -> int:
 
     configs = campaign_kernels(args.db, args.kernels)
     built = compile_configs(configs, target_arch=cuda_driver.local_arch())
-    libraries = [b.library for b in built if b.ok and b.library is not None]
-    print(f"{len(libraries)} kernels ({sum(b.cached for b in built)} from the cache)", flush=True)
+    kernels = {c.name: b.library for c, b in zip(configs, built, strict=True) if b.ok and b.library}
+    print(f"{len(kernels)} kernels ({sum(b.cached for b in built)} from the cache)", flush=True)
     sampler = GpuSampler(0)
     sampler.start()
     server, folder = new_fork_server(start=True)  # one, as a GPU worker keeps one
@@ -130,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         for shape in args.shapes.split(","):
             problem = Problem.parse(shape)
             for jobs in (int(j) for j in args.jobs.split(",")):
-                run = profile(problem, libraries, jobs, server, sampler)
+                run = profile(problem, kernels, jobs, server, sampler)
                 runs.append(run)
                 print(json.dumps({k: v for k, v in run.items() if k != "check_s"}), flush=True)
     finally:
