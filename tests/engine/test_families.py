@@ -26,7 +26,7 @@ SM90_EXTREMES = [
         stages=0,
         scheduler="streamk",
         decomposition="splitk",
-        splits=4,
+        splits=16,
         raster="n",
         swizzle=8,
     ),
