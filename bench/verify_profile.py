@@ -8,7 +8,10 @@ the GPU's busy fraction (NVML) and each verifier's phases (start, CUDA init, ses
 and each check's seconds, as the median over the batch.
 
     python3 bench/verify_profile.py --db CAMPAIGN.sqlite [--shapes 4096x4096x4096] [--kernels 16]
-        [--jobs 1,4,8,16] [--out FILE]
+        [--jobs 1,4,8,16] [--variant NAME:VAR=VALUE ...] [--out FILE]
+
+``--variant`` runs every batch again with other settings in the verifiers' environment, for an
+A/B within one call (e.g. ``sleep:ENGINE_VERIFY_BUSY_STREAM=sleep``).
 
 The kernels are the campaign's best verified ones (compiled from the cache, built elsewhere and
 carried); they must be honest, so every verdict is expected to be ok.
@@ -17,10 +20,14 @@ carried); they must be honest, so every verdict is expected to be ok.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import itertools
 import json
+import os
 import statistics
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.stack_run import GpuSampler, busy_fraction  # noqa: E402
-from engine import cuda_driver  # noqa: E402
+from engine import cuda_driver, sandbox  # noqa: E402
 from engine.campaign.final import config_of, top_records  # noqa: E402
 from engine.campaign.storage import SqliteStorage  # noqa: E402
 from engine.compile import compile_configs  # noqa: E402
@@ -88,6 +95,34 @@ def verdict_profile(names: list[str], verdicts: list[VerifyResult]) -> dict[str,
     }
 
 
+def parse_variant(text: str) -> tuple[str, dict[str, str]]:
+    """``NAME:VAR=VALUE[,VAR=VALUE]`` → (name, variables); ValueError when malformed."""
+    name, _, assignments = text.partition(":")
+    pairs = [a.partition("=") for a in assignments.split(",") if a]
+    if not name or not pairs or any(not var or not eq for var, eq, _ in pairs):
+        raise ValueError(f"--variant {text!r}: expected NAME:VAR=VALUE[,VAR=VALUE]")
+    unpassed = [var for var, _, _ in pairs if not sandbox.is_passed(var)]
+    if unpassed:
+        raise ValueError(f"--variant {text!r}: {', '.join(unpassed)} would not reach a verifier")
+    return name, {var: value for var, _, value in pairs}
+
+
+@contextlib.contextmanager
+def environment(variables: dict[str, str]) -> Iterator[None]:
+    """This process's environment with ``variables`` set (verifiers' environments are built
+    from it), restored after."""
+    saved = {var: os.environ.get(var) for var in variables}
+    os.environ.update(variables)
+    try:
+        yield
+    finally:
+        for var, value in saved.items():
+            if value is None:
+                os.environ.pop(var, None)
+            else:
+                os.environ[var] = value
+
+
 def profile(
     problem: Problem, kernels: dict[str, Path], jobs: int, server: ForkServer, sampler: GpuSampler
 ) -> dict:
@@ -115,8 +150,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shapes", default="4096x4096x4096,8192x1024x4096")
     parser.add_argument("--kernels", type=int, default=16)
     parser.add_argument("--jobs", default="1,4,8,16")
+    parser.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="NAME:VAR=VALUE[,VAR=VALUE]",
+        help="also run every batch with these variables in the verifiers' environment (ENGINE_*"
+        " and CUDA_* reach them), e.g. sleep:ENGINE_VERIFY_BUSY_STREAM=sleep (repeatable)",
+    )
     parser.add_argument("--out", type=Path, default=Path("verify-profile.json"))
     args = parser.parse_args(argv)
+    try:
+        variants = {"default": {}, **dict(parse_variant(v) for v in args.variant)}
+    except ValueError as exc:
+        parser.error(str(exc))
 
     configs = campaign_kernels(args.db, args.kernels)
     built = compile_configs(configs, target_arch=cuda_driver.local_arch())
@@ -130,8 +177,11 @@ def main(argv: list[str] | None = None) -> int:
         time.sleep(8)  # its imports (torch) are done before the first batch, as when warm
         for shape in args.shapes.split(","):
             problem = Problem.parse(shape)
-            for jobs in (int(j) for j in args.jobs.split(",")):
-                run = profile(problem, kernels, jobs, server, sampler)
+            for (variant, env), jobs in itertools.product(
+                variants.items(), (int(j) for j in args.jobs.split(","))
+            ):
+                with environment(env):
+                    run = {"variant": variant, **profile(problem, kernels, jobs, server, sampler)}
                 runs.append(run)
                 print(json.dumps({k: v for k, v in run.items() if k != "check_s"}), flush=True)
     finally:

@@ -4,6 +4,7 @@ bench/results/2026-12-04-h200-run12/)."""
 
 from __future__ import annotations
 
+import os
 from types import ModuleType
 
 import pytest
@@ -60,3 +61,29 @@ def test_the_deep_split_k_run_takes_the_deep_configs_of_both_families():
     assert {c.splits for c in sm90} == {4, 8, 16}
     assert all(c.is_valid(Problem(128, 128, 12288), "sm_90") for c in sm80)
     assert all(c.is_valid(Problem(128, 128, 12288), "sm_90a") for c in sm90)
+
+
+def test_a_variant_names_variables_that_reach_the_verifiers(vp):
+    assert vp.parse_variant("sleep:ENGINE_VERIFY_BUSY_STREAM=sleep") == (
+        "sleep",
+        {"ENGINE_VERIFY_BUSY_STREAM": "sleep"},
+    )
+    assert vp.parse_variant("two:CUDA_MODULE_LOADING=EAGER,ENGINE_X=1")[1] == {
+        "CUDA_MODULE_LOADING": "EAGER",
+        "ENGINE_X": "1",
+    }
+    for bad in ("no-colon", "name:", ":A=1", "name:NOEQUALS"):
+        with pytest.raises(ValueError, match="expected NAME:VAR=VALUE"):
+            vp.parse_variant(bad)
+    with pytest.raises(ValueError, match="would not reach a verifier"):
+        vp.parse_variant("alloc:PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")
+
+
+def test_a_variant_environment_is_restored_after_its_batches(vp, monkeypatch):
+    monkeypatch.setenv("ENGINE_KEEP", "before")
+    monkeypatch.delenv("ENGINE_NEW", raising=False)
+    with vp.environment({"ENGINE_KEEP": "during", "ENGINE_NEW": "1"}):
+        assert os.environ["ENGINE_KEEP"] == "during"
+        assert os.environ["ENGINE_NEW"] == "1"
+    assert os.environ["ENGINE_KEEP"] == "before"
+    assert "ENGINE_NEW" not in os.environ
