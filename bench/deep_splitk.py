@@ -48,6 +48,12 @@ def deep_configs() -> list[Any]:
     return sm80 + sm90
 
 
+def valid_for(problem: Problem, configs: list[Any]) -> list[Any]:
+    """The configs valid for ``problem``, by the rule a campaign's search space uses (each
+    family's own arch: sm_90a for sm90, which ``is_valid(problem, "sm_90")`` would refuse)."""
+    return [c for c in configs if c.is_valid(problem)]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--db", type=Path, required=True, help="the grid64 campaign database")
@@ -64,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     jobs, verdicts = [], {}
     for shape in args.shapes.split(","):
         problem = Problem.parse(shape)
-        names = [c.name for c in configs if c.name in libraries and c.is_valid(problem, "sm_90")]
+        names = [c.name for c in valid_for(problem, configs) if c.name in libraries]
         batch = Verifications([libraries[n] for n in names], problem, jobs=8)
         results = batch.results()
         verdicts[problem.key] = {n: r.reason for n, r in zip(names, results, strict=True)}

@@ -63,6 +63,12 @@ def test_the_deep_split_k_run_takes_the_deep_configs_of_both_families():
     assert all(c.is_valid(Problem(128, 128, 12288), "sm_90a") for c in sm90)
 
 
+def test_the_deep_split_k_run_verifies_both_families_at_a_long_k_shape():
+    script = bench_scripts.load("deep_splitk")
+    deep = script.deep_configs()
+    assert script.valid_for(Problem(128, 128, 12288), deep) == deep
+
+
 def test_a_variant_names_variables_that_reach_the_verifiers(vp):
     assert vp.parse_variant("sleep:ENGINE_VERIFY_BUSY_STREAM=sleep") == (
         "sleep",
