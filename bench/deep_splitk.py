@@ -27,7 +27,7 @@ from engine.campaign.final import remeasure_batch  # noqa: E402
 from engine.compile import compile_configs  # noqa: E402
 from engine.families.library import SM80_DEEP_SPLITS, SM90_DEEP_SPLITS, library  # noqa: E402
 from engine.problem import Layout, Problem  # noqa: E402
-from engine.verify import Verifications  # noqa: E402
+from engine.verify import Verifications, new_fork_server  # noqa: E402
 
 BASELINE = "cublaslt_autotune"
 SHAPES = (
@@ -68,16 +68,23 @@ def main(argv: list[str] | None = None) -> int:
     libraries = {c.name: b.library for c, b in zip(configs, built, strict=True) if b.ok}
     print(f"{len(libraries)} of {len(configs)} deep split-K configs built", flush=True)
     jobs, verdicts = [], {}
-    for shape in args.shapes.split(","):
-        problem = Problem.parse(shape)
-        names = [c.name for c in valid_for(problem, configs) if c.name in libraries]
-        batch = Verifications([libraries[n] for n in names], problem, jobs=8)
-        results = batch.results()
-        verdicts[problem.key] = {n: r.reason for n, r in zip(names, results, strict=True)}
-        ok = {n: libraries[n] for n, r in zip(names, results, strict=True) if r.ok}
-        print(f"{problem}: {len(ok)} of {len(names)} verified", flush=True)
-        if ok:
-            jobs.append((problem, ok))
+    server, folder = new_fork_server(start=True)  # one for every shape: torch imported once
+    try:
+        for shape in args.shapes.split(","):
+            problem = Problem.parse(shape)
+            names = [c.name for c in valid_for(problem, configs) if c.name in libraries]
+            batch = Verifications(
+                [libraries[n] for n in names], problem, jobs=8, fork_server=server
+            )
+            results = batch.results()
+            verdicts[problem.key] = {n: r.reason for n, r in zip(names, results, strict=True)}
+            ok = {n: libraries[n] for n, r in zip(names, results, strict=True) if r.ok}
+            print(f"{problem}: {len(ok)} of {len(names)} verified", flush=True)
+            if ok:
+                jobs.append((problem, ok))
+    finally:
+        server.close()
+        folder.cleanup()
     records = remeasure_batch(jobs, protocols=("device",), device_seconds=args.device_seconds)
     shapes = []
     for (problem, _), record in zip(jobs, records, strict=True):
