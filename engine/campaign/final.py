@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -290,10 +291,16 @@ def final_measurements(
             f"({start + len(chunk)}/{len(pending)}): {', '.join(str(p) for p, _, _ in chunk)}"
         )
 
-        def keep(index: int, record: dict[str, Any], chunk=chunk) -> None:
+        last = [time.monotonic()]
+
+        def keep(index: int, record: dict[str, Any], chunk=chunk, last=last) -> None:
             problem, libraries, sanitized = chunk[index]
             finals[problem.key] = {**final_summary(record), "sanitize": sanitized}
             saved.add_final(problem.key, list(libraries), finals[problem.key])
+            now = time.monotonic()
+            outcome = "failed" if "error" in record else "re-measured"
+            progress(f"{problem}: {outcome} ({now - last[0]:.1f} s)")
+            last[0] = now
 
         remeasure_batch(
             [(problem, libraries) for problem, libraries, _ in chunk],

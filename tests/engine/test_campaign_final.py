@@ -391,3 +391,36 @@ def test_one_child_re_measures_several_problems_on_the_gpu():
         assert "error" not in record, record.get("error")
         assert record["problem"]["m"] == problem.m
         assert "reference" in record["protocols"]["offline"]["seconds"]
+
+
+def test_the_finals_report_each_shape_as_it_is_measured(monkeypatch, tmp_path):
+    from engine.campaign import final
+    from engine.campaign.loop import ProblemResult
+    from engine.compile import CompileResult
+
+    other = Problem(2048, 2048, 2048, Layout.NN)
+    results = [
+        ProblemResult(PROBLEM, [record("a", 8.0)], stopped="budget"),
+        ProblemResult(other, [record("c", 8.0)], stopped="budget"),
+    ]
+
+    def compile_(configs):
+        return [
+            CompileResult(True, tmp_path / f"{c.name}.so", "h", ("sm_90a",), "", "", 1.0, True)
+            for c in configs
+        ]
+
+    def remeasure_batch(jobs, *, on_record, **_kwargs):
+        records = [{"protocols": {}, "environment": {}}, {"error": "GPU fault"}]
+        for index, rec in enumerate(records[: len(jobs)]):
+            on_record(index, rec)
+        return records[: len(jobs)]
+
+    monkeypatch.setattr(final, "remeasure_batch", remeasure_batch)
+    lines: list[str] = []
+    final.final_measurements(
+        results, baseline="cublaslt_autotune", top=1, compile=compile_, progress=lines.append
+    )
+    assert lines[0].startswith("re-measuring the top kernels of 2 problems")
+    assert lines[1].startswith(f"{PROBLEM}: re-measured (")
+    assert lines[2].startswith(f"{other}: failed (")
