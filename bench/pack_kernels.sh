@@ -12,5 +12,6 @@ cd "$cache/kernels"
 grep -l '"ok": true' ./*/*/result.json | while read -r result; do
   entry=$(dirname "$result")
   for name in lib.so result.json kernel.cu build.log; do echo "$entry/$name"; done
-done | tar -cf - --files-from=- | xz -6 -T2 > "$OLDPWD/$out"
+done | tar -cf - --files-from=- | xz -6 -T2 > "$OLDPWD/$out.partial"
+mv "$OLDPWD/$out.partial" "$OLDPWD/$out"  # whole or not at all: a device call may carry it now
 echo "$(tar -tJf "$OLDPWD/$out" | grep -c 'lib.so$') kernels, $(du -h "$OLDPWD/$out" | cut -f1) in $out"

@@ -8,10 +8,13 @@ the GPU's busy fraction (NVML) and each verifier's phases (start, CUDA init, ses
 and each check's seconds, as the median over the batch.
 
     python3 bench/verify_profile.py --db CAMPAIGN.sqlite [--shapes 4096x4096x4096] [--kernels 16]
-        [--jobs 1,4,8,16] [--variant NAME:VAR=VALUE ...] [--out FILE]
+        [--jobs 1,4,8,16] [--variant NAME:VAR=VALUE ...] [--fault] [--out FILE]
 
 ``--variant`` runs every batch again with other settings in the verifiers' environment, for an
-A/B within one call (e.g. ``sleep:ENGINE_VERIFY_BUSY_STREAM=sleep``).
+A/B within one call (e.g. ``sleep:ENGINE_VERIFY_BUSY_STREAM=sleep``). ``--fault`` adds one kernel
+that traps on the device (tests/fixtures/cheats/trap.cu) to every batch: its own verdict must be
+``runtime_error``, and any other failure is a fault spilling over onto honest verifiers (which
+MPS clients sharing one server may suffer).
 
 The kernels are the campaign's best verified ones (compiled from the cache, built elsewhere and
 carried); they must be honest, so every verdict is expected to be ok.
@@ -35,13 +38,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.stack_run import GpuSampler, busy_fraction  # noqa: E402
-from engine import cuda_driver, sandbox  # noqa: E402
+from engine import cuda_driver, fixtures, sandbox  # noqa: E402
 from engine.campaign.final import config_of, top_records  # noqa: E402
 from engine.campaign.storage import SqliteStorage  # noqa: E402
 from engine.compile import compile_configs  # noqa: E402
 from engine.environment import collect  # noqa: E402
 from engine.forkserver import ForkServer  # noqa: E402
-from engine.problem import Problem  # noqa: E402
+from engine.problem import Layout, Problem  # noqa: E402
 from engine.verify import Verifications, VerifyResult, new_fork_server  # noqa: E402
 
 BASELINE = "cublaslt_autotune"
@@ -61,6 +64,21 @@ def campaign_kernels(db: Path, count: int) -> list[Any]:
     return list(configs.values())[:count]
 
 
+FAULT = "fault:trap"
+
+
+def fault_kernel() -> dict[str, Path]:
+    """The trapping fixture, built for NN (the profile's layout), under the name FAULT."""
+    built = fixtures.build_one(fixtures.CHEATS / "trap.cu", Layout.NN)
+    if not built.ok or built.library is None:
+        raise SystemExit(f"the trapping fixture did not build: {built.error}")
+    return {FAULT: built.library}
+
+
+def as_expected(name: str, verdict: VerifyResult) -> bool:
+    return verdict.reason == "runtime_error" if name == FAULT else verdict.ok
+
+
 def median(values: list[float]) -> float | None:
     return round(statistics.median(values), 3) if values else None
 
@@ -75,6 +93,7 @@ def verdict_profile(names: list[str], verdicts: list[VerifyResult]) -> dict[str,
                 checks.setdefault(check["name"], []).append(seconds)
     return {
         "ok": sum(v.ok for v in verdicts),
+        "as_expected": sum(as_expected(n, v) for n, v in zip(names, verdicts, strict=True)),
         "busy_stream": sorted({v.busy_stream for v in verdicts}),
         "reasons": sorted({v.reason for v in verdicts if not v.ok}),
         "failures": [
@@ -158,6 +177,7 @@ def main(argv: list[str] | None = None) -> int:
         help="also run every batch with these variables in the verifiers' environment (ENGINE_*"
         " and CUDA_* reach them), e.g. sleep:ENGINE_VERIFY_BUSY_STREAM=sleep (repeatable)",
     )
+    parser.add_argument("--fault", action="store_true", help="one trapping kernel in each batch")
     parser.add_argument("--out", type=Path, default=Path("verify-profile.json"))
     args = parser.parse_args(argv)
     try:
@@ -169,6 +189,8 @@ def main(argv: list[str] | None = None) -> int:
     built = compile_configs(configs, target_arch=cuda_driver.local_arch())
     kernels = {c.name: b.library for c, b in zip(configs, built, strict=True) if b.ok and b.library}
     print(f"{len(kernels)} kernels ({sum(b.cached for b in built)} from the cache)", flush=True)
+    if args.fault:
+        kernels = {**fault_kernel(), **kernels}
     sampler = GpuSampler(0)
     sampler.start()
     server, folder = new_fork_server(start=True)  # one, as a GPU worker keeps one
@@ -197,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     args.out.write_text(json.dumps(report, indent=1))
     print(f"wrote {args.out}")
-    return 0 if all(r["ok"] == r["kernels"] for r in runs) else 1
+    return 0 if all(r["as_expected"] == r["kernels"] for r in runs) else 1
 
 
 if __name__ == "__main__":

@@ -93,3 +93,11 @@ def test_a_variant_environment_is_restored_after_its_batches(vp, monkeypatch):
         assert os.environ["ENGINE_NEW"] == "1"
     assert os.environ["ENGINE_KEEP"] == "before"
     assert "ENGINE_NEW" not in os.environ
+
+
+def test_the_trapping_kernel_is_as_expected_only_when_it_fails_at_runtime(vp):
+    trapped = VerifyResult(False, "runtime_error", "trap")
+    assert vp.as_expected(vp.FAULT, trapped)
+    assert not vp.as_expected("hgemm_sm90_honest", trapped)
+    assert vp.as_expected("hgemm_sm90_honest", VerifyResult(True, "ok", ""))
+    assert not vp.as_expected(vp.FAULT, VerifyResult(True, "ok", ""))
