@@ -205,13 +205,13 @@ fi
 if [[ $stage == profile ]]; then  # issue 7: a verifier's time with 1 to 16 running at once
   mps_args=()
   if [[ ${PROFILE_MPS:-0} == 1 ]]; then  # A/B: the same batches as clients of an MPS server
-    mps_pipe=$(bash bench/mps.sh start "$PWD/.cache/mps" 2>&1 | tee -a "$OUT/mps.log" | tail -1)
-    [[ -d $mps_pipe ]] && mps_args=(--variant "mps:CUDA_MPS_PIPE_DIRECTORY=$mps_pipe")
+    mps_pipe=$(python3 -m engine.mps start "${TMPDIR:-/tmp}/gemmforge-mps" 2>&1 | tee -a "$OUT/mps.log" | tail -1)
+    [[ -d $mps_pipe ]] && mps_args=(--variant "mps:ENGINE_VERIFY_MPS_PIPE=$mps_pipe")
   fi
   python3 bench/verify_profile.py --db "${GRID64_DB:-bench/results/grid64/campaign.sqlite}" \
     --out "$OUT/verify-profile${PROFILE_TAG:-}.json" ${PROFILE_ARGS:-} "${mps_args[@]}" 2>&1 \
     | tee "$OUT/verify-profile${PROFILE_TAG:-}.log" | tail -20 || status=1
-  [[ ${PROFILE_MPS:-0} == 1 ]] && bash bench/mps.sh stop "$PWD/.cache/mps" >>"$OUT/mps.log" 2>&1
+  [[ ${PROFILE_MPS:-0} == 1 ]] && python3 -m engine.mps stop "${TMPDIR:-/tmp}/gemmforge-mps" >>"$OUT/mps.log" 2>&1
   mps_args=()
 fi
 if [[ $stage == splitk ]]; then  # issue 11: deep split-K on the grid's small-M·N, long-K shapes

@@ -155,6 +155,8 @@ def profile(
         "problem": problem.key,
         "jobs": jobs,
         "jobs_used": batch.jobs,
+        "mps": batch.mps_pipe is not None,
+        "retried_alone": batch.retried_alone,
         "kernels": len(kernels),
         "wall_s": round(wall, 3),
         "verdicts_per_s": round(len(kernels) / wall, 3),

@@ -7,6 +7,7 @@ Every rejection carries a reason from REASONS and a message.
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import sys
 import tempfile
@@ -17,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine import cuda_driver, sandbox, toolchain
+from engine import cuda_driver, mps, sandbox, toolchain
 from engine.config import load as load_config
 from engine.forkserver import ForkServer, ForkServerDied
 from engine.problem import Problem
@@ -70,6 +71,10 @@ REASONS = {
 }
 
 
+# What one MPS client's fatal fault does to the others (engine.mps): their calls fail, or they die
+MPS_SHARED_FAULTS = frozenset({"runtime_error", "crash", "launch"})
+
+
 @dataclass(frozen=True)
 class VerifyResult:
     ok: bool
@@ -106,9 +111,11 @@ def verify(
     seed: int | None = None,
     python: str = sys.executable,
     fork_server: ForkServer | None = None,
+    mps_pipe: str | None = None,
 ) -> VerifyResult:
     """Runs every check on ``library`` for ``problem`` in a child process: forked from
-    ``fork_server`` when given (and alive), else started fresh."""
+    ``fork_server`` when given (and alive), else started fresh; a client of the MPS daemon
+    whose pipe folder is ``mps_pipe`` (engine.mps) when given."""
     with tempfile.TemporaryDirectory(prefix="gemmforge-verify-") as workdir:
         spec_path = Path(workdir) / "spec.json"
         verdict_path = Path(workdir) / "verdict.json"
@@ -121,6 +128,9 @@ def verify(
         }
         env = sandbox.engine_child_env(Path(workdir))
         env["GEMMFORGE_SEED"] = str(seed if seed is not None else secrets.randbits(63))
+        env.pop(mps.PIPE_VARIABLE, None)
+        if mps_pipe:
+            env["CUDA_MPS_PIPE_DIRECTORY"] = mps_pipe
         spec_path.write_text(json.dumps({**spec, "launched_at": time.time()}))
         policy = sandbox.gpu_policy()
         child = {"timeout": timeout, "cwd": Path(workdir), "env": env, "policy": policy}
@@ -158,7 +168,13 @@ class Verifications:
     does other work meanwhile and collects the verdicts, in the libraries' order, with
     :meth:`results`. No more children run at once than the GPU's memory holds for the shape
     (:func:`jobs_for_memory`), and a child that still ran out of GPU memory among others is
-    verified again, alone, before its verdict counts."""
+    verified again, alone, before its verdict counts.
+
+    With an MPS daemon running for verification (``mps_pipe``; by default the pipe folder in
+    the ENGINE_VERIFY_MPS_PIPE variable, engine.mps), the children are its clients and run on
+    the GPU concurrently. A fatal fault of one client reaches every client of the server, so
+    when a child of such a batch faulted, every faulted or crashed verdict is verified again,
+    alone and outside MPS, before it counts."""
 
     def __init__(
         self,
@@ -169,6 +185,7 @@ class Verifications:
         timeout: float | None = None,
         fork_server: bool | ForkServer | None = None,
         gpu_bytes: int | None = None,
+        mps_pipe: str | None = None,
     ) -> None:
         self.libraries = [Path(p) for p in libraries]
         self.problem = problem
@@ -184,6 +201,11 @@ class Verifications:
         elif fork_server and self.libraries:
             self._server, self._server_dir = new_fork_server(start=False)
             kwargs["fork_server"] = self._server
+        if mps_pipe is None:
+            mps_pipe = os.environ.get(mps.PIPE_VARIABLE) or None
+        self.mps_pipe = mps_pipe if len(self.libraries) > 1 else None  # MPS serves no lone child
+        if self.mps_pipe:
+            kwargs["mps_pipe"] = self.mps_pipe
         self._kwargs = kwargs
         if gpu_bytes is None and len(self.libraries) > 1:
             gpu_bytes = cuda_driver.device_total_memory()
@@ -205,9 +227,16 @@ class Verifications:
         """Every verdict (waits for the children still running); ends the fork server."""
         try:
             verdicts = [f.result() for f in self._futures]
+            faulted = self.mps_pipe is not None and any(
+                v.reason in MPS_SHARED_FAULTS for v in verdicts
+            )
+            alone = {k: v for k, v in self._kwargs.items() if k != "mps_pipe"}
             for i, verdict in enumerate(verdicts):
                 if verdict.reason == "gpu_memory" and self.jobs > 1:  # others held memory too
                     verdicts[i] = self._verify(self.libraries[i], self.problem, self._kwargs)
+                    self.retried_alone += 1
+                elif faulted and verdict.reason in MPS_SHARED_FAULTS:
+                    verdicts[i] = self._verify(self.libraries[i], self.problem, alone)
                     self.retried_alone += 1
             return verdicts
         finally:

@@ -1,0 +1,128 @@
+"""An MPS control daemon of our own for a GPU's verification children (issue 7).
+
+Without MPS the GPU runs one process's context at a time, so sixteen verifiers that each launch
+short kernels and wait for them mostly wait for each other's timeslices (bench/NOTES.md §16).
+Clients of one MPS server share a context and run concurrently. The daemon gets a pipe folder
+of its own, so only processes given ``CUDA_MPS_PIPE_DIRECTORY`` become its clients: engine.verify
+gives it to verification children alone (read from PIPE_VARIABLE), and the process that times
+kernels keeps a context of its own, as a user's process would.
+
+Starting it changes no setting of the GPU (compute mode, clocks, MIG); stopping it ends its
+server. Expected failures (no binary, a daemon that does not answer) are returned as text.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+PIPE_VARIABLE = "ENGINE_VERIFY_MPS_PIPE"  # where engine.verify finds a running daemon's pipe
+CONTROL = "nvidia-cuda-mps-control"
+ANSWER_SECONDS = 10.0
+
+
+@dataclass
+class MpsDaemon:
+    """A running control daemon; its server starts with its first client."""
+
+    folder: Path
+    control: str
+
+    @property
+    def pipe_dir(self) -> Path:
+        return self.folder / "pipe"
+
+    @property
+    def log_dir(self) -> Path:
+        return self.folder / "log"
+
+    def env(self) -> dict[str, str]:
+        return {
+            **os.environ,
+            "CUDA_MPS_PIPE_DIRECTORY": str(self.pipe_dir),
+            "CUDA_MPS_LOG_DIRECTORY": str(self.log_dir),
+        }
+
+    def ask(self, command: str, timeout: float = 5.0) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [self.control],
+            input=command + "\n",
+            env=self.env(),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+
+    def answers(self) -> bool:
+        try:
+            return self.ask("get_server_list").returncode == 0
+        except subprocess.TimeoutExpired:
+            return False
+
+    def log_tail(self, lines: int = 20) -> str:
+        path = self.log_dir / "control.log"
+        if not path.exists():
+            return ""
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+    def stop(self) -> None:
+        """Ends the daemon and its server (a client still running loses its GPU work)."""
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.ask("quit")
+
+
+def start(folder: Path | None = None, *, control: str = CONTROL) -> MpsDaemon | str:
+    """Starts a daemon with its pipe and log under ``folder`` (a new temporary folder when
+    None); the daemon, or why not."""
+    binary = shutil.which(control)
+    if binary is None:
+        return f"{control} is not on PATH"
+    folder = Path(folder) if folder is not None else Path(tempfile.mkdtemp(prefix="gemmforge-mps-"))
+    daemon = MpsDaemon(folder, binary)
+    daemon.pipe_dir.mkdir(parents=True, exist_ok=True)
+    daemon.log_dir.mkdir(parents=True, exist_ok=True)
+    started = subprocess.run(
+        [binary, "-d"], env=daemon.env(), capture_output=True, text=True, check=False
+    )
+    if started.returncode != 0:
+        return f"{control} -d exited with {started.returncode}: {started.stderr.strip()[:300]}"
+    deadline = time.monotonic() + ANSWER_SECONDS
+    while time.monotonic() < deadline:
+        if daemon.answers():
+            return daemon
+        time.sleep(0.1)
+    daemon.stop()
+    return f"{control} did not answer within {ANSWER_SECONDS:.0f} s: {daemon.log_tail(3)}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m engine.mps start|stop FOLDER``: start prints the pipe folder (its last line)
+    for ENGINE_VERIFY_MPS_PIPE; stop ends the daemon and prints its log's tail."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m engine.mps", description=main.__doc__)
+    parser.add_argument("action", choices=("start", "stop"))
+    parser.add_argument("folder", type=Path)
+    args = parser.parse_args(argv)
+    if args.action == "start":
+        daemon = start(args.folder)
+        if isinstance(daemon, str):
+            print(f"no MPS: {daemon}")
+            return 1
+        print(daemon.pipe_dir)
+        return 0
+    daemon = MpsDaemon(args.folder, shutil.which(CONTROL) or CONTROL)
+    daemon.stop()
+    print(daemon.log_tail())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
