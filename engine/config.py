@@ -66,6 +66,12 @@ class EngineConfig:
         default_factory=lambda: _env_choice("ENGINE_VERIFY_BUSY_STREAM", "gate", ("gate", "sleep"))
     )
 
+    # Verification children as clients of an MPS server of our own (engine.mps), so that many
+    # run on the GPU at once instead of taking turns; "off": each its own context.
+    verify_mps: str = field(
+        default_factory=lambda: _env_choice("ENGINE_VERIFY_MPS", "off", ("off", "on"))
+    )
+
     @property
     def kernel_cache(self) -> Path:
         return self.cache_dir / "kernels"

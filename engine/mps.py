@@ -13,6 +13,7 @@ server. Expected failures (no binary, a daemon that does not answer) are returne
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import shutil
@@ -33,6 +34,7 @@ class MpsDaemon:
 
     folder: Path
     control: str
+    gpu: str = "0"  # the one GPU its server uses (CUDA_VISIBLE_DEVICES); clients see it as 0
 
     @property
     def pipe_dir(self) -> Path:
@@ -47,6 +49,7 @@ class MpsDaemon:
             **os.environ,
             "CUDA_MPS_PIPE_DIRECTORY": str(self.pipe_dir),
             "CUDA_MPS_LOG_DIRECTORY": str(self.log_dir),
+            "CUDA_VISIBLE_DEVICES": self.gpu,
         }
 
     def ask(self, command: str, timeout: float = 5.0) -> subprocess.CompletedProcess[str]:
@@ -78,14 +81,18 @@ class MpsDaemon:
             self.ask("quit")
 
 
-def start(folder: Path | None = None, *, control: str = CONTROL) -> MpsDaemon | str:
-    """Starts a daemon with its pipe and log under ``folder`` (a new temporary folder when
-    None); the daemon, or why not."""
+def start(
+    folder: Path | None = None, *, gpu: str | None = None, control: str | None = None
+) -> MpsDaemon | str:
+    """Starts a daemon for one GPU (``gpu``: an index or UUID as CUDA_VISIBLE_DEVICES takes
+    it; by default this process's first visible GPU) with its pipe and log under ``folder`` (a
+    new temporary folder when None); the daemon, or why not."""
+    control = control or CONTROL
     binary = shutil.which(control)
     if binary is None:
         return f"{control} is not on PATH"
     folder = Path(folder) if folder is not None else Path(tempfile.mkdtemp(prefix="gemmforge-mps-"))
-    daemon = MpsDaemon(folder, binary)
+    daemon = MpsDaemon(folder, binary, gpu or first_visible_gpu())
     daemon.pipe_dir.mkdir(parents=True, exist_ok=True)
     daemon.log_dir.mkdir(parents=True, exist_ok=True)
     started = subprocess.run(
@@ -100,6 +107,42 @@ def start(folder: Path | None = None, *, control: str = CONTROL) -> MpsDaemon | 
         time.sleep(0.1)
     daemon.stop()
     return f"{control} did not answer within {ANSWER_SECONDS:.0f} s: {daemon.log_tail(3)}"
+
+
+def first_visible_gpu() -> str:
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
+    return visible or "0"
+
+
+_ours: MpsDaemon | None = None  # the daemon this process started for verification
+
+
+def ensure_for_verification(setting: str, *, gpu: str | None = None) -> str:
+    """With ``setting`` "on" (ENGINE_VERIFY_MPS), a daemon for ``gpu`` (start's default) that
+    serves this process's verification children and its children's (PIPE_VARIABLE is set here
+    and inherited), stopped when this process exits; nothing when one is already named in the
+    environment. Says what it did."""
+    global _ours
+    if setting != "on":
+        return "off"
+    if os.environ.get(PIPE_VARIABLE):
+        return f"on ({os.environ[PIPE_VARIABLE]})"
+    daemon = start(gpu=gpu)
+    if isinstance(daemon, str):
+        return f"unavailable: {daemon}"
+    _ours = daemon
+    os.environ[PIPE_VARIABLE] = str(daemon.pipe_dir)
+    atexit.register(_stop_ours)
+    return f"on ({daemon.pipe_dir}, started)"
+
+
+def _stop_ours() -> None:
+    global _ours
+    if _ours is not None and os.environ.get(PIPE_VARIABLE) == str(_ours.pipe_dir):
+        os.environ.pop(PIPE_VARIABLE, None)
+    if _ours is not None:
+        _ours.stop()
+        _ours = None
 
 
 def main(argv: list[str] | None = None) -> int:

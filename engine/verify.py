@@ -129,8 +129,8 @@ def verify(
         env = sandbox.engine_child_env(Path(workdir))
         env["GEMMFORGE_SEED"] = str(seed if seed is not None else secrets.randbits(63))
         env.pop(mps.PIPE_VARIABLE, None)
-        if mps_pipe:
-            env["CUDA_MPS_PIPE_DIRECTORY"] = mps_pipe
+        if mps_pipe:  # the server runs on the verifier's GPU alone (engine.mps.start)
+            env.update(CUDA_MPS_PIPE_DIRECTORY=mps_pipe, CUDA_VISIBLE_DEVICES="0")
         spec_path.write_text(json.dumps({**spec, "launched_at": time.time()}))
         policy = sandbox.gpu_policy()
         child = {"timeout": timeout, "cwd": Path(workdir), "env": env, "policy": policy}

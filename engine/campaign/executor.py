@@ -104,6 +104,11 @@ class LocalGpuExecutor:
         self._shim: Any = None
         self._fork_server: Any = None  # engine.forkserver.ForkServer, and its folder
         self._fork_server_folder: Any = None
+        from engine import mps
+        from engine.config import load as load_engine_config
+
+        # verification children as clients of an MPS server (ENGINE_VERIFY_MPS, engine.mps)
+        self.mps = mps.ensure_for_verification(load_engine_config().verify_mps)
 
     def execute(
         self,
@@ -152,6 +157,7 @@ class LocalGpuExecutor:
             verdicts = verifications.results()
         phases.info["verification_children"] = len(verdicts)
         phases.info["verification_jobs"] = verifications.jobs
+        phases.info["verification_mps"] = verifications.mps_pipe is not None
         if verifications.retried_alone:
             phases.info["verification_retried_alone"] = verifications.retried_alone
         if verifications.seconds is not None:

@@ -5,6 +5,7 @@ daemon's A/B runs on the H200 (bench/verify_profile.py, bench/results/…-run13/
 from __future__ import annotations
 
 import json
+import os
 import sys
 import threading
 from pathlib import Path
@@ -50,9 +51,11 @@ def test_it_says_why_when_there_is_no_control_binary(tmp_path):
     assert outcome == "no-such-mps-control is not on PATH"
 
 
-def test_a_started_daemon_answers_and_stops(tmp_path):
+def test_a_started_daemon_answers_and_stops(tmp_path, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,1")
     daemon = mps.start(tmp_path / "mps", control=fake_control(tmp_path))
     assert isinstance(daemon, mps.MpsDaemon), daemon
+    assert daemon.env()["CUDA_VISIBLE_DEVICES"] == "3"  # one GPU per server
     assert daemon.pipe_dir == tmp_path / "mps" / "pipe"
     assert daemon.answers()
     daemon.stop()
@@ -84,6 +87,7 @@ def test_only_the_verification_child_becomes_a_client(tmp_path, monkeypatch, ver
     )
     env = json.loads(client.message)
     assert env["CUDA_MPS_PIPE_DIRECTORY"] == "/tmp/gemmforge-mps/pipe"
+    assert env["CUDA_VISIBLE_DEVICES"] == "0"  # the server's one GPU, whichever it is
     assert mps.PIPE_VARIABLE not in env
     alone = json.loads(verify(tmp_path / "lib.so", PROBLEM, python=str(fake_python)).message)
     assert "CUDA_MPS_PIPE_DIRECTORY" not in alone
@@ -158,3 +162,26 @@ def test_a_verdict_a_fault_cannot_cause_is_final_under_mps(monkeypatch, reason):
     batch = Verifications(libraries("a", "b"), PROBLEM, jobs=2, gpu_bytes=141 << 30, mps_pipe="/p")
     assert {v.reason for v in batch.results()} == {reason}
     assert batch.retried_alone == 0
+
+
+def test_ensure_starts_one_daemon_names_it_to_children_and_stops_it_at_exit(tmp_path, monkeypatch):
+    monkeypatch.delenv(mps.PIPE_VARIABLE, raising=False)
+    control = fake_control(tmp_path)
+    monkeypatch.setenv("PATH", f"{Path(control).parent}:{os.environ['PATH']}")
+    monkeypatch.setattr(mps.tempfile, "mkdtemp", lambda prefix: str(tmp_path / "mps"))
+    assert mps.ensure_for_verification("off") == "off"
+    assert mps.PIPE_VARIABLE not in os.environ
+    said = mps.ensure_for_verification("on", gpu="2")
+    assert said == f"on ({tmp_path / 'mps' / 'pipe'}, started)"
+    assert os.environ[mps.PIPE_VARIABLE] == str(tmp_path / "mps" / "pipe")
+    assert mps.ensure_for_verification("on").startswith("on (")  # the same one
+    mps._stop_ours()
+    assert mps.PIPE_VARIABLE not in os.environ
+    assert (tmp_path / "mps" / "pipe" / "commands").read_text().splitlines()[-1] == "quit"
+
+
+def test_ensure_reports_why_mps_is_unavailable(monkeypatch):
+    monkeypatch.delenv(mps.PIPE_VARIABLE, raising=False)
+    monkeypatch.setattr(mps, "CONTROL", "no-such-mps-control")
+    assert mps.ensure_for_verification("on") == "unavailable: no-such-mps-control is not on PATH"
+    assert mps.PIPE_VARIABLE not in os.environ

@@ -285,6 +285,13 @@ def gpu_step(*, item_id: int, token: str) -> dict[str, Any]:
             )
         if fetched.get("installed") or fetched.get("refused"):
             phases.info["artifacts"] = fetched
+    if rows and executor_spec() == "local":  # before the first (standby) step child starts
+        from engine import mps
+        from engine.config import load as load_engine_config
+
+        phases.info["mps"] = mps.ensure_for_verification(
+            load_engine_config().verify_mps, gpu=settings.GEMMFORGE_GPU_DEVICE
+        )
     outcomes = run_gpu_child(key, rows, phases=phases) if rows else []
     if executor_spec() == "local":
         from engine import gpu_health
