@@ -948,6 +948,8 @@ def environment(opts: Options, cache_entries: int | None) -> dict[str, Any]:
         "git": command(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"]),
         "engine_cache_dir": os.environ.get("ENGINE_CACHE_DIR"),
         "kernel_cache_entries_at_start": cache_entries,
+        "verify_mps": os.environ.get("ENGINE_VERIFY_MPS", "off"),
+        "verify_busy_stream": os.environ.get("ENGINE_VERIFY_BUSY_STREAM", "gate"),
     }
 
 
