@@ -108,7 +108,13 @@ def verdict_profile(names: list[str], verdicts: list[VerifyResult]) -> dict[str,
         "checks_s": median([v.phases_s["checks"] for v in verdicts if "checks" in v.phases_s]),
         **{
             f"{part}_s": median([v.phases_s[part] for v in verdicts if part in v.phases_s])
-            for part in ("session_library", "session_buffers", "session_warm_up")
+            for part in (
+                "session_library",
+                "session_allocate",
+                "session_fill",
+                "session_buffers",
+                "session_warm_up",
+            )
         },
         "check_s": {name: median(values) for name, values in checks.items()},
     }
@@ -157,6 +163,7 @@ def profile(
         "jobs_used": batch.jobs,
         "mps": batch.mps_pipe is not None,
         "retried_alone": batch.retried_alone,
+        "retried_outside_mps": batch.retried_outside_mps,
         "kernels": len(kernels),
         "wall_s": round(wall, 3),
         "verdicts_per_s": round(len(kernels) / wall, 3),

@@ -172,9 +172,10 @@ class Verifications:
 
     With an MPS daemon running for verification (``mps_pipe``; by default the pipe folder in
     the ENGINE_VERIFY_MPS_PIPE variable, engine.mps), the children are its clients and run on
-    the GPU concurrently. A fatal fault of one client reaches every client of the server, so
-    when a child of such a batch faulted, every faulted or crashed verdict is verified again,
-    alone and outside MPS, before it counts."""
+    the GPU concurrently. A fatal fault of one client reaches every client of the server (on
+    the H200 a trapping kernel took all 16 down: bench/results/2026-12-04-h200-run13/), so when
+    a child of such a batch faulted, every faulted or crashed verdict is verified again outside
+    MPS before it counts."""
 
     def __init__(
         self,
@@ -211,6 +212,7 @@ class Verifications:
             gpu_bytes = cuda_driver.device_total_memory()
         self.jobs = jobs_for_memory(problem, max(1, min(jobs, len(self.libraries))), gpu_bytes)
         self.retried_alone = 0
+        self.retried_outside_mps = 0
         self._pool = ThreadPoolExecutor(self.jobs, thread_name_prefix="verify")
         self._futures: list[Future[VerifyResult]] = [
             self._pool.submit(self._verify, p, problem, kwargs) for p in self.libraries
@@ -227,20 +229,28 @@ class Verifications:
         """Every verdict (waits for the children still running); ends the fork server."""
         try:
             verdicts = [f.result() for f in self._futures]
-            faulted = self.mps_pipe is not None and any(
-                v.reason in MPS_SHARED_FAULTS for v in verdicts
-            )
-            alone = {k: v for k, v in self._kwargs.items() if k != "mps_pipe"}
+            if self.mps_pipe is not None and any(v.reason in MPS_SHARED_FAULTS for v in verdicts):
+                self._again_outside_mps(verdicts)
             for i, verdict in enumerate(verdicts):
                 if verdict.reason == "gpu_memory" and self.jobs > 1:  # others held memory too
                     verdicts[i] = self._verify(self.libraries[i], self.problem, self._kwargs)
                     self.retried_alone += 1
-                elif faulted and verdict.reason in MPS_SHARED_FAULTS:
-                    verdicts[i] = self._verify(self.libraries[i], self.problem, alone)
-                    self.retried_alone += 1
             return verdicts
         finally:
             self.close()
+
+    def _again_outside_mps(self, verdicts: list[VerifyResult]) -> None:
+        """Verifies every faulted or crashed child of the batch again, as many at once as
+        before, each with a context of its own (one fault cannot reach the others), in place."""
+        again = [i for i, v in enumerate(verdicts) if v.reason in MPS_SHARED_FAULTS]
+        outside = {k: v for k, v in self._kwargs.items() if k != "mps_pipe"}
+        with ThreadPoolExecutor(self.jobs, thread_name_prefix="verify-again") as pool:
+            redone = list(
+                pool.map(lambda i: self._verify(self.libraries[i], self.problem, outside), again)
+            )
+        for i, verdict in zip(again, redone, strict=True):
+            verdicts[i] = verdict
+        self.retried_outside_mps += len(again)
 
     def close(self) -> None:
         """Ends the fork server, once every child has given its verdict."""

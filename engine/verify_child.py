@@ -24,6 +24,7 @@ from engine import cuda_driver, numerics
 from engine.config import load as load_config
 from engine.problem import Layout, Problem
 from engine.runtime import KernelLibrary, LoadError
+from engine.verify import CHILD_BASE_BYTES, child_gpu_bytes
 
 GUARD_ELEMENTS = 16384  # fp16 elements of random guard band before and after every buffer
 MAX_WORKSPACE_BYTES = 8 << 30
@@ -53,9 +54,14 @@ def same_bits(x: torch.Tensor, y: torch.Tensor) -> bool:
 class Guarded:
     """A device buffer with random guard bands on both sides."""
 
-    def __init__(self, numel: int, gen: torch.Generator, dtype: torch.dtype = torch.float16):
+    def __init__(self, numel: int, dtype: torch.dtype = torch.float16):
         self.numel = numel
         self.storage = torch.empty(numel + 2 * GUARD_ELEMENTS, dtype=dtype, device="cuda")
+        self.guards: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def randomize(self, gen: torch.Generator) -> None:
+        """Random bits everywhere; the guard bands' copies to check them against."""
+        dtype = self.storage.dtype
         self.storage.view(torch.int16 if dtype == torch.float16 else dtype).random_(generator=gen)
         self.guards = (self.front.clone(), self.back.clone())
 
@@ -72,6 +78,8 @@ class Guarded:
         return self.storage[GUARD_ELEMENTS : GUARD_ELEMENTS + self.numel]
 
     def guards_intact(self) -> bool:
+        if self.guards is None:
+            raise RuntimeError("guards checked before the buffer was randomized")
         return same_bits(self.front, self.guards[0]) and same_bits(self.back, self.guards[1])
 
 
@@ -82,12 +90,27 @@ class Buffers:
     c: Guarded
 
     @classmethod
-    def allocate(cls, problem: Problem, gen: torch.Generator) -> Buffers:
+    def allocate(cls, problem: Problem) -> Buffers:
+        """Allocated, not yet randomized (:meth:`randomize`)."""
         return cls(
-            a=Guarded(problem.m * problem.k, gen),
-            b=Guarded(problem.k * problem.n, gen),
-            c=Guarded(problem.m * problem.n, gen),
+            a=Guarded(problem.m * problem.k),
+            b=Guarded(problem.k * problem.n),
+            c=Guarded(problem.m * problem.n),
         )
+
+    def randomize(self, gen: torch.Generator) -> None:
+        for buffer in (self.a, self.b, self.c):
+            buffer.randomize(gen)
+
+
+def reserve_device_memory(problem: Problem, workspace_bytes: int) -> None:
+    """Allocates at once about all the device memory the session will use, and frees it:
+    torch's caching allocator keeps that one segment and carves the buffers, the reference and
+    the comparisons' temporaries out of it, so the driver is asked for memory once instead of
+    some twenty times. Each such request is a call into the driver's resource manager, and 16
+    verifiers starting together wait for each other's (bench/NOTES.md §16)."""
+    footprint = child_gpu_bytes(problem) - CHILD_BASE_BYTES + workspace_bytes
+    torch.empty(footprint, dtype=torch.uint8, device="cuda")  # dropped at once, kept cached
 
 
 def fill(tensor: torch.Tensor, distribution: str, gen: torch.Generator) -> None:
@@ -176,10 +199,20 @@ class Session:
         workspace_bytes = library.workspace_size(problem.m, problem.n, problem.k)
         if workspace_bytes < 0 or workspace_bytes > MAX_WORKSPACE_BYTES:
             raise Rejected("workspace", f"asks for {workspace_bytes} bytes of workspace")
-        self.workspace = Guarded((workspace_bytes + 1) // 2, self.gen) if workspace_bytes else None
-        self.primary = Buffers.allocate(problem, self.gen)
-        self.secondary = Buffers.allocate(problem, self.gen)
+        if load_config().verify_reserve == "on":
+            reserve_device_memory(problem, workspace_bytes)
+        self.workspace = Guarded((workspace_bytes + 1) // 2) if workspace_bytes else None
+        self.primary = Buffers.allocate(problem)
+        self.secondary = Buffers.allocate(problem)
+        torch.cuda.synchronize()
+        allocated = time.monotonic()
+        if self.workspace is not None:
+            self.workspace.randomize(self.gen)
+        self.primary.randomize(self.gen)
+        self.secondary.randomize(self.gen)
         torch.cuda.synchronize()  # the guard bands' random fill counts here, not in the checks
+        self.parts_s["session_allocate"] = round(allocated - clock, 3)
+        self.parts_s["session_fill"] = round(time.monotonic() - allocated, 3)
         self.parts_s["session_buffers"] = round(time.monotonic() - clock, 3)
         clock = time.monotonic()
         self.gate, self.busy_stream = new_gate()

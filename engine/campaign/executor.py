@@ -160,6 +160,8 @@ class LocalGpuExecutor:
         phases.info["verification_mps"] = verifications.mps_pipe is not None
         if verifications.retried_alone:
             phases.info["verification_retried_alone"] = verifications.retried_alone
+        if verifications.retried_outside_mps:
+            phases.info["verification_retried_outside_mps"] = verifications.retried_outside_mps
         if verifications.seconds is not None:
             phases.info["verification_wall_s"] = round(verifications.seconds, 3)
         phases.info.update(child_startup(verdicts))

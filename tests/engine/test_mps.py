@@ -142,7 +142,8 @@ def test_a_fault_among_mps_clients_is_verified_again_alone_outside_mps(monkeypat
         libraries("ok", "trap", "victim"), PROBLEM, jobs=3, gpu_bytes=141 << 30, mps_pipe="/p"
     )
     assert [v.reason for v in batch.results()] == ["ok", "runtime_error", "ok"]
-    assert batch.retried_alone == 2
+    assert batch.retried_outside_mps == 2
+    assert batch.retried_alone == 0
     assert sorted(calls[3:]) == [("trap", None), ("victim", None)]
 
 
@@ -153,7 +154,7 @@ def test_without_mps_a_fault_is_not_verified_again(monkeypatch):
     batch = Verifications(libraries("a", "b"), PROBLEM, jobs=2, gpu_bytes=141 << 30)
     assert [v.reason for v in batch.results()] == ["runtime_error", "runtime_error"]
     assert len(calls) == 2
-    assert batch.retried_alone == 0
+    assert batch.retried_outside_mps == 0
 
 
 @pytest.mark.parametrize("reason", ["wrong", "stream", "timeout"])
@@ -161,7 +162,7 @@ def test_a_verdict_a_fault_cannot_cause_is_final_under_mps(monkeypatch, reason):
     record_calls(monkeypatch, lambda name, pipe: VerifyResult(False, reason, "rejected"))
     batch = Verifications(libraries("a", "b"), PROBLEM, jobs=2, gpu_bytes=141 << 30, mps_pipe="/p")
     assert {v.reason for v in batch.results()} == {reason}
-    assert batch.retried_alone == 0
+    assert batch.retried_outside_mps == 0
 
 
 def test_ensure_starts_one_daemon_names_it_to_children_and_stops_it_at_exit(tmp_path, monkeypatch):
