@@ -110,6 +110,7 @@ def verdict_profile(names: list[str], verdicts: list[VerifyResult]) -> dict[str,
             f"{part}_s": median([v.phases_s[part] for v in verdicts if part in v.phases_s])
             for part in (
                 "session_library",
+                "session_context",
                 "session_allocate",
                 "session_fill",
                 "session_buffers",

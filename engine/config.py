@@ -72,12 +72,6 @@ class EngineConfig:
         default_factory=lambda: _env_choice("ENGINE_VERIFY_MPS", "off", ("off", "on"))
     )
 
-    # A verifier asks the driver for its device memory in one allocation, kept by torch's
-    # caching allocator (engine.verify_child.reserve_device_memory), or buffer by buffer ("off").
-    verify_reserve: str = field(
-        default_factory=lambda: _env_choice("ENGINE_VERIFY_RESERVE", "off", ("on", "off"))
-    )
-
     @property
     def kernel_cache(self) -> Path:
         return self.cache_dir / "kernels"

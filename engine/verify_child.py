@@ -24,7 +24,6 @@ from engine import cuda_driver, numerics
 from engine.config import load as load_config
 from engine.problem import Layout, Problem
 from engine.runtime import KernelLibrary, LoadError
-from engine.verify import CHILD_BASE_BYTES, child_gpu_bytes
 
 GUARD_ELEMENTS = 16384  # fp16 elements of random guard band before and after every buffer
 MAX_WORKSPACE_BYTES = 8 << 30
@@ -101,16 +100,6 @@ class Buffers:
     def randomize(self, gen: torch.Generator) -> None:
         for buffer in (self.a, self.b, self.c):
             buffer.randomize(gen)
-
-
-def reserve_device_memory(problem: Problem, workspace_bytes: int) -> None:
-    """Allocates at once about all the device memory the session will use, and frees it:
-    torch's caching allocator keeps that one segment and carves the buffers, the reference and
-    the comparisons' temporaries out of it, so the driver is asked for memory once instead of
-    some twenty times. Each such request is a call into the driver's resource manager, and 16
-    verifiers starting together wait for each other's (bench/NOTES.md §16)."""
-    footprint = child_gpu_bytes(problem) - CHILD_BASE_BYTES + workspace_bytes
-    torch.empty(footprint, dtype=torch.uint8, device="cuda")  # dropped at once, kept cached
 
 
 def fill(tensor: torch.Tensor, distribution: str, gen: torch.Generator) -> None:
@@ -195,12 +184,13 @@ class Session:
         self.gen = torch.Generator(device="cuda")
         self.gen.manual_seed(seed)
         self.stream = torch.cuda.Stream()
+        torch.cuda.synchronize()  # the context exists from here (the runtime creates it lazily)
+        self.parts_s["session_context"] = round(time.monotonic() - clock, 3)
+        clock = time.monotonic()
         self.checks: list[Check] = []
         workspace_bytes = library.workspace_size(problem.m, problem.n, problem.k)
         if workspace_bytes < 0 or workspace_bytes > MAX_WORKSPACE_BYTES:
             raise Rejected("workspace", f"asks for {workspace_bytes} bytes of workspace")
-        if load_config().verify_reserve == "on":
-            reserve_device_memory(problem, workspace_bytes)
         self.workspace = Guarded((workspace_bytes + 1) // 2) if workspace_bytes else None
         self.primary = Buffers.allocate(problem)
         self.secondary = Buffers.allocate(problem)
@@ -213,7 +203,7 @@ class Session:
         torch.cuda.synchronize()  # the guard bands' random fill counts here, not in the checks
         self.parts_s["session_allocate"] = round(allocated - clock, 3)
         self.parts_s["session_fill"] = round(time.monotonic() - allocated, 3)
-        self.parts_s["session_buffers"] = round(time.monotonic() - clock, 3)
+        self.parts_s["session_buffers"] = round(time.monotonic() - clock, 3)  # allocate + fill
         clock = time.monotonic()
         self.gate, self.busy_stream = new_gate()
         if self.gate is not None:
