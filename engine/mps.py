@@ -132,11 +132,13 @@ def ensure_for_verification(setting: str, *, gpu: str | None = None) -> str:
         return f"unavailable: {daemon}"
     _ours = daemon
     os.environ[PIPE_VARIABLE] = str(daemon.pipe_dir)
-    atexit.register(_stop_ours)
+    atexit.register(stop_started)
     return f"on ({daemon.pipe_dir}, started)"
 
 
-def _stop_ours() -> None:
+def stop_started() -> None:
+    """Stops the daemon :func:`ensure_for_verification` started here, if any (at exit; a Celery
+    pool process, which ends without running atexit, calls it from worker_process_shutdown)."""
     global _ours
     if _ours is not None and os.environ.get(PIPE_VARIABLE) == str(_ours.pipe_dir):
         os.environ.pop(PIPE_VARIABLE, None)

@@ -176,7 +176,7 @@ def test_ensure_starts_one_daemon_names_it_to_children_and_stops_it_at_exit(tmp_
     assert said == f"on ({tmp_path / 'mps' / 'pipe'}, started)"
     assert os.environ[mps.PIPE_VARIABLE] == str(tmp_path / "mps" / "pipe")
     assert mps.ensure_for_verification("on").startswith("on (")  # the same one
-    mps._stop_ours()
+    mps.stop_started()
     assert mps.PIPE_VARIABLE not in os.environ
     assert (tmp_path / "mps" / "pipe" / "commands").read_text().splitlines()[-1] == "quit"
 

@@ -112,3 +112,20 @@ def test_a_discarded_standby_child_ends(standby):
     runner.standby_discard()
     assert not waiting.running.alive()
     assert runner._standby is None
+
+
+def test_a_pool_process_ending_ends_its_standby_child_and_its_mps_daemon(standby, monkeypatch):
+    """Celery's pool processes end without atexit; worker_process_shutdown does the cleanup."""
+    from celery.signals import worker_process_shutdown
+
+    from engine import mps
+
+    stopped = []
+    monkeypatch.setattr(mps, "stop_started", lambda: stopped.append(True))
+    runner.run_gpu_child(PROBLEM, rows_for(1))
+    waiting = runner._standby
+    assert waiting is not None
+    worker_process_shutdown.send(sender=None, pid=os.getpid(), exitcode=0)
+    assert not waiting.running.alive()
+    assert runner._standby is None
+    assert stopped == [True]

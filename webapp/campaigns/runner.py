@@ -27,6 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from celery.signals import worker_process_shutdown
 from django.conf import settings
 from django.db import transaction
 
@@ -417,6 +418,16 @@ def standby_discard() -> None:
 
 
 atexit.register(standby_discard)
+
+
+@worker_process_shutdown.connect(weak=False, dispatch_uid="gemmforge-gpu-children")
+def on_worker_process_shutdown(**_kwargs: Any) -> None:
+    """A Celery pool process ends without running atexit: its standby step child and the MPS
+    daemon it started for verification (engine.mps) end here."""
+    from engine import mps
+
+    standby_discard()
+    mps.stop_started()
 
 
 def run_gpu_child(
