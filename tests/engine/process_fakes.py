@@ -1,6 +1,10 @@
-"""Stand-ins for engine.toolchain.run's result: a child process its sandbox stopped."""
+"""Stand-ins for engine.toolchain.run's result (a child process its sandbox stopped) and for the
+python a verification child runs with."""
 
 from __future__ import annotations
+
+import sys
+from pathlib import Path
 
 from engine import sandbox, toolchain
 
@@ -17,3 +21,17 @@ def killed_for_memory(command: str, limits: sandbox.Limits) -> toolchain.Process
         killed_for="memory",
         sandbox=sandbox.Applied(limits, sandbox.ISOLATED),
     )
+
+
+def environment_reporting_python(folder: Path) -> Path:
+    """A stand-in for python (engine.verify's ``python``) whose verdict is ok and whose message
+    is the environment it was given, as JSON."""
+    path = folder / "python"
+    path.write_text(
+        f"#!{sys.executable}\n"
+        "import json, os, sys\n"
+        "verdict = {'ok': True, 'reason': 'ok', 'message': json.dumps(dict(os.environ))}\n"
+        "open(sys.argv[4], 'w').write(json.dumps(verdict))\n"
+    )
+    path.chmod(0o755)
+    return path

@@ -16,6 +16,7 @@ from engine import mps
 from engine import verify as verify_module
 from engine.problem import Problem
 from engine.verify import Verifications, VerifyResult, verify
+from tests.engine.process_fakes import environment_reporting_python
 
 PROBLEM = Problem(4096, 4096, 4096)
 
@@ -74,14 +75,7 @@ def test_only_the_verification_child_becomes_a_client(tmp_path, monkeypatch, ver
     """The pipe reaches the child as CUDA_MPS_PIPE_DIRECTORY; the variable that names it for
     the engine does not, and without a pipe the child gets neither."""
     monkeypatch.setenv(mps.PIPE_VARIABLE, "/tmp/gemmforge-mps/pipe")
-    fake_python = tmp_path / "python"
-    fake_python.write_text(
-        f"#!{sys.executable}\n"
-        "import json, os, sys\n"
-        "verdict = {'ok': True, 'reason': 'ok', 'message': json.dumps(dict(os.environ))}\n"
-        "open(sys.argv[4], 'w').write(json.dumps(verdict))\n"
-    )
-    fake_python.chmod(0o755)
+    fake_python = environment_reporting_python(tmp_path)
     client = verify(
         tmp_path / "lib.so", PROBLEM, python=str(fake_python), mps_pipe="/tmp/gemmforge-mps/pipe"
     )

@@ -17,7 +17,7 @@ from engine.forkserver import FORKED, ForkServer
 from engine.problem import Problem
 from engine.toolchain import ProcessResult
 from engine.verify import REASONS, VerifyResult, interpret, verify
-from tests.engine.process_fakes import killed_for_memory
+from tests.engine.process_fakes import environment_reporting_python, killed_for_memory
 
 
 def process(
@@ -156,14 +156,7 @@ def test_the_verifier_child_gets_the_candidate_environment(
     under the GPU children's sandbox policy (what the GPU tests assert of every verification)."""
     monkeypatch.setenv("SECRET_KEY", "django-secret")
     monkeypatch.setenv("DATABASE_URL", "postgres://user:password@db/gemmforge")
-    fake_python = tmp_path / "python"
-    fake_python.write_text(
-        f"#!{sys.executable}\n"
-        "import json, os, sys\n"
-        "verdict = {'ok': True, 'reason': 'ok', 'message': json.dumps(dict(os.environ))}\n"
-        "open(sys.argv[4], 'w').write(json.dumps(verdict))\n"
-    )
-    fake_python.chmod(0o755)
+    fake_python = environment_reporting_python(tmp_path)
     result = verify(tmp_path / "lib.so", Problem(64, 64, 64), seed=7, python=str(fake_python))
     assert result.ok, result
     env = json.loads(result.message)
