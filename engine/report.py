@@ -28,6 +28,7 @@ from engine.problem import Problem
 
 PROTOCOLS = ("device", "offline", "server")
 SIZE_CLASSES = ("small", "medium", "large")
+LAYOUT_GROUPS = ("NN", "TN")  # summarised apart when a report has both
 LARGE_LOG2_MNK = 36
 ANCHOR_COLUMNS = {
     "torch": "torch.matmul",
@@ -157,9 +158,11 @@ def geomean(values: Sequence[float]) -> float | None:
 
 
 def summarize(results: dict[str, ShapeResult]) -> dict[str, Any]:
-    """Per protocol and baseline: geomean, mean, fraction faster, overall and per size class;
-    and the large shapes under 0.98 against cuBLASLt-autotune (issue 11's floor)."""
+    """Per protocol and baseline: geomean, mean, fraction faster, overall, per size class and,
+    when both layouts are there, per layout; and the large shapes under 0.98 against
+    cuBLASLt-autotune (issue 11's floor)."""
     summary: dict[str, Any] = {}
+    by_layout = len({r.problem.layout for r in results.values()}) > 1
     for protocol in PROTOCOLS:
         rows = [(r, r.points[protocol]) for r in results.values() if protocol in r.points]
         if not rows:
@@ -173,6 +176,8 @@ def summarize(results: dict[str, ShapeResult]) -> dict[str, Any]:
                     continue
                 groups["all"].append(speedup)
                 groups.setdefault(result.size_class, []).append(speedup)
+                if by_layout:
+                    groups.setdefault(result.problem.layout.value.upper(), []).append(speedup)
             by_baseline[baseline] = {
                 group: {
                     "shapes": len(values),
@@ -290,7 +295,7 @@ def markdown(
             "|---|---|---|---|---|---|",
         ]
         for baseline, groups in s["baselines"].items():
-            for group in ("all", *SIZE_CLASSES):
+            for group in ("all", *SIZE_CLASSES, *LAYOUT_GROUPS):
                 if group in groups:
                     g = groups[group]
                     lines.append(

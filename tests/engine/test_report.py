@@ -43,7 +43,7 @@ def test_the_summary_geomean_matches_the_per_shape_speedups():
     assert summary["all"]["geomean"] == pytest.approx(
         math.exp(sum(map(math.log, values)) / len(values))
     )
-    assert sum(g["shapes"] for k, g in summary.items() if k != "all") == len(values)
+    assert sum(summary[c]["shapes"] for c in report.SIZE_CLASSES if c in summary) == len(values)
     assert results["64x64x64_nn"].size_class == "small"
     assert results["8192x8192x8192_nn"].size_class == "large"
 
@@ -110,3 +110,15 @@ def test_the_environment_line_spans_the_days_of_every_run_combined(tmp_path):
     assert line.endswith("measured 2026-12-03 to 2026-12-04.")
     assert report.environment_line([run("2026-12-04")]).endswith("measured 2026-12-04.")
     assert report.environment_line([]) == "environment not recorded"
+
+
+def test_a_report_with_both_layouts_summarises_each_layout_apart():
+    results = report.load_results([RUN1])
+    layouts = {r.problem.layout.value.upper() for r in results.values()}
+    assert layouts == {"NN", "TN"}, "RUN1 sweeps both layouts"
+    groups = report.summarize(results)["device"]["baselines"]["cublaslt_autotune"]
+    assert groups["NN"]["shapes"] + groups["TN"]["shapes"] == groups["all"]["shapes"]
+    only_nn = {k: r for k, r in results.items() if k.endswith("_nn")}
+    nn_groups = report.summarize(only_nn)["device"]["baselines"]["cublaslt_autotune"]
+    assert "NN" not in nn_groups
+    assert nn_groups["all"]["geomean"] == pytest.approx(groups["NN"]["geomean"])
