@@ -123,6 +123,7 @@ def test_a_local_step_books_the_childs_phases_and_its_own(gpu_item, monkeypatch)
         "autotune_cached": True,
         "verification_children": 2,
         "health_probe": "driver",
+        "mps": "off",  # ENGINE_VERIFY_MPS (engine.mps): whether verifiers shared an MPS server
     }
     item.refresh_from_db()
     assert item.result == result  # what bench/stack_run.py reads back
