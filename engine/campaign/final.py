@@ -15,6 +15,7 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import wait as futures_wait
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,7 @@ def config_of(record: CandidateRecord) -> KernelConfig:
 
 RemeasureJob = tuple[Problem, dict[str, Path]]  # a problem and its candidates' libraries
 FINAL_BATCH = 8  # problems per re-measurement child
+RECORD_POLL_S = 0.5  # how often the parent looks for records the child has written
 
 
 def remeasure(
@@ -134,7 +136,6 @@ def _remeasure_child(
                 }
             )
         )
-        applied = "not recorded: the caller was interrupted"
         taken = 0
 
         def take_written() -> None:
@@ -144,17 +145,27 @@ def _remeasure_child(
                 on_record(taken, {**json.loads(line), "sandbox": applied})
                 taken += 1
 
-        try:
-            result = toolchain.run(
-                [python, "-m", "engine.campaign.final", spec, out],
-                timeout=timeout * len(jobs),
-                cwd=Path(workdir),
-                env=sandbox.engine_child_env(Path(workdir)),
-                policy=sandbox.gpu_policy(),
-            )
-            applied = result.sandbox.describe() if result.sandbox else "none"
-        finally:
-            take_written()  # what it measured before an interrupt here is kept
+        running = toolchain.start(
+            [python, "-m", "engine.campaign.final", spec, out],
+            cwd=Path(workdir),
+            env=sandbox.engine_child_env(Path(workdir)),
+            policy=sandbox.gpu_policy(),
+        )
+        applied = running.sandbox.describe() if running.sandbox else "none"
+        with ThreadPoolExecutor(1, thread_name_prefix="final-wait") as pool:
+            waiting = pool.submit(running.finish, stdin=None, timeout=timeout * len(jobs))
+            try:
+                while not waiting.done():
+                    take_written()  # each problem's record as soon as the child wrote it
+                    futures_wait([waiting], timeout=RECORD_POLL_S)
+            except BaseException:  # interrupted: the child must not go on using the GPU
+                toolchain.kill_group(running.proc)
+                raise
+            finally:
+                take_written()  # what it measured before an interrupt is kept
+            result = waiting.result()
+        if result.sandbox is not None:
+            applied = result.sandbox.describe()
         if taken == len(jobs):
             return None
         if result.timed_out:

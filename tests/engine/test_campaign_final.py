@@ -9,6 +9,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -237,13 +238,13 @@ def test_the_remeasurement_child_gets_the_candidate_environment_and_the_gpu_sand
     monkeypatch.setenv("ENGINE_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("ENGINE_CHILD_FILE_SIZE_MB", "64")
     calls = []
-    real_run = toolchain.run
+    real_start = toolchain.start
 
     def spy(argv, **kwargs):
         calls.append(kwargs)
-        return real_run(argv, **kwargs)
+        return real_start(argv, **kwargs)
 
-    monkeypatch.setattr(final.toolchain, "run", spy)
+    monkeypatch.setattr(final.toolchain, "start", spy)
     library = tmp_path / "k.so"
     record = final.remeasure(
         PROBLEM,
@@ -293,10 +294,11 @@ def test_a_remeasurement_stopped_by_its_sandbox_is_an_error_that_says_why(monkey
     from engine.campaign import final
 
     def killed(argv, **kwargs):
-        return killed_for_memory("python -m engine.campaign.final", kwargs["policy"].limits)
+        result = killed_for_memory("python -m engine.campaign.final", kwargs["policy"].limits)
+        return SimpleNamespace(sandbox=None, proc=None, finish=lambda **_: result)
 
     monkeypatch.setenv("ENGINE_CHILD_MEMORY_GB", "8")
-    monkeypatch.setattr(final.toolchain, "run", killed)
+    monkeypatch.setattr(final.toolchain, "start", killed)
     record = final.remeasure(PROBLEM, {"k": Path("/x/k.so")})
     assert "memory" in record["error"]
     assert "resident memory 8 GiB" in record["error"]
@@ -346,6 +348,23 @@ def test_a_batch_child_that_hangs_keeps_what_it_measured_before(tmp_path):
     assert records[0]["m"] == 64
     assert "sandbox" in records[0]
     assert "did not finish in 2 s per problem" in records[1]["error"]
+
+
+def test_each_record_reaches_the_caller_while_the_child_still_measures_the_next(tmp_path):
+    """The finals print each shape as it is measured (run 13's log printed "0.0 s" for all but
+    the first of a batch, all read at the child's exit)."""
+    from engine.campaign import final
+
+    jobs = [(Problem(m, 64, 64, Layout.NN), {"k": tmp_path / "k.so"}) for m in (64, 128)]
+    python = batch_python(tmp_path, "if m == 128: time.sleep(2)")
+    arrived = {}
+    final.remeasure_batch(
+        jobs,
+        timeout=30,
+        python=str(python),
+        on_record=lambda i, r: arrived.setdefault(i, time.monotonic()),
+    )
+    assert arrived[1] - arrived[0] > 1.0
 
 
 def test_final_summary_keeps_what_the_child_ran_under():
