@@ -332,17 +332,22 @@ def test_the_recorded_h200_campaign_imports_with_its_final_measurements(client, 
 GRID64 = Path(settings.BASE_DIR) / "bench/results/grid64/campaign.sqlite"
 
 
-def test_the_grid64_campaign_imports_with_the_finals_of_all_64_shapes(client, db):
-    """What `bin/run` loads into an empty dashboard: issue 11's campaign on the H200, its
-    candidates and, from grid64-nn.json beside it, every shape's final re-measurement."""
+def test_the_grid64_campaigns_import_with_the_finals_of_every_shape(client, db):
+    """What `bin/run` loads into an empty dashboard: issue 11's campaigns on the H200 (64 NN
+    shapes, and the TN quarter: 16 of them), their candidates and, from grid64-nn.json and
+    grid64-tn.json beside them, every shape's final re-measurement."""
     call_command("import_results", str(GRID64))
-    campaign = Campaign.objects.get()
-    assert campaign.name == "nn-64shapes-2bacba6c"
-    assert campaign.problems.count() == 64
-    assert Candidate.objects.filter(problem__campaign=campaign).count() == 2048
-    # the four baselines in both layouts, for each of the 64 shapes
-    assert BaselineResult.objects.count() == 64 * 8
-    slow = campaign.problems.get(m=128, n=128, k=12288)
+    nn = Campaign.objects.get(name="nn-64shapes-2bacba6c")
+    tn = Campaign.objects.get(name="tn-16shapes-1c5e2593")
+    assert Campaign.objects.count() == 2
+    assert (nn.problems.count(), tn.problems.count()) == (64, 16)
+    assert Candidate.objects.filter(problem__campaign=nn).count() == 2048
+    assert Candidate.objects.filter(problem__campaign=tn).count() == 512
+    # the four baselines in both layouts, for each of the 80 (shape, layout) problems
+    assert BaselineResult.objects.count() == 80 * 8
+    slow = nn.problems.get(m=128, n=128, k=12288)
     assert slow.best_speedups["cublaslt_autotune"] < 0.5  # the report's worst shape
-    page = client.get(reverse("campaign-detail", args=[campaign.id])).content.decode()
+    deep = tn.problems.get(m=128, n=128, k=16384)  # deep split-K, reached by the TN search
+    assert deep.best_speedups["cublaslt_autotune"] > 0.7
+    page = client.get(reverse("campaign-detail", args=[nn.id])).content.decode()
     assert "128x128x12288" in page
