@@ -7,6 +7,7 @@ run again). ``--replay FILE`` answers from recorded measurements instead of the 
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 import math
@@ -250,6 +251,7 @@ def run(args: argparse.Namespace) -> int:
         storage.close()
     report = campaign_report(results, settings, executor=type(executor).__name__)
     if isinstance(executor, LocalGpuExecutor) and args.final_top > 0:
+        sanitizer = functools.partial(sanitize_library, layout=layout)
         report["final"] = final_measurements(
             results,
             baseline=settings.baseline,
@@ -258,7 +260,7 @@ def run(args: argparse.Namespace) -> int:
                 configs, jobs=args.jobs, config=config, target_arch=executor.arch
             ),
             device_seconds=args.final_device_seconds,
-            sanitizer=None if args.no_sanitize else sanitize_library,
+            sanitizer=None if args.no_sanitize else sanitizer,
             progress=lambda msg: print(msg, flush=True),
             saved=SavedFinals(Path(db).with_suffix(".finals.json")),
         )
@@ -315,10 +317,12 @@ def pretrain(policy: Policy, tables: list[Path], *, baseline: str, steps: int) -
     print(f"policy: pretrained on {len(tasks)} recorded problems ({steps} steps)", flush=True)
 
 
-def sanitize_library(library: Path):
-    from engine.sanitize import sanitize
+def sanitize_library(library: Path, *, layout: Layout):
+    """The sanitizers on ``library`` at their small unaligned problem, in the campaign's layout
+    (run 13's TN kernels were sanitized as NN: the same bytes, another label)."""
+    from engine.sanitize import sanitize, sanitize_problem
 
-    return sanitize(library, timeout=60)
+    return sanitize(library, sanitize_problem(layout), timeout=60)
 
 
 def print_finals(finals: dict, baseline: str) -> None:

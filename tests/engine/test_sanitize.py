@@ -4,6 +4,7 @@ on a GPU the reference kernel passing and an out-of-bounds cheat failing memchec
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -105,3 +106,12 @@ def test_a_racecheck_run_with_only_its_hazard_summary_counts_as_clean():
     )
     assert sanitize.parse_errors("racecheck", output) == 0
     assert sanitize.parse_errors("memcheck", output) is None
+
+
+def test_a_campaigns_top_kernels_are_sanitized_in_its_own_layout(monkeypatch):
+    from engine.commands import optimize
+
+    seen = []
+    monkeypatch.setattr(sanitize, "sanitize", lambda library, problem, **_: seen.append(problem))
+    optimize.sanitize_library(Path("/x/k.so"), layout=Layout.TN)
+    assert seen == [Problem(264, 272, 1032, Layout.TN)]
