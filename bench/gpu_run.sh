@@ -3,7 +3,7 @@
 # single call on the lent H200, writing JSON and logs under $OUT.
 #   usage (on the device): bash bench/gpu_run.sh
 #     [tests|bench|clock|all|checks|families|campaign|library|smoke|library2|library3|resume|
-#      stack|bundle|grid64|profile|splitk]
+#      stack|bundle|grid64|profile|splitk|interference]
 #   [extra args]
 set -uo pipefail  # pipefail: a pipeline's status is its first failing command's
 stage=${1:-all}; shift || true
@@ -14,7 +14,7 @@ if ls .whl/*.whl >/dev/null 2>&1; then
   export PYTHONPATH=/tmp/site
 fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
-if [[ $stage == library* || $stage =~ ^(smoke|checks|stack|bundle|resume|grid64|profile|splitk)$ ]]; then
+if [[ $stage == library* || $stage =~ ^(smoke|checks|stack|bundle|resume|grid64|profile|splitk|interference)$ ]]; then
   # inside the checkout (ignored): kept between calls while the lent machine stays warm
   export ENGINE_CACHE_DIR=$PWD/.cache/device
   mkdir -p "$ENGINE_CACHE_DIR/kernels"
@@ -213,6 +213,10 @@ if [[ $stage == profile ]]; then  # issue 7: a verifier's time with 1 to 16 runn
     | tee "$OUT/verify-profile${PROFILE_TAG:-}.log" | tail -20 || status=1
   [[ ${PROFILE_MPS:-0} == 1 ]] && python3 -m engine.mps stop "${TMPDIR:-/tmp}/gemmforge-mps" >>"$OUT/mps.log" 2>&1
   mps_args=()
+fi
+if [[ $stage == interference ]]; then  # issue 7: timing while other processes create contexts
+  python3 bench/context_interference.py --out "$OUT/context-interference.json" \
+    ${INTERFERENCE_ARGS:-} 2>&1 | tee "$OUT/context-interference.log" | tail -24 || status=1
 fi
 if [[ $stage == splitk ]]; then  # issue 11: deep split-K on the grid's small-M·N, long-K shapes
   python3 bench/deep_splitk.py --db "${GRID64_DB:-bench/results/grid64/campaign.sqlite}" \
