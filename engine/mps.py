@@ -28,6 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 PIPE_VARIABLE = "ENGINE_VERIFY_MPS_PIPE"  # where engine.verify finds a running daemon's pipe
+# why a process could not start one: it and its children (a GPU worker's step children) do not
+# try again at every step, which could cost ANSWER_SECONDS each time
+UNAVAILABLE_VARIABLE = "ENGINE_VERIFY_MPS_UNAVAILABLE"
 CONTROL = "nvidia-cuda-mps-control"
 ANSWER_SECONDS = 10.0
 
@@ -125,14 +128,17 @@ def ensure_for_verification(setting: str, *, gpu: str | None = None) -> str:
     """With ``setting`` "on" (ENGINE_VERIFY_MPS), a daemon for ``gpu`` (start's default) that
     serves this process's verification children and its children's (PIPE_VARIABLE is set here
     and inherited), stopped when this process exits; nothing when one is already named in the
-    environment. Says what it did."""
+    environment, or when this process or its parent could not start one. Says what it did."""
     global _ours
     if setting != "on":
         return "off"
     if os.environ.get(PIPE_VARIABLE):
         return f"on ({os.environ[PIPE_VARIABLE]})"
+    if os.environ.get(UNAVAILABLE_VARIABLE):
+        return f"unavailable: {os.environ[UNAVAILABLE_VARIABLE]}"
     daemon = start(gpu=gpu)
     if isinstance(daemon, str):
+        os.environ[UNAVAILABLE_VARIABLE] = daemon
         return f"unavailable: {daemon}"
     _ours = daemon
     os.environ[PIPE_VARIABLE] = str(daemon.pipe_dir)

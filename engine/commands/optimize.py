@@ -219,6 +219,8 @@ def run(args: argparse.Namespace) -> int:
         f", db {db}",
         flush=True,
     )
+    if getattr(executor, "mps", "off") != "off":  # ENGINE_VERIFY_MPS=on: say whether it is
+        print(f"verification under MPS: {executor.mps}", flush=True)
 
     def compile_family(configs):
         return compile_configs(configs, jobs=args.jobs, config=config, target_arch=executor.arch)

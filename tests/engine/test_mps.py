@@ -161,6 +161,7 @@ def test_a_verdict_a_fault_cannot_cause_is_final_under_mps(monkeypatch, reason):
 
 def test_ensure_starts_one_daemon_names_it_to_children_and_stops_it_at_exit(tmp_path, monkeypatch):
     monkeypatch.delenv(mps.PIPE_VARIABLE, raising=False)
+    monkeypatch.setenv(mps.UNAVAILABLE_VARIABLE, "")  # restored after: ensure sets it
     control = fake_control(tmp_path)
     monkeypatch.setenv("PATH", f"{Path(control).parent}:{os.environ['PATH']}")
     monkeypatch.setattr(mps.tempfile, "mkdtemp", lambda prefix: str(tmp_path / "mps"))
@@ -177,6 +178,19 @@ def test_ensure_starts_one_daemon_names_it_to_children_and_stops_it_at_exit(tmp_
 
 def test_ensure_reports_why_mps_is_unavailable(monkeypatch):
     monkeypatch.delenv(mps.PIPE_VARIABLE, raising=False)
+    monkeypatch.setenv(mps.UNAVAILABLE_VARIABLE, "")  # restored after: ensure sets it
     monkeypatch.setattr(mps, "CONTROL", "no-such-mps-control")
     assert mps.ensure_for_verification("on") == "unavailable: no-such-mps-control is not on PATH"
     assert mps.PIPE_VARIABLE not in os.environ
+
+
+def test_a_process_that_could_not_start_a_daemon_does_not_try_again(monkeypatch):
+    """Nor do its children (a GPU worker's step children inherit the variable)."""
+    monkeypatch.delenv(mps.PIPE_VARIABLE, raising=False)
+    monkeypatch.setenv(mps.UNAVAILABLE_VARIABLE, "")  # restored after: ensure sets it
+    starts = []
+    monkeypatch.setattr(mps, "start", lambda **_: starts.append(1) or "did not answer")
+    assert mps.ensure_for_verification("on") == "unavailable: did not answer"
+    assert mps.ensure_for_verification("on") == "unavailable: did not answer"
+    assert starts == [1]
+    assert os.environ[mps.UNAVAILABLE_VARIABLE] == "did not answer"
