@@ -7,9 +7,11 @@ resource manager, which the timing process's calls may wait for. This measures i
 shape, one measurement session (engine.measure: the four baselines in both layouts, interleaved,
 L2 flushed, the device protocol) alternates quiet runs with runs during a *storm*: ``--creators``
 processes that each fork, in a loop, a child that creates a context, allocates and touches
-``--megabytes`` and exits (the parent never initialises CUDA, as a fork server). Reported per
-runner: each run's median and p90, and the storm runs' median over the quiet runs'; and how many
-contexts were created during each storm run.
+``--megabytes`` and exits (the parent never initialises CUDA, as a fork server). Two storms:
+``context`` allocates without touching (no kernel at all: what a warm verifier does before its
+candidate arrives) and ``fill`` also fills the memory (a kernel per context). Reported per
+runner: each run's median and p90, and each storm's runs' median over the quiet runs'; and how
+many contexts were created during each storm run.
 
     python3 bench/context_interference.py [--shapes 4096x4096x4096,256x256x256] [--runs 3]
         [--creators 16] [--megabytes 256] [--device-seconds 2] [--out FILE]
@@ -30,18 +32,20 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 # A creator: imports torch (never initialising CUDA itself), says "ready", then forks one child
-# after another until stdin closes; each child creates its context, touches its memory, exits.
-# Prints how many contexts its children created.
+# after another until stdin closes; each child creates its context, allocates (and with "fill",
+# touches) its memory, exits. Prints how many contexts its children created.
 CREATOR = """
 import os, select, sys, torch
-size = int(sys.argv[1])
+size, touch = int(sys.argv[1]), sys.argv[2] == "fill"
 print("ready", flush=True)
 created = 0
 while not select.select([sys.stdin], [], [], 0)[0]:
     pid = os.fork()
     if pid == 0:
         try:
-            torch.empty(size, dtype=torch.uint8, device="cuda").fill_(1)
+            memory = torch.empty(size, dtype=torch.uint8, device="cuda")
+            if touch:
+                memory.fill_(1)
             torch.cuda.synchronize()
         except Exception:
             os._exit(1)
@@ -52,13 +56,18 @@ print(created, flush=True)
 """
 
 
-class Storm:
-    """``creators`` creator processes, creating contexts from when it starts until it stops."""
+STORMS = (None, "context", "fill")  # run after run, in this order (None: quiet)
 
-    def __init__(self, creators: int, megabytes: int) -> None:
+
+class Storm:
+    """``creators`` creator processes, creating contexts from when it starts until it stops;
+    ``kind``: "context" (no kernel) or "fill" (each context also fills its memory)."""
+
+    def __init__(self, creators: int, megabytes: int, kind: str) -> None:
+        self.kind = kind
         self.procs = [
             subprocess.Popen(
-                [sys.executable, "-c", CREATOR, str(megabytes << 20)],
+                [sys.executable, "-c", CREATOR, str(megabytes << 20), kind],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 text=True,
@@ -87,11 +96,11 @@ def run_summary(protocol: dict[str, Any]) -> dict[str, dict[str, float]]:
     return {name: {"median": s["median"], "p90": s["p90"]} for name, s in protocol["stats"].items()}
 
 
-def compare(runs: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
-    """Per runner: the median over storm runs of their medians (and p90s) over the same for the
-    quiet runs; 1.0 means the storm did not move the timing."""
-    quiet = [r for r in runs if not r["storm"]]
-    storm = [r for r in runs if r["storm"]]
+def compare(runs: list[dict[str, Any]], kind: str) -> dict[str, dict[str, float]]:
+    """Per runner: the median over the ``kind`` storm's runs of their medians (and p90s) over the
+    same for the quiet runs; 1.0 means the storm did not move the timing."""
+    quiet = [r for r in runs if r["storm"] is None]
+    storm = [r for r in runs if r["storm"] == kind]
     out = {}
     for name in quiet[0]["runners"]:
         ratios = {}
@@ -106,7 +115,7 @@ def compare(runs: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shapes", default="4096x4096x4096,256x256x256")
-    parser.add_argument("--runs", type=int, default=3, help="quiet runs, and as many storm runs")
+    parser.add_argument("--runs", type=int, default=3, help="quiet runs, and as many per storm")
     parser.add_argument("--creators", type=int, default=16)
     parser.add_argument("--megabytes", type=int, default=256)
     parser.add_argument("--device-seconds", type=float, default=2.0)
@@ -122,8 +131,9 @@ def main(argv: list[str] | None = None) -> int:
         problem = Problem.parse(shape)
         session = measure.Session(problem)
         runs = []
-        for index in range(2 * args.runs):
-            storm = Storm(args.creators, args.megabytes) if index % 2 else None
+        for index in range(len(STORMS) * args.runs):
+            kind = STORMS[index % len(STORMS)]
+            storm = Storm(args.creators, args.megabytes, kind) if kind else None
             started = time.monotonic()
             record = session.run(
                 protocols=("device",),
@@ -135,20 +145,23 @@ def main(argv: list[str] | None = None) -> int:
             created = storm.stop() if storm is not None else 0
             runs.append(
                 {
-                    "storm": storm is not None,
+                    "storm": kind,
                     "seconds": round(seconds, 2),
                     "contexts_created": created,
                     "runners": run_summary(record["protocols"]["device"]),
                 }
             )
             print(
-                f"{problem}: {'storm' if storm else 'quiet'} run, {seconds:.1f} s, "
-                f"{created} contexts created",
+                f"{problem}: {kind or 'quiet'} run, {seconds:.1f} s, {created} contexts created",
                 flush=True,
             )
-        ratios = compare(runs)
-        for name, r in ratios.items():
-            print(f"{problem} {name}: storm/quiet median {r['median_ratio']}, p90 {r['p90_ratio']}")
+        ratios = {kind: compare(runs, kind) for kind in STORMS if kind}
+        for kind, by_runner in ratios.items():
+            for name, r in by_runner.items():
+                print(
+                    f"{problem} {name}: {kind}/quiet median {r['median_ratio']}, "
+                    f"p90 {r['p90_ratio']}"
+                )
         shapes.append({"problem": problem.key, "runs": runs, "storm_over_quiet": ratios})
     report = {
         "what": "device-protocol timing while other processes create CUDA contexts (issue 7)",
