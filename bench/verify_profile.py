@@ -11,7 +11,10 @@ and each check's seconds, as the median over the batch.
         [--jobs 1,4,8,16] [--variant NAME:VAR=VALUE ...] [--fault] [--out FILE]
 
 ``--variant`` runs every batch again with other settings in the verifiers' environment, for an
-A/B within one call (e.g. ``sleep:ENGINE_VERIFY_BUSY_STREAM=sleep``). ``--fault`` adds one kernel
+A/B within one call (e.g. ``sleep:ENGINE_VERIFY_BUSY_STREAM=sleep``). With
+``ENGINE_VERIFY_WARM=on`` in a variant, the batch's verifiers are warm (engine.verify.WarmPool):
+forked ``WARM_LEAD_S`` before the batch, as while the batch before is timed; the batch's wall
+time counts from when its libraries are handed over. ``--fault`` adds one kernel
 that traps on the device (tests/fixtures/cheats/trap.cu) to every batch: its own verdict must be
 ``runtime_error``, and any other failure is a fault spilling over onto honest verifiers (which
 MPS clients sharing one server may suffer).
@@ -38,16 +41,17 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.stack_run import GpuSampler, busy_fraction  # noqa: E402
-from engine import cuda_driver, fixtures, sandbox  # noqa: E402
+from engine import cuda_driver, fixtures, mps, sandbox  # noqa: E402
 from engine.campaign.final import config_of, top_records  # noqa: E402
 from engine.campaign.storage import SqliteStorage  # noqa: E402
 from engine.compile import compile_configs  # noqa: E402
 from engine.environment import collect  # noqa: E402
 from engine.forkserver import ForkServer  # noqa: E402
 from engine.problem import Layout, Problem  # noqa: E402
-from engine.verify import Verifications, VerifyResult, new_fork_server  # noqa: E402
+from engine.verify import Verifications, VerifyResult, WarmPool, new_fork_server  # noqa: E402
 
 BASELINE = "cublaslt_autotune"
+WARM_LEAD_S = 3.0  # a warm batch's verifiers are forked this long before it (a step's timing)
 
 
 def campaign_kernels(db: Path, count: int) -> list[Any]:
@@ -104,6 +108,7 @@ def verdict_profile(names: list[str], verdicts: list[VerifyResult]) -> dict[str,
         "verifier_s": median([v.seconds for v in verdicts]),
         "start_s": median([v.startup_s["start"] for v in verdicts if "start" in v.startup_s]),
         "cuda_init_s": median([v.startup_s.get("cuda_init", 0.0) for v in verdicts]),
+        "warm_up_s": median([v.startup_s["warm"] for v in verdicts if "warm" in v.startup_s]),
         "session_s": median([v.phases_s["session"] for v in verdicts if "session" in v.phases_s]),
         "checks_s": median([v.phases_s["checks"] for v in verdicts if "checks" in v.phases_s]),
         **{
@@ -153,8 +158,12 @@ def profile(
     problem: Problem, kernels: dict[str, Path], jobs: int, server: ForkServer, sampler: GpuSampler
 ) -> dict:
     """One batch of ``kernels`` (name → library) verified ``jobs`` at once."""
+    warm = None
+    if os.environ.get("ENGINE_VERIFY_WARM") == "on":
+        warm = WarmPool(server, jobs, mps_pipe=os.environ.get(mps.PIPE_VARIABLE) or None)
+        time.sleep(WARM_LEAD_S)
     started = time.time()
-    batch = Verifications(list(kernels.values()), problem, jobs=jobs, fork_server=server)
+    batch = Verifications(list(kernels.values()), problem, jobs=jobs, fork_server=server, warm=warm)
     verdicts = batch.results()
     ended = time.time()
     wall = ended - started
@@ -165,6 +174,7 @@ def profile(
         "mps": batch.mps_pipe is not None,
         "retried_alone": batch.retried_alone,
         "retried_outside_mps": batch.retried_outside_mps,
+        "warm": batch.warm_used,
         "kernels": len(kernels),
         "wall_s": round(wall, 3),
         "verdicts_per_s": round(len(kernels) / wall, 3),

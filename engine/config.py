@@ -72,6 +72,13 @@ class EngineConfig:
         default_factory=lambda: _env_choice("ENGINE_VERIFY_MPS", "off", ("off", "on"))
     )
 
+    # Warm verifiers (engine.verify.WarmPool): the next batch's verification children are forked,
+    # and create their CUDA contexts, while the GPU times the batch before; each still verifies
+    # one candidate. "off": each child is forked when its candidate is known.
+    verify_warm: str = field(
+        default_factory=lambda: _env_choice("ENGINE_VERIFY_WARM", "off", ("off", "on"))
+    )
+
     @property
     def kernel_cache(self) -> Path:
         return self.cache_dir / "kernels"

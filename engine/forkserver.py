@@ -113,11 +113,22 @@ class ForkServer:
         ``python -m module argv...`` does for a module whose ``__main__`` block calls ``main``;
         never raises for the child's failure or timeout (that is in the result). Raises
         ForkServerDied when the server is gone, so that the caller can start the child fresh."""
+        return self.spawn(module, argv, cwd=cwd, env=env, policy=policy).result(timeout)
+
+    def spawn(
+        self,
+        module: str,
+        argv: Sequence[str | os.PathLike[str]],
+        *,
+        cwd: Path,
+        env: Mapping[str, str],
+        policy: Policy,
+    ) -> ForkedChild:
+        """Forks the child of :meth:`run` now, to be waited for later with its own timeout
+        (:meth:`ForkedChild.result`); raises ForkServerDied when the server is gone."""
         if policy.user_namespace:
             raise ValueError("the fork server runs GPU children: no user namespace")
         args = [os.fspath(a) for a in argv]
-        started = time.monotonic()
-        deadline = started + timeout
         stdout, stderr = cwd / f".{module}.stdout", cwd / f".{module}.stderr"
         set_up, exited = self._submit(
             {
@@ -132,29 +143,7 @@ class ForkServer:
             }
         )
         command = f"{shlex.join(['python', '-m', module, *args])} {FORKED}"
-        try:
-            child = set_up.result(timeout=max(0.0, deadline - time.monotonic()))
-        except TimeoutError:  # the server is still importing: nothing of ours ran
-            return toolchain.ProcessResult(
-                command, None, "", "fork server not ready", time.monotonic() - started, True,
-                killed_for="timeout", sandbox=Applied(policy.limits, "unavailable: not started"),
-            )  # fmt: skip
-        returncode, killed_for = self._wait(
-            child["pid"], exited, deadline, policy.limits.resident_bytes
-        )
-        if killed_for is None and returncode < 0:
-            killed_for = toolchain.LIMIT_SIGNALS.get(-returncode)
-        killed_here = killed_for in ("timeout", "memory")
-        return toolchain.ProcessResult(
-            command=command,
-            returncode=None if killed_here else returncode,
-            stdout=_read_output(stdout),
-            stderr=_read_output(stderr),
-            seconds=time.monotonic() - started,
-            timed_out=killed_for == "timeout",
-            killed_for=killed_for,
-            sandbox=Applied(policy.limits, child["network"]),
-        )
+        return ForkedChild(command, policy, set_up, exited, stdout, stderr)
 
     def close(self) -> None:
         """Ends the server (its children still running are killed)."""
@@ -222,31 +211,92 @@ class ForkServer:
             if not future.done():
                 future.set_exception(ForkServerDied(self._dead))
 
-    def _wait(
-        self, pid: int, exited: Future[int], deadline: float, resident_limit: int | None
-    ) -> tuple[int, str | None]:
-        """The child's exit code and why it was killed here (None: it ended by itself)."""
-        while True:
-            remaining = max(0.0, deadline - time.monotonic())
-            poll = toolchain.MEMORY_POLL_SECONDS
-            wait = remaining if resident_limit is None else min(remaining, poll)
-            try:
-                return exited.result(timeout=wait), None
-            except TimeoutError:
-                pass
-            except ForkServerDied:  # its children died with it
-                return -signal.SIGKILL, None
-            if time.monotonic() >= deadline:
-                killed_for = "timeout"
-            elif resident_limit is not None and sandbox.group_resident_bytes(pid) > resident_limit:
-                killed_for = "memory"
-            else:
-                continue
-            _kill_group(pid, exited, grace=0.0 if killed_for == "memory" else 2.0)
-            try:
-                return exited.result(timeout=30), killed_for
-            except (TimeoutError, ForkServerDied):
-                return -signal.SIGKILL, killed_for
+
+class ForkedChild:
+    """A child forked by a ForkServer, running (or set up to run) its module."""
+
+    def __init__(
+        self,
+        command: str,
+        policy: Policy,
+        set_up: Future[dict[str, Any]],
+        exited: Future[int],
+        stdout: Path,
+        stderr: Path,
+    ) -> None:
+        self.command = command
+        self.policy = policy
+        self._set_up = set_up
+        self._exited = exited
+        self._stdout = stdout
+        self._stderr = stderr
+
+    def result(self, timeout: float) -> toolchain.ProcessResult:
+        """Waits up to ``timeout`` seconds from now for the child's end (then kills its process
+        group): the same record a fresh process gives (engine.toolchain.ProcessResult)."""
+        started = time.monotonic()
+        deadline = started + timeout
+        policy = self.policy
+        try:
+            child = self._set_up.result(timeout=max(0.0, deadline - time.monotonic()))
+        except TimeoutError:  # the server is still importing: nothing of ours ran
+            unavailable = Applied(policy.limits, "unavailable: not started")
+            return toolchain.ProcessResult(
+                self.command, None, "", "fork server not ready", time.monotonic() - started,
+                True, killed_for="timeout", sandbox=unavailable,
+            )  # fmt: skip
+        returncode, killed_for = _wait_exit(
+            child["pid"], self._exited, deadline, policy.limits.resident_bytes
+        )
+        if killed_for is None and returncode < 0:
+            killed_for = toolchain.LIMIT_SIGNALS.get(-returncode)
+        killed_here = killed_for in ("timeout", "memory")
+        return toolchain.ProcessResult(
+            command=self.command,
+            returncode=None if killed_here else returncode,
+            stdout=_read_output(self._stdout),
+            stderr=_read_output(self._stderr),
+            seconds=time.monotonic() - started,
+            timed_out=killed_for == "timeout",
+            killed_for=killed_for,
+            sandbox=Applied(policy.limits, child["network"]),
+        )
+
+    def pid(self, timeout: float) -> int:
+        """The child's pid, once forked (raises TimeoutError, ForkServerDied)."""
+        return int(self._set_up.result(timeout=timeout)["pid"])
+
+    def kill(self) -> None:
+        """Kills the child's process group at once (a child nobody will wait for)."""
+        with contextlib.suppress(TimeoutError, ForkServerDied):
+            _kill_group(self.pid(timeout=10), self._exited, grace=0.0)
+
+
+def _wait_exit(
+    pid: int, exited: Future[int], deadline: float, resident_limit: int | None
+) -> tuple[int, str | None]:
+    """The child's exit code and why it was killed here (None: it ended by itself)."""
+    while True:
+        remaining = max(0.0, deadline - time.monotonic())
+        poll = toolchain.MEMORY_POLL_SECONDS
+        wait = remaining if resident_limit is None else min(remaining, poll)
+        try:
+            return exited.result(timeout=wait), None
+        except TimeoutError:
+            pass
+        except ForkServerDied:  # its children died with it
+            return -signal.SIGKILL, None
+        if time.monotonic() >= deadline:
+            killed_for = "timeout"
+        elif resident_limit is not None and sandbox.group_resident_bytes(pid) > resident_limit:
+            killed_for = "memory"
+        else:
+            continue
+        _kill_group(pid, exited, grace=0.0 if killed_for == "memory" else 2.0)
+        try:
+            return exited.result(timeout=30), killed_for
+        except (TimeoutError, ForkServerDied):
+            return -signal.SIGKILL, killed_for
 
 
 def _kill_group(pgid: int, exited: Future[int], grace: float) -> None:

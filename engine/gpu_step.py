@@ -13,6 +13,10 @@ A daemon thread exits the child when its parent dies (kill -9 of the worker), fr
 imports what a local step needs (torch, without CUDA) and starts the fork server of its
 verification children (engine.forkserver), then waits for its step: one JSON list of the
 arguments above on stdin. It exits at end of input, or after ``--standby-seconds`` without one.
+With ENGINE_VERIFY_WARM=on and ``--warm-after PATH``, it forks ``--warm-verifiers`` warm
+verifiers (engine.verify.WarmPool) as soon as PATH exists: the step before creates it (its
+``--verified-mark``) once its own verdicts are in, so that the new children create their CUDA
+contexts while the GPU times that step's batch, not while its verifiers create theirs.
 """
 
 from __future__ import annotations
@@ -36,8 +40,10 @@ from engine.problem import Problem
 
 if TYPE_CHECKING:
     from engine.forkserver import ForkServer
+    from engine.verify import WarmPool
 
 PARENT_DIED = 3
+WARM_POLL_S = 0.02  # how often a standby child looks for the step before's --verified-mark
 # what a local step imports, imported by a standby child before its step (none initialises CUDA)
 STANDBY_IMPORTS = ("torch", "engine.campaign.executor", "engine.measure")
 
@@ -73,10 +79,13 @@ def run_batch(
     device_seconds: float = 20.0,
     phases: Phases | None = None,
     fork_server: ForkServer | None = None,
+    warm: WarmPool | None = None,
+    verified_mark: Path | None = None,
 ) -> list[dict]:
     """The batch's outcomes (dicts of engine.campaign.executor.Outcome); ``phases`` gets where
     the time went (engine.phases); ``fork_server``: one started for the verifications (else
-    engine.verify's choice)."""
+    engine.verify's choice); ``warm``: warm verifiers forked for them; ``verified_mark``: a
+    file created once the verdicts are in (local only)."""
     phases = phases if phases is not None else Phases()
     configs = [get_family(c["family"]).from_knobs(c["knobs"]) for c in batch]
     if executor_spec.startswith("replay:"):
@@ -104,6 +113,8 @@ def run_batch(
         device_seconds=device_seconds,
         phases=phases,
         fork_server=fork_server,
+        warm=warm,
+        verified_mark=verified_mark,
     )
 
 
@@ -115,6 +126,8 @@ def run_local(
     device_seconds: float,
     phases: Phases,
     fork_server: ForkServer | None = None,
+    warm: WarmPool | None = None,
+    verified_mark: Path | None = None,
 ) -> list[dict]:
     """Verification children first, torch after: the children (one per candidate) start before
     this process imports torch, and run while it imports torch and sets up the measurement."""
@@ -128,7 +141,11 @@ def run_local(
         built = compile_module.compile_configs(configs, target_arch=arch)
     ready = [(c, r.library) for c, r in zip(configs, built, strict=True) if r.ok and r.library]
     verifications = verify_module.Verifications(
-        [library for _, library in ready], problem, jobs=verify_jobs, fork_server=fork_server
+        [library for _, library in ready],
+        problem,
+        jobs=verify_jobs,
+        fork_server=fork_server,
+        warm=warm,
     )
     with phases("imports"):
         from engine.campaign.executor import (
@@ -139,9 +156,14 @@ def run_local(
         )
 
         executor = LocalGpuExecutor(
-            arch=arch, verify_jobs=verify_jobs, device_seconds=device_seconds
+            arch=arch,
+            verify_jobs=verify_jobs,
+            device_seconds=device_seconds,
+            after_verification=verified_mark.touch if verified_mark else lambda: None,
         )
     candidates = [CompiledCandidate(c.name, c, library) for c, library in ready]
+    if not candidates and verified_mark is not None:
+        verified_mark.touch()  # nothing to verify: the next step's verifiers may warm up now
     by_name = {}
     if candidates:
         executed = executor.execute(problem, candidates, verifications=verifications, phases=phases)
@@ -157,24 +179,57 @@ def standby(args: argparse.Namespace) -> int:
     """Prepares a step, then waits for it (``--standby``; the module's docstring)."""
     watch_parent(args.parent_pid if args.parent_pid is not None else os.getppid())
     server = None
+    warm_after = None
     if args.executor == "local":
         from engine import verify as verify_module
+        from engine.config import load as load_config
 
         if verify_module.fork_server_on():
             server, _folder = verify_module.new_fork_server(start=True)
+            if load_config().verify_warm == "on":
+                warm_after = args.warm_after
         for module in STANDBY_IMPORTS:
             importlib.import_module(module)
-    ready, _, _ = select.select([sys.stdin], [], [], args.standby_seconds)
-    line = sys.stdin.readline() if ready else ""
+    line, warm = wait_for_step(args, server, warm_after)
     if not line.strip():
         return 0
     step_argv = json.loads(line)
     if "--standby" in step_argv:
         raise SystemExit("a standby step child's step cannot be another standby")
-    return main(step_argv, fork_server=server)
+    return main(step_argv, fork_server=server, warm=warm)
 
 
-def main(argv: Sequence[str] | None = None, *, fork_server: ForkServer | None = None) -> int:
+def wait_for_step(
+    args: argparse.Namespace, server: ForkServer | None, warm_after: Path | None
+) -> tuple[str, WarmPool | None]:
+    """The step's line from stdin ("" at its end, or after ``--standby-seconds``), and the warm
+    verifiers forked meanwhile once ``warm_after`` appeared (None if it did not)."""
+    deadline = time.monotonic() + args.standby_seconds
+    warm = None
+    while (remaining := deadline - time.monotonic()) > 0:
+        watching = server is not None and warm_after is not None and warm is None
+        poll = min(remaining, WARM_POLL_S) if watching else remaining
+        if select.select([sys.stdin], [], [], poll)[0]:
+            return sys.stdin.readline(), warm
+        if watching and warm_after.exists():  # type: ignore[union-attr]
+            warm = start_warm_pool(server, args.warm_verifiers)  # type: ignore[arg-type]
+    return "", warm
+
+
+def start_warm_pool(server: ForkServer, count: int) -> WarmPool:
+    from engine import mps
+    from engine import verify as verify_module
+
+    mps_pipe = os.environ.get(mps.PIPE_VARIABLE) or None
+    return verify_module.WarmPool(server, count, mps_pipe=mps_pipe)
+
+
+def main(
+    argv: Sequence[str] | None = None,
+    *,
+    fork_server: ForkServer | None = None,
+    warm: WarmPool | None = None,
+) -> int:
     started_at = time.time()  # after this module's imports: the worker books what came before
     clock = time.perf_counter()
     parser = argparse.ArgumentParser(prog="python -m engine.gpu_step", description=__doc__)
@@ -189,6 +244,9 @@ def main(argv: Sequence[str] | None = None, *, fork_server: ForkServer | None = 
     parser.add_argument("--device-seconds", type=float, default=20.0, help="local: timing cap")
     parser.add_argument("--standby", action="store_true", help="prepare, then read the step")
     parser.add_argument("--standby-seconds", type=float, default=900.0, help="wait at most")
+    parser.add_argument("--warm-after", type=Path, help="standby: warm verifiers once it exists")
+    parser.add_argument("--warm-verifiers", type=int, default=1, help="standby: how many")
+    parser.add_argument("--verified-mark", type=Path, help="local: created once verified")
     args = parser.parse_args(argv)
     if args.standby:
         return standby(args)
@@ -210,6 +268,8 @@ def main(argv: Sequence[str] | None = None, *, fork_server: ForkServer | None = 
         device_seconds=args.device_seconds,
         phases=phases,
         fork_server=fork_server,
+        warm=warm,
+        verified_mark=args.verified_mark,
     )
     phases.close(time.perf_counter() - clock)
     result = {

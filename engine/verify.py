@@ -11,7 +11,9 @@ import os
 import secrets
 import sys
 import tempfile
+import threading
 import time
+from collections import deque
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -20,7 +22,7 @@ from typing import Any
 
 from engine import cuda_driver, mps, sandbox, toolchain
 from engine.config import load as load_config
-from engine.forkserver import ForkServer, ForkServerDied
+from engine.forkserver import ForkedChild, ForkServer, ForkServerDied
 from engine.problem import Problem
 
 CHILD_MODULE = "engine.verify_child"
@@ -119,21 +121,14 @@ def verify(
     with tempfile.TemporaryDirectory(prefix="gemmforge-verify-") as workdir:
         spec_path = Path(workdir) / "spec.json"
         verdict_path = Path(workdir) / "verdict.json"
-        spec = {
-            "library": str(Path(library).resolve()),
-            "m": problem.m,
-            "n": problem.n,
-            "k": problem.k,
-            "layout": problem.layout.value,
+        env = child_env(Path(workdir), seed=seed, mps_pipe=mps_pipe)
+        write_spec(spec_path, library, problem)
+        child = {
+            "timeout": timeout,
+            "cwd": Path(workdir),
+            "env": env,
+            "policy": sandbox.gpu_policy(),
         }
-        env = sandbox.engine_child_env(Path(workdir))
-        env["GEMMFORGE_SEED"] = str(seed if seed is not None else secrets.randbits(63))
-        env.pop(mps.PIPE_VARIABLE, None)
-        if mps_pipe:  # the server runs on the verifier's GPU alone (engine.mps.start)
-            env.update(CUDA_MPS_PIPE_DIRECTORY=mps_pipe, CUDA_VISIBLE_DEVICES="0")
-        spec_path.write_text(json.dumps({**spec, "launched_at": time.time()}))
-        policy = sandbox.gpu_policy()
-        child = {"timeout": timeout, "cwd": Path(workdir), "env": env, "policy": policy}
         result = None
         if fork_server is not None:
             try:
@@ -143,6 +138,137 @@ def verify(
         if result is None:
             result = toolchain.run([python, "-m", CHILD_MODULE, spec_path, verdict_path], **child)
         return interpret(result, verdict_path, timeout)
+
+
+def child_env(workdir: Path, *, seed: int | None, mps_pipe: str | None) -> dict[str, str]:
+    """A verification child's environment: engine.sandbox's for an engine child, its seed, and
+    the MPS daemon's pipe folder when it is to be a client (the server runs on the verifier's
+    GPU alone, engine.mps.start)."""
+    env = sandbox.engine_child_env(workdir)
+    env["GEMMFORGE_SEED"] = str(seed if seed is not None else secrets.randbits(63))
+    env.pop(mps.PIPE_VARIABLE, None)
+    if mps_pipe:
+        env.update(CUDA_MPS_PIPE_DIRECTORY=mps_pipe, CUDA_VISIBLE_DEVICES="0")
+    return env
+
+
+def write_spec(path: Path, library: Path, problem: Problem) -> None:
+    """What the child verifies, and when it was asked to (its start-up counts from there)."""
+    spec = {
+        "library": str(Path(library).resolve()),
+        "m": problem.m,
+        "n": problem.n,
+        "k": problem.k,
+        "layout": problem.layout.value,
+        "launched_at": time.time(),
+    }
+    path.write_text(json.dumps(spec))
+
+
+class WarmVerifier:
+    """A verification child forked before its candidate is known (``engine.verify_child
+    --wait``): it creates its CUDA context, running no kernel, while the GPU does other work,
+    then verifies exactly one library when :meth:`verify` hands it one. Still one process per
+    candidate, under the same sandbox as any verification child."""
+
+    def __init__(self, fork_server: ForkServer, *, mps_pipe: str | None = None) -> None:
+        self.mps_pipe = mps_pipe
+        self._folder = tempfile.TemporaryDirectory(prefix="gemmforge-verify-")
+        workdir = Path(self._folder.name)
+        self.spec_path, self.verdict_path = workdir / "spec.json", workdir / "verdict.json"
+        go = workdir / "go"
+        os.mkfifo(go, 0o600)
+        # Held read-write until the verdict: opening it never blocks, and what is written stays
+        # in the pipe even when the child opens it later (a FIFO with no open end drops it).
+        self._go: int | None = os.open(go, os.O_RDWR)
+        try:
+            self._child: ForkedChild | None = fork_server.spawn(
+                CHILD_MODULE,
+                [self.spec_path, self.verdict_path, "--wait", go],
+                cwd=workdir,
+                env=child_env(workdir, seed=None, mps_pipe=mps_pipe),
+                policy=sandbox.gpu_policy(),
+            )
+        except BaseException:
+            self._release()
+            raise
+
+    def verify(
+        self, library: Path, problem: Problem, *, timeout: float = toolchain.Timeout.VERIFY
+    ) -> VerifyResult:
+        """``library``'s verdict; the child's time limit counts from now."""
+        child, self._child = self._child, None
+        if child is None or self._go is None:
+            raise RuntimeError("a warm verifier verifies one library, once")
+        try:
+            write_spec(self.spec_path, library, problem)
+            os.write(self._go, b"go\n")
+            return interpret(child.result(timeout), self.verdict_path, timeout)
+        finally:
+            self._release()
+
+    def pid(self, timeout: float = 60.0) -> int:
+        """The child's pid, once forked (its fork server may still be importing)."""
+        if self._child is None:
+            raise RuntimeError("this warm verifier's child has been used or discarded")
+        return self._child.pid(timeout)
+
+    def discard(self) -> None:
+        """Ends the child unused (it holds a CUDA context and nothing else)."""
+        child, self._child = self._child, None
+        if child is not None:
+            child.kill()
+        self._release()
+
+    def _release(self) -> None:
+        if self._go is not None:
+            os.close(self._go)
+            self._go = None
+        self._folder.cleanup()
+
+
+class WarmPool:
+    """Warm verifiers for a batch not yet known, forked now (``count`` of them, all clients of
+    the MPS daemon whose pipe folder is ``mps_pipe``, or none): started while the GPU times the
+    batch before, so that their contexts' creation (one process at a time on the H200's driver,
+    bench/NOTES.md §16) is off the next batch's critical path. Verifications(warm=...) takes
+    them one per candidate; :meth:`close` ends those left."""
+
+    def __init__(self, fork_server: ForkServer, count: int, *, mps_pipe: str | None = None) -> None:
+        self.mps_pipe = mps_pipe
+        self.started = time.monotonic()
+        self._lock = threading.Lock()
+        self._ready: deque[WarmVerifier] = deque()
+        self.taken = 0
+        for _ in range(count):
+            try:
+                self._ready.append(WarmVerifier(fork_server, mps_pipe=mps_pipe))
+            except ForkServerDied:
+                break  # the batch forks its children fresh, as without a pool
+
+    def __len__(self) -> int:
+        return len(self._ready)
+
+    def pids(self) -> list[int]:
+        """The pids of the warm verifiers not yet taken."""
+        with self._lock:
+            ready = list(self._ready)
+        return [verifier.pid() for verifier in ready]
+
+    def take(self) -> WarmVerifier | None:
+        """A warm verifier for one candidate; None when none is left."""
+        with self._lock:
+            if not self._ready:
+                return None
+            self.taken += 1
+            return self._ready.popleft()
+
+    def close(self) -> None:
+        """Ends the warm verifiers nobody took."""
+        with self._lock:
+            left, self._ready = list(self._ready), deque()
+        for verifier in left:
+            verifier.discard()
 
 
 def fork_server_on() -> bool:
@@ -175,7 +301,10 @@ class Verifications:
     the GPU concurrently. A fatal fault of one client reaches every client of the server (on
     the H200 a trapping kernel took all 16 down: bench/results/2026-12-04-h200-run13/), so when
     a child of such a batch faulted, every faulted or crashed verdict is verified again outside
-    MPS before it counts."""
+    MPS before it counts.
+
+    ``warm``: a WarmPool started for this batch: each child is one of its warm verifiers while
+    any is left (their MPS choice is the batch's); the pool is this object's to close."""
 
     def __init__(
         self,
@@ -187,8 +316,10 @@ class Verifications:
         fork_server: bool | ForkServer | None = None,
         gpu_bytes: int | None = None,
         mps_pipe: str | None = None,
+        warm: WarmPool | None = None,
     ) -> None:
         self.libraries = [Path(p) for p in libraries]
+        self.warm = warm
         self.problem = problem
         self.started = time.monotonic()
         self._done: list[float] = []  # when each child's verdict came (list.append is atomic)
@@ -205,6 +336,8 @@ class Verifications:
         if mps_pipe is None:
             mps_pipe = os.environ.get(mps.PIPE_VARIABLE) or None
         self.mps_pipe = mps_pipe if len(self.libraries) > 1 else None  # MPS serves no lone child
+        if warm is not None:
+            self.mps_pipe = warm.mps_pipe
         if self.mps_pipe:
             kwargs["mps_pipe"] = self.mps_pipe
         self._kwargs = kwargs
@@ -221,7 +354,12 @@ class Verifications:
 
     def _verify(self, library: Path, problem: Problem, kwargs: dict[str, Any]) -> VerifyResult:
         try:
-            return verify(library, problem, **kwargs)
+            warm = self.warm.take() if self.warm is not None and kwargs is self._kwargs else None
+            if warm is None:
+                return verify(library, problem, **kwargs)
+            return warm.verify(
+                library, problem, timeout=kwargs.get("timeout", toolchain.Timeout.VERIFY)
+            )
         finally:
             self._done.append(time.monotonic())
 
@@ -253,15 +391,23 @@ class Verifications:
         self.retried_outside_mps += len(again)
 
     def close(self) -> None:
-        """Ends the fork server, once every child has given its verdict."""
+        """Ends the fork server and the warm verifiers left, once every child has given its
+        verdict."""
         if not all(f.done() for f in self._futures):
             return
+        if self.warm is not None:
+            self.warm.close()
         if self._server is not None:
             self._server.close()
             self._server = None
         if self._server_dir is not None:
             self._server_dir.cleanup()
             self._server_dir = None
+
+    @property
+    def warm_used(self) -> int:
+        """Children that were warm verifiers."""
+        return self.warm.taken if self.warm is not None else 0
 
     @property
     def seconds(self) -> float | None:

@@ -3,6 +3,11 @@
 Run as ``python -m engine.verify_child SPEC.json VERDICT.json`` by engine.verify, never in a
 worker: a crash, a hang or an illegal address ends this process only. The seed arrives in
 GEMMFORGE_SEED and is removed from the environment before the candidate is loaded.
+
+``... SPEC.json VERDICT.json --wait FIFO``: a warm verifier (engine.verify.WarmVerifier),
+started before its candidate is known. It creates its CUDA context and cuBLAS handle (no kernel
+runs), then waits for a line on FIFO: "go" once SPEC.json is written, or the end of input (it
+was not needed: it exits without a verdict).
 """
 
 from __future__ import annotations
@@ -458,11 +463,41 @@ def verify(spec: dict[str, Any], seed: int) -> dict[str, Any]:
     return verdict
 
 
+def warm_up_context() -> None:
+    """What a verifier can do before its candidate is known, without running a kernel: create
+    the process's CUDA context (≈ 0.12 s on the H200, one process at a time across the GPU,
+    bench/NOTES.md §16) and the cuBLAS handle. A failure here recurs, and is reported, in
+    :func:`verify`."""
+    try:
+        torch.cuda.init()
+        torch.empty(1, device="cuda")  # the runtime creates the context at the first allocation
+        torch.cuda.current_blas_handle()
+        torch.cuda.synchronize()
+    except Exception:  # no GPU, no driver: verify() meets it again and says so
+        pass
+
+
+def wait_for_go(fifo: Path) -> bool:
+    """True once the parent says "go"; False at the end of input (not needed)."""
+    with fifo.open() as handle:
+        return handle.readline().strip() == "go"
+
+
 def main(argv: list[str]) -> int:
     spec_path, verdict_path = Path(argv[0]), Path(argv[1])
     seed = int(os.environ.pop("GEMMFORGE_SEED", "0"))
+    warm: dict[str, float] = {}
+    if argv[2:3] == ["--wait"]:
+        clock = time.monotonic()
+        warm_up_context()
+        warm["warm"] = round(time.monotonic() - clock, 3)
+        clock = time.monotonic()
+        if not wait_for_go(Path(argv[3])):
+            return 0
+        warm["waited"] = round(time.monotonic() - clock, 3)
     spec = json.loads(spec_path.read_text())
     verdict = verify(spec, seed)
+    verdict["startup_s"].update(warm)
     verdict_path.write_text(json.dumps(verdict, default=str))
     return 0
 

@@ -10,8 +10,9 @@ tests and for the replay benchmark (engine.campaign.replay).
 from __future__ import annotations
 
 import json
+import os
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -21,7 +22,7 @@ from engine.phases import Phases
 from engine.problem import Problem
 
 if TYPE_CHECKING:
-    from engine.verify import Verifications
+    from engine.verify import Verifications, WarmPool
 
 STATUS_OK = "ok"
 STATUS_COMPILE_ERROR = "compile_error"
@@ -79,7 +80,12 @@ class GpuExecutor(Protocol):
 
 
 class LocalGpuExecutor:
-    """Verification then timing on this machine's GPU (device protocol by default)."""
+    """Verification then timing on this machine's GPU (device protocol by default).
+
+    ``after_verification`` runs once a batch's verdicts are in, before its timing. By default,
+    with ENGINE_VERIFY_WARM=on, it forks the next batch's warm verifiers (engine.verify.WarmPool)
+    so that they create their contexts while this batch is timed; a caller that verifies the
+    next batch in another process (engine.gpu_step) signals that process instead."""
 
     needs_libraries = True
 
@@ -93,6 +99,7 @@ class LocalGpuExecutor:
         heat_seconds: float = 1.0,
         verify_jobs: int = 1,
         device_seconds: float = 20.0,
+        after_verification: Callable[[], None] | None = None,
     ) -> None:
         self.device_seconds = device_seconds
         self.protocols = tuple(protocols)
@@ -104,6 +111,8 @@ class LocalGpuExecutor:
         self._shim: Any = None
         self._fork_server: Any = None  # engine.forkserver.ForkServer, and its folder
         self._fork_server_folder: Any = None
+        self._warm: WarmPool | None = None  # for the next batch
+        self._after_verification = after_verification or self._warm_next_batch
         from engine import mps
         from engine.config import load as load_engine_config
 
@@ -142,6 +151,7 @@ class LocalGpuExecutor:
                 jobs=self.verify_jobs,
                 timeout=self.verify_timeout,
                 fork_server=self._verification_fork_server(),
+                warm=self._take_warm(),
             )
         elif list(verifications.libraries) != libraries:
             raise ValueError("the verifications started are not this batch's")
@@ -155,6 +165,7 @@ class LocalGpuExecutor:
                     setup_error = exc
         with phases("verification"):
             verdicts = verifications.results()
+        self._after_verification()
         phases.info["verification_children"] = len(verdicts)
         phases.info["verification_jobs"] = verifications.jobs
         phases.info["verification_mps"] = verifications.mps_pipe is not None
@@ -162,6 +173,8 @@ class LocalGpuExecutor:
             phases.info["verification_retried_alone"] = verifications.retried_alone
         if verifications.retried_outside_mps:
             phases.info["verification_retried_outside_mps"] = verifications.retried_outside_mps
+        if verifications.warm is not None:
+            phases.info["verification_warm"] = verifications.warm_used
         if verifications.seconds is not None:
             phases.info["verification_wall_s"] = round(verifications.seconds, 3)
         phases.info.update(child_startup(verdicts))
@@ -206,6 +219,27 @@ class LocalGpuExecutor:
         if self._fork_server is None or not self._fork_server.alive:
             self._fork_server, self._fork_server_folder = verify_module.new_fork_server(start=False)
         return self._fork_server
+
+    def _warm_next_batch(self) -> None:
+        """With ENGINE_VERIFY_WARM=on and a fork server: the next batch's warm verifiers, one
+        per verification job, forked now."""
+        from engine import mps
+        from engine import verify as verify_module
+        from engine.config import load as load_engine_config
+
+        if load_engine_config().verify_warm != "on":
+            return
+        server = self._verification_fork_server()
+        if not server:
+            return
+        if self._warm is not None:
+            self._warm.close()
+        mps_pipe = os.environ.get(mps.PIPE_VARIABLE) or None
+        self._warm = verify_module.WarmPool(server, self.verify_jobs, mps_pipe=mps_pipe)
+
+    def _take_warm(self) -> WarmPool | None:
+        warm, self._warm = self._warm, None
+        return warm
 
     def _session(self, problem: Problem, phases: Phases) -> Any:
         from engine import measure as measure_module

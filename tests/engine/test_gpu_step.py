@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -53,6 +54,7 @@ def test_the_local_step_passes_its_tuning_and_compiles_for_the_gpus_arch(monkeyp
     outcomes = gpu_step.run_batch(
         "local", Problem.parse("4096x4096x4096", "nn"), batch, verify_jobs=6, device_seconds=4
     )
+    assert callable(made[0].pop("after_verification"))
     assert made == [{"arch": "sm_90", "verify_jobs": 6, "device_seconds": 4}]
     assert compiled == ["sm_90"]
     assert executed == [["/lib.so"]]
@@ -81,7 +83,7 @@ def test_verification_children_start_before_the_step_imports_torch(tmp_path):
             pass
 
         class Spy:
-            def __init__(self, libraries, problem, *, jobs, timeout=None, fork_server=None):
+            def __init__(self, libraries, problem, *, jobs, **_options):
                 seen["torch_loaded"] = "torch" in sys.modules
                 seen["jobs"] = jobs
                 raise Stop
@@ -139,7 +141,13 @@ def stdin_with(monkeypatch, text: str | None):
 
 
 def standby_args(**overrides) -> argparse.Namespace:
-    values = {"executor": "local", "parent_pid": os.getppid(), "standby_seconds": 5.0}
+    values = {
+        "executor": "local",
+        "parent_pid": os.getppid(),
+        "standby_seconds": 5.0,
+        "warm_after": None,
+        "warm_verifiers": 1,
+    }
     return argparse.Namespace(**{**values, **overrides})
 
 
@@ -153,7 +161,9 @@ def test_a_standby_child_prepares_then_runs_the_step_it_reads(monkeypatch):
 
     monkeypatch.setattr(verify_module, "new_fork_server", new_fork_server)
     monkeypatch.setattr(verify_module, "fork_server_on", lambda: True)
-    monkeypatch.setattr(gpu_step, "main", lambda argv, fork_server: ran.append((argv, fork_server)))
+    monkeypatch.setattr(
+        gpu_step, "main", lambda argv, fork_server, warm: ran.append((argv, fork_server))
+    )
     step = ["--executor", "local", "--problem", "64x64x64_nn", "--batch", "b", "--out", "o"]
     stdin_with(monkeypatch, json.dumps(step) + "\n")
     gpu_step.standby(standby_args())
@@ -170,3 +180,97 @@ def test_a_standby_child_without_a_step_exits(monkeypatch):
     clock = time.monotonic()
     assert gpu_step.standby(standby_args(executor="replay:x", standby_seconds=0.2)) == 0
     assert time.monotonic() - clock < 2
+
+
+def test_the_local_step_marks_its_batch_verified_before_it_is_timed(monkeypatch, tmp_path):
+    """The mark tells the next step's standby child that its warm verifiers may start now."""
+    config = library("sm90", Layout.NN)[0]
+    marks = []
+
+    class FakeExecutor:
+        def __init__(self, **kwargs):
+            self.after_verification = kwargs["after_verification"]
+
+        def execute(self, problem, batch, *, verifications, phases):
+            self.after_verification()
+            marks.append(mark.exists())
+            return [executor_module.Outcome(c.name, "ok", seconds=1e-3) for c in batch]
+
+    mark = tmp_path / "verified"
+    monkeypatch.setattr(executor_module, "LocalGpuExecutor", FakeExecutor)
+    monkeypatch.setattr(
+        compile_module,
+        "compile_configs",
+        lambda configs, **_: [SimpleNamespace(ok=True, library="/lib.so", error="")] * len(configs),
+    )
+    monkeypatch.setattr(cuda_driver, "local_arch", lambda: "sm_90")
+    monkeypatch.setattr(verify_module, "verify", lambda *a, **k: None)
+    batch = [{"name": config.name, "family": config.FAMILY, "knobs": config.knobs()}]
+    gpu_step.run_batch("local", Problem.parse("4096x4096x4096", "nn"), batch, verified_mark=mark)
+    assert marks == [True]
+
+
+def warm_standby(monkeypatch, mark: Path, setting: str) -> list:
+    """A standby child whose fork server and warm verifiers are recorded, not started."""
+    monkeypatch.setenv("ENGINE_VERIFY_WARM", setting)
+    monkeypatch.setattr(verify_module, "fork_server_on", lambda: True)
+    monkeypatch.setattr(verify_module, "new_fork_server", lambda *, start: ("server", None))
+    events = []
+
+    def start_warm_pool(server, count):
+        events.append(("warm", server, count, mark.exists()))
+        return "pool"
+
+    monkeypatch.setattr(gpu_step, "start_warm_pool", start_warm_pool)
+    monkeypatch.setattr(
+        gpu_step, "main", lambda argv, fork_server, warm: events.append(("step", warm))
+    )
+    return events
+
+
+def test_a_standby_child_warms_its_verifiers_once_the_step_before_is_verified(
+    monkeypatch, tmp_path
+):
+    mark = tmp_path / "verified"
+    events = warm_standby(monkeypatch, mark, "on")
+    write_end = stdin_with(monkeypatch, None)
+    step = ["--executor", "local", "--problem", "64x64x64_nn", "--batch", "b", "--out", "o"]
+
+    def the_step_before_then_this_one() -> None:
+        time.sleep(0.3)
+        assert events == []  # nothing warmed while the step before still verifies
+        mark.touch()
+        time.sleep(0.3)
+        os.write(write_end, (json.dumps(step) + "\n").encode())
+
+    thread = threading.Thread(target=the_step_before_then_this_one)
+    thread.start()
+    gpu_step.standby(standby_args(warm_after=mark, warm_verifiers=12))
+    thread.join()
+    assert events == [("warm", "server", 12, True), ("step", "pool")]
+
+
+def test_a_standby_child_warms_nothing_when_the_setting_is_off(monkeypatch, tmp_path):
+    mark = tmp_path / "verified"
+    mark.touch()
+    events = warm_standby(monkeypatch, mark, "off")
+    step = ["--executor", "local", "--problem", "64x64x64_nn", "--batch", "b", "--out", "o"]
+    stdin_with(monkeypatch, json.dumps(step) + "\n")
+    gpu_step.standby(standby_args(warm_after=mark, warm_verifiers=12))
+    assert events == [("step", None)]
+
+
+def test_the_executor_forks_the_next_batchs_warm_verifiers_after_verification(monkeypatch):
+    monkeypatch.setenv("ENGINE_VERIFY_WARM", "on")
+    pools = []
+    monkeypatch.setattr(
+        verify_module,
+        "WarmPool",
+        lambda server, count, *, mps_pipe: pools.append((server, count)) or f"pool{len(pools)}",
+    )
+    executor = executor_module.LocalGpuExecutor(arch="sm_90", verify_jobs=7)
+    monkeypatch.setattr(executor, "_verification_fork_server", lambda: "server")
+    executor._after_verification()
+    assert pools == [("server", 7)]
+    assert executor._take_warm() == "pool1"
+    assert executor._take_warm() is None  # each pool serves one batch

@@ -29,7 +29,8 @@ KNOBS = [
 ]  # fmt: skip
 
 
-def test_a_standby_step_child_verifies_and_times_its_batch(tmp_path: Path):
+@pytest.mark.parametrize("warm", [False, True], ids=["forked", "warm"])
+def test_a_standby_step_child_verifies_and_times_its_batch(tmp_path: Path, warm: bool):
     configs = [get_family("sm80").from_knobs(knobs) for knobs in KNOBS]
     built = compile_configs(configs, target_arch=cuda_driver.local_arch())
     assert all(b.ok for b in built), [b.error for b in built]
@@ -38,8 +39,13 @@ def test_a_standby_step_child_verifies_and_times_its_batch(tmp_path: Path):
         json.dumps([{"name": c.name, "family": c.FAMILY, "knobs": c.knobs()} for c in configs])
     )
     env = {**sandbox.engine_child_env(tmp_path), "CUDA_VISIBLE_DEVICES": "0"}
+    command = [sys.executable, "-m", "engine.gpu_step", "--standby", "--executor", "local"]
+    if warm:  # the step before is verified already: its mark exists
+        env["ENGINE_VERIFY_WARM"] = "on"
+        (tmp_path / "verified-before").touch()
+        command += ["--warm-after", str(tmp_path / "verified-before"), "--warm-verifiers", "2"]
     child = toolchain.start(
-        [sys.executable, "-m", "engine.gpu_step", "--standby", "--executor", "local"],
+        command,
         cwd=tmp_path,
         env=env,
         policy=sandbox.gpu_policy(),
@@ -58,3 +64,4 @@ def test_a_standby_step_child_verifies_and_times_its_batch(tmp_path: Path):
     assert info["verification_start_s"][1] < 1.0, info
     assert phases.get("imports", 0.0) < 1.0, phases
     assert {"verification_session_s", "verification_checks_s"} <= set(info)
+    assert info.get("verification_warm", 0) == (2 if warm else 0)

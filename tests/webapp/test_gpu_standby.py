@@ -64,6 +64,18 @@ def test_the_next_steps_child_is_started_while_this_step_runs(standby):
     assert not Path(waiting.workdir).exists()  # its working directory went with its step
 
 
+def test_the_next_steps_child_warms_its_verifiers_after_this_steps_verdicts(standby, settings):
+    """It watches the mark this step's child creates once verified (ENGINE_VERIFY_WARM)."""
+    settings.GEMMFORGE_VERIFY_JOBS = 12
+    taken = runner.standby_take(runner.executor_spec())
+    waiting = runner._standby
+    assert waiting is not None
+    argv = waiting.running.proc.args
+    assert argv[argv.index("--warm-after") + 1] == str(taken.workdir / runner.VERIFIED_MARK)
+    assert argv[argv.index("--warm-verifiers") + 1] == "12"
+    taken.discard()
+
+
 def test_a_standby_child_waits_in_the_step_childs_sandbox(standby, settings, monkeypatch):
     monkeypatch.setenv("DATABASE_URL", "postgres://user:password@db/gemmforge")
     monkeypatch.setenv("SECRET_KEY", "django-secret")

@@ -3,6 +3,7 @@ and the local GPU step's tuning reaches its child process."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from unittest import mock
 
 import pytest
@@ -99,3 +100,5 @@ def test_the_local_gpu_step_gets_its_verify_jobs_and_timing_cap(settings, tmp_pa
     [argv] = seen
     assert argv[argv.index("--verify-jobs") + 1] == "6"
     assert argv[argv.index("--device-seconds") + 1] == "4"
+    # created by the step once its verdicts are in: the next step's standby child watches it
+    assert Path(argv[argv.index("--verified-mark") + 1]).name == runner.VERIFIED_MARK

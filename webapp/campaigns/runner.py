@@ -350,7 +350,8 @@ def step_args(spec: str, problem_key: str, workdir: Path) -> list[str]:
             "--parent-pid", str(os.getpid())]  # fmt: skip
     if spec == "local":
         args += ["--verify-jobs", str(settings.GEMMFORGE_VERIFY_JOBS),
-                 "--device-seconds", str(settings.GEMMFORGE_DEVICE_SECONDS)]  # fmt: skip
+                 "--device-seconds", str(settings.GEMMFORGE_DEVICE_SECONDS),
+                 "--verified-mark", str(workdir / VERIFIED_MARK)]  # fmt: skip
     if spec.startswith("replay:"):
         if settings.GEMMFORGE_EXECUTION_LOG:  # made absolute: the child runs in ``workdir``
             args += ["--execution-log", str(settings.BASE_DIR / settings.GEMMFORGE_EXECUTION_LOG)]
@@ -358,18 +359,26 @@ def step_args(spec: str, problem_key: str, workdir: Path) -> list[str]:
     return args
 
 
+VERIFIED_MARK = "verified"  # a local step creates it in its folder once its verdicts are in
+
+
 class StandbyStep:
     """A GPU step child started before its step (``python -m engine.gpu_step --standby``): it
     imports torch and starts its verifications' fork server while the GPU still runs the step
-    before, in its own empty working directory and the same sandbox as any step child."""
+    before, in its own empty working directory and the same sandbox as any step child. With
+    ENGINE_VERIFY_WARM=on it forks its warm verifiers once ``warm_after`` (the step before's
+    VERIFIED_MARK) exists."""
 
-    def __init__(self, spec: str) -> None:
+    def __init__(self, spec: str, *, warm_after: Path | None = None) -> None:
         self.spec = spec
         self.device = settings.GEMMFORGE_GPU_DEVICE
         self._folder = tempfile.TemporaryDirectory(prefix="gemmforge-gpu-")
         self.workdir = Path(self._folder.name)
         argv = [sys.executable, "-m", "engine.gpu_step", "--standby", "--executor", spec,
                 "--parent-pid", str(os.getpid())]  # fmt: skip
+        if warm_after is not None:
+            argv += ["--warm-after", str(warm_after),
+                     "--warm-verifiers", str(settings.GEMMFORGE_VERIFY_JOBS)]  # fmt: skip
         self.running = toolchain.start(
             argv, cwd=self.workdir, env=gpu_child_env(self.workdir), policy=sandbox.gpu_policy()
         )
@@ -405,7 +414,7 @@ def standby_take(spec: str) -> StandbyStep:
         child.discard()
         child = None
     child = child or StandbyStep(spec)
-    _standby = StandbyStep(spec)
+    _standby = StandbyStep(spec, warm_after=child.workdir / VERIFIED_MARK)
     return child
 
 
