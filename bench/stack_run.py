@@ -892,6 +892,7 @@ def phase_report(steps: Sequence[dict[str, Any]]) -> dict[str, Any]:
         out["info"] = {
             "autotune_cached": [i.get("autotune_cached") for i in info],
             "verification_wall_s": [i.get("verification_wall_s") for i in info],
+            "verification_warm": [i.get("verification_warm") for i in info],
             # [min, median, max] over each step's verification children
             "verification_start_s": [i.get("verification_start_s") for i in info],
             "verification_cuda_init_s": [i.get("verification_cuda_init_s") for i in info],
@@ -949,6 +950,7 @@ def environment(opts: Options, cache_entries: int | None) -> dict[str, Any]:
         "engine_cache_dir": os.environ.get("ENGINE_CACHE_DIR"),
         "kernel_cache_entries_at_start": cache_entries,
         "verify_mps": os.environ.get("ENGINE_VERIFY_MPS", "off"),
+        "verify_warm": os.environ.get("ENGINE_VERIFY_WARM", "off"),
         "verify_busy_stream": os.environ.get("ENGINE_VERIFY_BUSY_STREAM", "gate"),
     }
 
