@@ -896,6 +896,7 @@ def phase_report(steps: Sequence[dict[str, Any]]) -> dict[str, Any]:
             # [min, median, max] over each step's verification children
             "verification_start_s": [i.get("verification_start_s") for i in info],
             "verification_cuda_init_s": [i.get("verification_cuda_init_s") for i in info],
+            "verification_warm_s": [i.get("verification_warm_s") for i in info],
             "verification_session_s": [i.get("verification_session_s") for i in info],
             "verification_checks_s": [i.get("verification_checks_s") for i in info],
             "heat_up_ran_s": [i.get("heat_up_ran_s") for i in info],

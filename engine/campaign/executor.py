@@ -253,10 +253,11 @@ class LocalGpuExecutor:
 def child_startup(verdicts: Sequence[Any]) -> dict[str, list[float]]:
     """Min, median and max over the batch's verification children of each part of their time
     (``verification_start_s``: launch to work, i.e. interpreter, sandbox and imports;
-    ``verification_cuda_init_s``; ``verification_session_s``: loading the library, allocating
-    and filling the guarded buffers; ``verification_checks_s``: the trials)."""
+    ``verification_cuda_init_s``; ``verification_warm_s``: a warm verifier's context, created
+    before its library came; ``verification_session_s``: loading the library, allocating and
+    filling the guarded buffers; ``verification_checks_s``: the trials)."""
     out: dict[str, list[float]] = {}
-    for part in ("start", "cuda_init", "session", "checks"):
+    for part in ("start", "cuda_init", "warm", "session", "checks"):
         values = sorted(
             times[part] for v in verdicts for times in (v.startup_s, v.phases_s) if part in times
         )
