@@ -1,5 +1,5 @@
 """Stand-ins for engine.toolchain.run's result (a child process its sandbox stopped) and for the
-python a verification child runs with."""
+python a verification child runs with; whether a process is alive."""
 
 from __future__ import annotations
 
@@ -35,3 +35,12 @@ def environment_reporting_python(folder: Path) -> Path:
     )
     path.chmod(0o755)
     return path
+
+
+def alive(pid: int) -> bool:
+    """Running (not gone, not a zombie waiting to be reaped)."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False

@@ -19,6 +19,7 @@ from engine import sandbox
 from engine.config import EngineConfig
 from engine.forkserver import ForkServer, ForkServerDied
 from engine.sandbox import Limits, Policy
+from tests.engine.process_fakes import alive
 
 CHILD = "tests.engine.forkserver_child"
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -44,14 +45,6 @@ def run(server: ForkServer, tmp_path: Path, *argv: str, policy: Policy | None = 
     options = {"timeout": 60, "cwd": workdir, "env": {"CHILD_MARK": workdir.name}}
     options.update(kwargs)
     return server.run(CHILD, list(argv), policy=policy or sandbox.gpu_policy(), **options)
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def test_a_child_is_forked_from_the_server_that_imported_its_module(server, tmp_path):

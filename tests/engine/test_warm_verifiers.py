@@ -20,6 +20,7 @@ from engine.forkserver import ForkServer
 from engine.problem import Problem
 from engine.verify import Verifications, WarmPool, WarmVerifier
 from engine.verify_child import wait_for_go
+from tests.engine.process_fakes import alive
 
 PROBLEM = Problem(64, 64, 64)
 
@@ -34,14 +35,6 @@ def server(monkeypatch) -> Iterator[ForkServer]:
     yield started
     started.close()
     folder.cleanup()
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def test_a_warm_verifier_is_forked_before_its_library_is_known(server, tmp_path):
