@@ -13,10 +13,11 @@ A daemon thread exits the child when its parent dies (kill -9 of the worker), fr
 imports what a local step needs (torch, without CUDA) and starts the fork server of its
 verification children (engine.forkserver), then waits for its step: one JSON list of the
 arguments above on stdin. It exits at end of input, or after ``--standby-seconds`` without one.
-With ENGINE_VERIFY_WARM=on and ``--warm-after PATH``, it forks ``--warm-verifiers`` warm
-verifiers (engine.verify.WarmPool) as soon as PATH exists: the step before creates it (its
-``--verified-mark``) once its own verdicts are in, so that the new children create their CUDA
-contexts while the GPU times that step's batch, not while its verifiers create theirs.
+With ENGINE_VERIFY_WARM=on and ``--warm-after PATH``, as soon as PATH exists it forks
+``--warm-verifiers`` warm verifiers (engine.verify.WarmPool), creates its own CUDA context and
+loads the cuBLAS shim its measurement needs: the step before creates PATH (its
+``--verified-mark``) once its own verdicts are in, so that these contexts are created while the
+GPU times that step's batch, not while its verifiers create theirs.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -79,13 +80,13 @@ def run_batch(
     device_seconds: float = 20.0,
     phases: Phases | None = None,
     fork_server: ForkServer | None = None,
-    warm: WarmPool | None = None,
+    warmed: Warmed | None = None,
     verified_mark: Path | None = None,
 ) -> list[dict]:
     """The batch's outcomes (dicts of engine.campaign.executor.Outcome); ``phases`` gets where
     the time went (engine.phases); ``fork_server``: one started for the verifications (else
-    engine.verify's choice); ``warm``: warm verifiers forked for them; ``verified_mark``: a
-    file created once the verdicts are in (local only)."""
+    engine.verify's choice); ``warmed``: what a standby child prepared for them;
+    ``verified_mark``: a file created once the verdicts are in (local only)."""
     phases = phases if phases is not None else Phases()
     configs = [get_family(c["family"]).from_knobs(c["knobs"]) for c in batch]
     if executor_spec.startswith("replay:"):
@@ -113,7 +114,7 @@ def run_batch(
         device_seconds=device_seconds,
         phases=phases,
         fork_server=fork_server,
-        warm=warm,
+        warmed=warmed or Warmed(),
         verified_mark=verified_mark,
     )
 
@@ -126,11 +127,12 @@ def run_local(
     device_seconds: float,
     phases: Phases,
     fork_server: ForkServer | None = None,
-    warm: WarmPool | None = None,
+    warmed: Warmed | None = None,
     verified_mark: Path | None = None,
 ) -> list[dict]:
     """Verification children first, torch after: the children (one per candidate) start before
     this process imports torch, and run while it imports torch and sets up the measurement."""
+    warmed = warmed or Warmed()
     from engine import compile as compile_module
     from engine import cuda_driver
     from engine import verify as verify_module
@@ -145,7 +147,7 @@ def run_local(
         problem,
         jobs=verify_jobs,
         fork_server=fork_server,
-        warm=warm,
+        warm=warmed.verifiers,
     )
     with phases("imports"):
         from engine.campaign.executor import (
@@ -160,6 +162,7 @@ def run_local(
             verify_jobs=verify_jobs,
             device_seconds=device_seconds,
             after_verification=verified_mark.touch if verified_mark else lambda: None,
+            shim=warmed.shim,
         )
     candidates = [CompiledCandidate(c.name, c, library) for c, library in ready]
     if not candidates and verified_mark is not None:
@@ -190,45 +193,75 @@ def standby(args: argparse.Namespace) -> int:
                 warm_after = args.warm_after
         for module in STANDBY_IMPORTS:
             importlib.import_module(module)
-    line, warm = wait_for_step(args, server, warm_after)
+    line, warmed = wait_for_step(args, server, warm_after)
     if not line.strip():
         return 0
     step_argv = json.loads(line)
     if "--standby" in step_argv:
         raise SystemExit("a standby step child's step cannot be another standby")
-    return main(step_argv, fork_server=server, warm=warm)
+    return main(step_argv, fork_server=server, warmed=warmed)
+
+
+@dataclass(frozen=True)
+class Warmed:
+    """What a standby child prepared once the step before was verified (ENGINE_VERIFY_WARM):
+    warm verifiers, and the cuBLAS shim of its measurement (engine.baselines.BaselineLibrary)
+    in a process whose CUDA context exists already."""
+
+    verifiers: WarmPool | None = None
+    shim: Any = None
 
 
 def wait_for_step(
     args: argparse.Namespace, server: ForkServer | None, warm_after: Path | None
-) -> tuple[str, WarmPool | None]:
-    """The step's line from stdin ("" at its end, or after ``--standby-seconds``), and the warm
-    verifiers forked meanwhile once ``warm_after`` appeared (None if it did not)."""
+) -> tuple[str, Warmed | None]:
+    """The step's line from stdin ("" at its end, or after ``--standby-seconds``), and what was
+    warmed meanwhile once ``warm_after`` appeared (None if it did not)."""
     deadline = time.monotonic() + args.standby_seconds
-    warm = None
+    warmed = None
     while (remaining := deadline - time.monotonic()) > 0:
-        watching = server is not None and warm_after is not None and warm is None
+        watching = server is not None and warm_after is not None and warmed is None
         poll = min(remaining, WARM_POLL_S) if watching else remaining
         if select.select([sys.stdin], [], [], poll)[0]:
-            return sys.stdin.readline(), warm
+            return sys.stdin.readline(), warmed
         if watching and warm_after.exists():  # type: ignore[union-attr]
-            warm = start_warm_pool(server, args.warm_verifiers)  # type: ignore[arg-type]
-    return "", warm
+            warmed = warm_up(server, args.warm_verifiers)  # type: ignore[arg-type]
+    return "", warmed
 
 
-def start_warm_pool(server: ForkServer, count: int) -> WarmPool:
+def warm_up(server: ForkServer, verifiers: int) -> Warmed:
+    """The warm verifiers first (their contexts take turns with ours), then this process's
+    context and shim."""
     from engine import mps
     from engine import verify as verify_module
 
     mps_pipe = os.environ.get(mps.PIPE_VARIABLE) or None
-    return verify_module.WarmPool(server, count, mps_pipe=mps_pipe)
+    pool = verify_module.WarmPool(server, verifiers, mps_pipe=mps_pipe)
+    return Warmed(pool, prepare_measurement())
+
+
+def prepare_measurement() -> Any:
+    """This process's CUDA context (no kernel runs) and the cuBLAS shim, before the step's
+    problem is known; None where either fails (the step meets the failure again, and reports
+    it)."""
+    import torch
+
+    from engine import measure
+    from engine.config import load as load_config
+
+    try:
+        torch.cuda.init()
+        torch.empty(1, device="cuda")  # the runtime creates the context at the first allocation
+        return measure.load_shim(load_config())
+    except Exception:
+        return None
 
 
 def main(
     argv: Sequence[str] | None = None,
     *,
     fork_server: ForkServer | None = None,
-    warm: WarmPool | None = None,
+    warmed: Warmed | None = None,
 ) -> int:
     started_at = time.time()  # after this module's imports: the worker books what came before
     clock = time.perf_counter()
@@ -268,7 +301,7 @@ def main(
         device_seconds=args.device_seconds,
         phases=phases,
         fork_server=fork_server,
-        warm=warm,
+        warmed=warmed,
         verified_mark=args.verified_mark,
     )
     phases.close(time.perf_counter() - clock)

@@ -85,7 +85,9 @@ class LocalGpuExecutor:
     ``after_verification`` runs once a batch's verdicts are in, before its timing. By default,
     with ENGINE_VERIFY_WARM=on, it forks the next batch's warm verifiers (engine.verify.WarmPool)
     so that they create their contexts while this batch is timed; a caller that verifies the
-    next batch in another process (engine.gpu_step) signals that process instead."""
+    next batch in another process (engine.gpu_step) signals that process instead. ``shim``:
+    the cuBLAS shim (engine.baselines.BaselineLibrary) loaded already, else loaded on first
+    use."""
 
     needs_libraries = True
 
@@ -100,6 +102,7 @@ class LocalGpuExecutor:
         verify_jobs: int = 1,
         device_seconds: float = 20.0,
         after_verification: Callable[[], None] | None = None,
+        shim: Any = None,
     ) -> None:
         self.device_seconds = device_seconds
         self.protocols = tuple(protocols)
@@ -108,7 +111,7 @@ class LocalGpuExecutor:
         self.config = config
         self.verify_timeout = verify_timeout
         self.heat_seconds = heat_seconds
-        self._shim: Any = None
+        self._shim: Any = shim
         self._fork_server: Any = None  # engine.forkserver.ForkServer, and its folder
         self._fork_server_folder: Any = None
         self._warm: WarmPool | None = None  # for the next batch

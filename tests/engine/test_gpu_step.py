@@ -55,7 +55,7 @@ def test_the_local_step_passes_its_tuning_and_compiles_for_the_gpus_arch(monkeyp
         "local", Problem.parse("4096x4096x4096", "nn"), batch, verify_jobs=6, device_seconds=4
     )
     assert callable(made[0].pop("after_verification"))
-    assert made == [{"arch": "sm_90", "verify_jobs": 6, "device_seconds": 4}]
+    assert made == [{"arch": "sm_90", "verify_jobs": 6, "device_seconds": 4, "shim": None}]
     assert compiled == ["sm_90"]
     assert executed == [["/lib.so"]]
     assert [(o["name"], o["status"]) for o in outcomes] == [(config.name, "ok")]
@@ -162,7 +162,7 @@ def test_a_standby_child_prepares_then_runs_the_step_it_reads(monkeypatch):
     monkeypatch.setattr(verify_module, "new_fork_server", new_fork_server)
     monkeypatch.setattr(verify_module, "fork_server_on", lambda: True)
     monkeypatch.setattr(
-        gpu_step, "main", lambda argv, fork_server, warm: ran.append((argv, fork_server))
+        gpu_step, "main", lambda argv, fork_server, warmed: ran.append((argv, fork_server))
     )
     step = ["--executor", "local", "--problem", "64x64x64_nn", "--batch", "b", "--out", "o"]
     stdin_with(monkeypatch, json.dumps(step) + "\n")
@@ -217,20 +217,19 @@ def warm_standby(monkeypatch, mark: Path, setting: str) -> list:
     monkeypatch.setattr(verify_module, "new_fork_server", lambda *, start: ("server", None))
     events = []
 
-    def start_warm_pool(server, count):
+    def warm_pool(server, count, *, mps_pipe):
         events.append(("warm", server, count, mark.exists()))
         return "pool"
 
-    monkeypatch.setattr(gpu_step, "start_warm_pool", start_warm_pool)
+    monkeypatch.setattr(verify_module, "WarmPool", warm_pool)
+    monkeypatch.setattr(gpu_step, "prepare_measurement", lambda: events.append("context") or "shim")
     monkeypatch.setattr(
-        gpu_step, "main", lambda argv, fork_server, warm: events.append(("step", warm))
+        gpu_step, "main", lambda argv, fork_server, warmed: events.append(("step", warmed))
     )
     return events
 
 
-def test_a_standby_child_warms_its_verifiers_once_the_step_before_is_verified(
-    monkeypatch, tmp_path
-):
+def test_a_standby_child_warms_up_once_the_step_before_is_verified(monkeypatch, tmp_path):
     mark = tmp_path / "verified"
     events = warm_standby(monkeypatch, mark, "on")
     write_end = stdin_with(monkeypatch, None)
@@ -247,7 +246,12 @@ def test_a_standby_child_warms_its_verifiers_once_the_step_before_is_verified(
     thread.start()
     gpu_step.standby(standby_args(warm_after=mark, warm_verifiers=12))
     thread.join()
-    assert events == [("warm", "server", 12, True), ("step", "pool")]
+    # the verifiers' contexts first, then the measurement's own
+    assert events == [
+        ("warm", "server", 12, True),
+        "context",
+        ("step", gpu_step.Warmed("pool", "shim")),
+    ]
 
 
 def test_a_standby_child_warms_nothing_when_the_setting_is_off(monkeypatch, tmp_path):
