@@ -3,7 +3,7 @@
 space.py      the valid configs a campaign may propose for one problem
 executor.py   GpuExecutor protocol; LocalGpuExecutor (this GPU) and ReplayExecutor (recorded)
 storage.py    CampaignStorage protocol; SqliteStorage for the CLI
-proposers.py  random, evolutionary and learned-policy proposers, mixed per campaign
+proposers.py  random, evolutionary, learned-policy and transfer proposers, mixed per campaign
 policy.py     the torch policy (REINFORCE, persisted per GPU arch)
 loop.py       the rounds, budgets, early stops, pipelined compiles, results JSON
 replay.py     the replay benchmark: every strategy against a recorded table, on the CPU
@@ -11,7 +11,7 @@ replay.py     the replay benchmark: every strategy against a recorded table, on 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from engine.campaign.executor import (
     CompiledCandidate,
@@ -36,25 +36,34 @@ from engine.campaign.proposers import (
     Proposal,
     Proposer,
     RandomProposer,
+    TransferProposer,
     propose_batch,
     split_batch,
 )
 from engine.campaign.space import SearchSpace, families_for_arch
 from engine.campaign.storage import CampaignStorage, CandidateRecord, SqliteStorage
+from engine.problem import Problem
 
-PROPOSER_NAMES = ("rl", "evolve", "random")
+PROPOSER_NAMES = ("rl", "evolve", "random", "transfer")
 
 
 def make_proposers(
-    mix: Mapping[str, float], *, policy: Policy | None = None, seed: int = 0
+    mix: Mapping[str, float],
+    *,
+    policy: Policy | None = None,
+    seed: int = 0,
+    known: Sequence[tuple[Problem, CandidateRecord]] = (),
 ) -> dict[str, Proposer]:
-    """The proposers a mix names ("rl" needs ``policy``)."""
+    """The proposers a mix names ("rl" needs ``policy``; "transfer" starts from ``known``
+    results of other problems)."""
     out: dict[str, Proposer] = {}
     for name in mix:
         if name == "random":
             out[name] = RandomProposer()
         elif name == "evolve":
             out[name] = EvolveProposer()
+        elif name == "transfer":
+            out[name] = TransferProposer(known)
         elif name == "rl":
             if policy is None:
                 raise ValueError("the rl proposer needs a policy")
@@ -86,6 +95,7 @@ __all__ = [
     "ReplayTable",
     "SearchSpace",
     "SqliteStorage",
+    "TransferProposer",
     "campaign_report",
     "families_for_arch",
     "make_proposers",

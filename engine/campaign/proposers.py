@@ -19,7 +19,7 @@ import torch
 from engine.campaign.policy import Policy
 from engine.campaign.space import OTHER_FAMILY_DISTANCE, SearchSpace
 from engine.campaign.storage import CandidateRecord
-from engine.families import KernelConfig
+from engine.families import KernelConfig, get_family
 from engine.problem import Problem
 
 
@@ -132,6 +132,95 @@ class EvolveProposer:
     def observe(
         self, problem: Problem, space: SearchSpace, records: Sequence[CandidateRecord]
     ) -> None:
+        return None
+
+
+OTHER_LAYOUT_DISTANCE = 0.5  # the same shape in the other layout: nearer than any other shape
+TRANSFER_TOP = 4  # the configs carried over from each other problem
+
+
+def problem_distance(a: Problem, b: Problem) -> float:
+    """How far apart two problems are for carrying a winner over: octaves of M, N and K, plus
+    OTHER_LAYOUT_DISTANCE when the layouts differ."""
+    octaves = sum(abs(math.log2(x / y)) for x, y in ((a.m, b.m), (a.n, b.n), (a.k, b.k)))
+    return octaves + (OTHER_LAYOUT_DISTANCE if a.layout != b.layout else 0.0)
+
+
+class TransferProposer:
+    """Carries winners over from other problems: the best ``top`` configs measured for each
+    problem it knows (``known`` results, e.g. from earlier campaigns in the same database, and
+    every result it observes), nearest problems first (:func:`problem_distance`: this very
+    problem in an earlier campaign, then the same shape in the other layout, then other
+    shapes), each in this problem's layout, where valid here and untried. Rank by rank: the
+    nearest problems' best, then their second best, and so on. Model-written candidates (their
+    own source) do not carry over."""
+
+    name = "transfer"
+
+    def __init__(
+        self, known: Sequence[tuple[Problem, CandidateRecord]] = (), *, top: int = TRANSFER_TOP
+    ) -> None:
+        self.top = top
+        self._problems: dict[str, Problem] = {}
+        self._best: dict[str, dict[str, tuple[float, str, Mapping[str, Any]]]] = {}
+        for problem, record in known:
+            self._add(problem, record)
+
+    def _add(self, problem: Problem, record: CandidateRecord) -> None:
+        if record.status != "ok" or record.source is not None:
+            return
+        self._problems[problem.key] = problem
+        best = self._best.setdefault(problem.key, {})
+        if record.reward > best.get(record.name, (-math.inf,))[0]:
+            best[record.name] = (record.reward, record.family, record.knobs)
+
+    def winners(self, problem_key: str) -> list[tuple[str, Mapping[str, Any]]]:
+        """(family, knobs) of a problem's best ``top`` configs, best first."""
+        ranked = sorted(self._best.get(problem_key, {}).values(), key=lambda w: -w[0])
+        return [(family, knobs) for _, family, knobs in ranked[: self.top]]
+
+    def propose(
+        self,
+        problem: Problem,
+        space: SearchSpace,
+        n: int,
+        *,
+        history: Sequence[CandidateRecord],
+        exclude: set[str],
+        rng: random.Random,
+    ) -> list[Proposal]:
+        others = sorted(
+            self._problems.values(), key=lambda p: (problem_distance(problem, p), p.key)
+        )
+        ranked = [self.winners(p.key) for p in others]
+        taken = set(exclude)
+        out: list[Proposal] = []
+        for rank in range(self.top):
+            for winners in ranked:
+                if len(out) >= n:
+                    return out
+                if rank >= len(winners):
+                    continue
+                config = carried_over(*winners[rank], problem)
+                if config is None or config.name not in space or config.name in taken:
+                    continue
+                taken.add(config.name)
+                out.append(Proposal(config, self.name))
+        return out
+
+    def observe(
+        self, problem: Problem, space: SearchSpace, records: Sequence[CandidateRecord]
+    ) -> None:
+        for record in records:
+            self._add(problem, record)
+
+
+def carried_over(family: str, knobs: Mapping[str, Any], problem: Problem) -> KernelConfig | None:
+    """The config with these knobs in ``problem``'s layout; None where the family or a knob is
+    unknown here (a result from another version of the engine)."""
+    try:
+        return get_family(family).from_knobs({**knobs, "layout": problem.layout.value})
+    except (KeyError, ValueError, TypeError):
         return None
 
 

@@ -173,6 +173,17 @@ class SqliteStorage:
         ).fetchone()
         return row[0] if row else None
 
+    def measured(self) -> list[tuple[Problem, CandidateRecord]]:
+        """Every measured (ok) candidate of every campaign in the file, with its problem: what
+        a TransferProposer starts from."""
+        return [
+            (problem, record)
+            for campaign in self.campaign_names()
+            for problem in self.problems(campaign)
+            for record in self.candidates(campaign, problem.key)
+            if record.status == "ok"
+        ]
+
     def candidates(self, campaign: str, problem_key: str) -> list[CandidateRecord]:
         rows = self._db.execute(
             "SELECT name, family, knobs, proposer, status, reward, parent, reason, message, "

@@ -225,8 +225,11 @@ def run(args: argparse.Namespace) -> int:
     def compile_family(configs):
         return compile_configs(configs, jobs=args.jobs, config=config, target_arch=executor.arch)
 
+    known = storage.measured() if "transfer" in mix else []
+    if "transfer" in mix:
+        print(f"transfer: {len(known)} measured candidates in {db}", flush=True)
     proposers = make_proposers(
-        {k: v for k, v in mix.items() if k != "llm"}, policy=policy, seed=args.seed
+        {k: v for k, v in mix.items() if k != "llm"}, policy=policy, seed=args.seed, known=known
     )
     compiler = compile_family
     if "llm" in mix:

@@ -19,7 +19,7 @@ from engine.campaign import (
 from engine.problem import Problem as EngineProblem
 from webapp.campaigns.models import Campaign, Candidate, Problem
 from webapp.campaigns.services import campaign_create
-from webapp.campaigns.storage import DjangoStorage
+from webapp.campaigns.storage import DjangoStorage, measured_winners
 
 RECORDED_RUN = "bench/results/2026-12-02-h200-families/families-run1.json"
 SHAPES = [EngineProblem.parse("4096x4096x4096", "tn"), EngineProblem.parse("1024x1024x1024", "tn")]
@@ -89,3 +89,22 @@ def test_storage_reads_back_what_it_recorded(campaign, table):
         storage.record(campaign.name, key, [record])
     with pytest.raises(ValueError, match="holds campaign"):
         storage.candidates("another", key)
+
+
+def test_a_transfer_proposer_starts_from_each_problems_best_measured_candidates(campaign, table):
+    from engine.campaign.proposers import TRANSFER_TOP
+
+    run_loop(campaign, table, budget=8)
+    known = measured_winners("sm_90", top=TRANSFER_TOP)
+    by_problem: dict[str, list[float]] = {}
+    for problem, record in known:
+        assert record.status == "ok"
+        by_problem.setdefault(problem.key, []).append(record.reward)
+    assert set(by_problem) == {p.key for p in SHAPES}
+    for problem in Problem.objects.filter(campaign=campaign):
+        rewards = sorted(
+            (c.reward for c in problem.candidates.filter(status=Candidate.Status.DONE)),
+            reverse=True,
+        )
+        assert sorted(by_problem[problem.as_engine().key], reverse=True) == rewards[:TRANSFER_TOP]
+    assert measured_winners("sm_80", top=TRANSFER_TOP) == []  # another GPU's results stay there

@@ -144,3 +144,29 @@ def test_a_failing_gpu_probe_stops_the_gpu_queue_and_shows_on_the_heartbeat(alic
     assert not heartbeat.serves_gpu
     item.refresh_from_db()
     assert (item.status, item.attempts) == (WorkItem.Status.QUEUED, 0)  # handed on, not counted
+
+
+def test_a_transfer_campaign_starts_from_an_earlier_campaigns_winners(
+    alice, django_capture_on_commit_callbacks
+):
+    earlier = make_campaign(alice, shapes=("4096x4096x4096",), budget=8)
+    run_everything(django_capture_on_commit_callbacks)
+    winners = list(
+        Candidate.objects.filter(problem__campaign=earlier, status=Candidate.Status.DONE)
+        .order_by("-reward")
+        .values_list("name", flat=True)[:4]
+    )
+    later = campaign_create(
+        owner=alice,
+        name="transfer",
+        layout="tn",
+        problems=[EngineProblem.parse("4096x4096x4096", "tn")],
+        budget_per_shape=4,
+        proposer_mix={"transfer": 1.0},
+    )
+    run_everything(django_capture_on_commit_callbacks)
+    later.refresh_from_db()
+    assert later.status == Campaign.Status.DONE
+    proposed = Candidate.objects.filter(problem__campaign=later)
+    assert set(proposed.values_list("name", flat=True)) == set(winners)
+    assert set(proposed.values_list("proposer", flat=True)) == {"transfer"}

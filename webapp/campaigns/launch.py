@@ -11,7 +11,7 @@ from dataclasses import dataclass
 # views.campaign_new is decorated with @launch.rate_limit (webapp/ratelimit.py).
 from webapp.ratelimit import launch_rate_limit as rate_limit  # noqa: F401
 
-PROPOSERS = ("rl", "evolve", "random")  # engine.campaign.PROPOSER_NAMES
+PROPOSERS = ("rl", "evolve", "random", "transfer")  # engine.campaign.PROPOSER_NAMES
 DEFAULT_MIX = {"rl": 0.5, "evolve": 0.3, "random": 0.2}  # engine.campaign.loop.DEFAULT_MIX
 REWARD_PROTOCOLS = ("device", "offline", "server", "graph")  # engine.bench.PROTOCOLS
 

@@ -36,7 +36,7 @@ from engine.campaign.storage import CandidateRecord
 from engine.phases import Phases
 from webapp.campaigns import artifact_store
 from webapp.campaigns.models import Campaign, Candidate, Problem, WorkItem
-from webapp.campaigns.storage import DjangoStorage, source_hash, source_of
+from webapp.campaigns.storage import DjangoStorage, measured_winners, source_hash, source_of
 from webapp.campaigns.work import (
     LeaseKeeper,
     LeaseLost,
@@ -126,7 +126,12 @@ def compile_step(*, item_id: int, token: str) -> dict[str, Any]:
     policy = None
     if "rl" in mix:
         policy = Policy(families_for_arch(problem.arch), seed=campaign.id)
-    proposers = make_proposers(mix, policy=policy, seed=campaign.id)
+    known = []
+    if "transfer" in mix:
+        from engine.campaign.proposers import TRANSFER_TOP
+
+        known = measured_winners(problem.arch, top=TRANSFER_TOP)
+    proposers = make_proposers(mix, policy=policy, seed=campaign.id, known=known)
     if history:
         for proposer in proposers.values():
             proposer.observe(engine_problem, space, history)

@@ -15,6 +15,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from django.db import transaction
+from django.db.models import F, Window
+from django.db.models.functions import RowNumber
 
 from engine.campaign.storage import CandidateRecord
 from engine.families import get_family
@@ -90,6 +92,27 @@ def record_from_row(row: Candidate, parent: str | None) -> CandidateRecord:
         round=outcome.get("round", 0),
         meta=outcome.get("meta", {}),
     )
+
+
+def measured_winners(arch: str, *, top: int) -> list[tuple[EngineProblem, CandidateRecord]]:
+    """The best ``top`` measured candidates of every problem on ``arch``, in any campaign: what
+    a transfer proposer (engine.campaign.proposers.TransferProposer) starts from. One query,
+    ranked in the database, however many candidates there are."""
+    rows = (
+        Candidate.objects.filter(
+            problem__arch=arch,
+            status=Candidate.Status.DONE,
+            reward__isnull=False,
+            outcome__isnull=False,
+        )
+        .exclude(proposer="llm")  # a model's own source: its knobs do not rebuild it
+        .annotate(
+            rank=Window(RowNumber(), partition_by=[F("problem_id")], order_by=F("reward").desc())
+        )
+        .filter(rank__lte=top)
+        .select_related("problem")
+    )
+    return [(row.problem.as_engine(), record_from_row(row, None)) for row in rows]
 
 
 class DjangoStorage:
