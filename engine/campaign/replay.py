@@ -27,7 +27,7 @@ from engine.campaign.executor import ReplayExecutor, ReplayTable
 from engine.campaign.loop import Campaign, CampaignSettings
 from engine.campaign.policy import Policy
 from engine.campaign.space import SearchSpace, families_for_arch
-from engine.campaign.storage import SqliteStorage
+from engine.campaign.storage import CandidateRecord, SqliteStorage
 from engine.problem import Problem
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,6 +36,8 @@ STRATEGIES: dict[str, dict[str, float]] = {
     "random": {"random": 1.0},
     "evolve": {"evolve": 1.0},
     "rl": {"rl": 1.0},
+    "transfer": {"transfer": 1.0},
+    "rl+transfer": {"rl": 0.5, "transfer": 0.5},
 }
 TARGET = 0.95
 CHECKPOINTS = (1, 2, 4, 8, 16, 32)
@@ -64,6 +66,27 @@ def pretrained_policy(
     return policy
 
 
+def table_records(
+    table: ReplayTable, problems: Sequence[Problem], *, baseline: str
+) -> list[tuple[Problem, CandidateRecord]]:
+    """Every recorded config of ``problems`` as a measured candidate (reward: the log speedup
+    over ``baseline``): what a transfer proposer knows of the shapes it was not held out on."""
+    out = []
+    for problem in problems:
+        speedups = table.speedups(problem, baseline)
+        for config in table.configs_for(problem):
+            reward = _log(speedups[config.name])
+            out.append(
+                (
+                    problem,
+                    CandidateRecord(
+                        config.name, config.FAMILY, config.knobs(), "table", "ok", reward
+                    ),
+                )
+            )
+    return out
+
+
 def _log(x: float) -> float:
     import math
 
@@ -87,8 +110,10 @@ def run_strategy(
     batch_size: int,
     baseline: str,
     policy: Policy | None,
+    known: Sequence[tuple[Problem, CandidateRecord]] = (),
 ) -> list[float]:
-    """Best-so-far speedup after each candidate of one replayed campaign."""
+    """Best-so-far speedup after each candidate of one replayed campaign (``known``: the other
+    shapes' results, for a transfer proposer)."""
     mix = STRATEGIES[strategy]
     settings = CampaignSettings(
         name=f"replay-{strategy}-{seed}",
@@ -104,7 +129,7 @@ def run_strategy(
         settings=settings,
         executor=ReplayExecutor(table),
         storage=SqliteStorage(":memory:"),
-        proposers=make_proposers(mix, policy=policy, seed=seed),
+        proposers=make_proposers(mix, policy=policy, seed=seed, known=known),
         space_for=lambda p: space_of(table, p),
         policy=policy,
     )
@@ -133,14 +158,16 @@ def replay_benchmark(
         held = [p for p in problems if p.shape == shape]
         train = [p for p in problems if p.shape != shape]
         policy = None
-        if "rl" in strategies:
+        if any("rl" in STRATEGIES[s] for s in strategies):
             policy = pretrained_policy(table, train, baseline=baseline, steps=pretrain_steps)
+        known = table_records(table, train, baseline=baseline)
         for problem in held:
             speedups = table.speedups(problem, baseline)
             optimum = max(speedups.values())
             for seed in range(seeds):
                 for strategy in strategies:
-                    fresh = policy.clone() if policy is not None and strategy == "rl" else None
+                    uses_policy = "rl" in STRATEGIES[strategy]
+                    fresh = policy.clone() if policy is not None and uses_policy else None
                     curve = run_strategy(
                         table,
                         problem,
@@ -150,6 +177,7 @@ def replay_benchmark(
                         batch_size=batch_size,
                         baseline=baseline,
                         policy=fresh,
+                        known=known,
                     )
                     normalised = [x / optimum for x in curve]
                     normalised += [normalised[-1]] * (budget - len(normalised))
@@ -179,6 +207,7 @@ def replay_benchmark(
             "baseline": baseline,
             "target": TARGET,
             "held_out": "leave-one-shape-out (both layouts of a shape)",
+            "transfer_knows": "every recorded config of the other shapes",
             "campaign_seed": "crc32 of '<problem key>/<seed>'",
         },
         "summary": summarize(runs, strategies, budget),
@@ -224,7 +253,7 @@ def format_table(report: dict[str, Any]) -> str:
     checkpoints = [c for c in CHECKPOINTS if c <= budget]
     lines = []
     header = (
-        f"{'group':12} {'strategy':8} {'runs':>5} {'med→95%':>8} {'mean→95%':>9} {'reached':>8} "
+        f"{'group':12} {'strategy':11} {'runs':>5} {'med→95%':>8} {'mean→95%':>9} {'reached':>8} "
         f"{'rand/x':>7} " + " ".join(f"{'@' + str(c):>6}" for c in checkpoints)
     )
     lines.append(header)
@@ -233,7 +262,7 @@ def format_table(report: dict[str, Any]) -> str:
         for strategy, s in strategies.items():
             ratio = s.get("random_over_this")
             lines.append(
-                f"{group:12} {strategy:8} {s['runs']:5d} {s['median_to_target']:8.1f} "
+                f"{group:12} {strategy:11} {s['runs']:5d} {s['median_to_target']:8.1f} "
                 f"{s['mean_to_target']:9.2f} {s['reached']:8.0%} "
                 f"{(f'{ratio:.2f}x' if ratio else '-'):>7} "
                 + " ".join(f"{s['at'][str(c)]:6.3f}" for c in checkpoints)

@@ -4,7 +4,10 @@ measurements with held-out shapes (a quick version of the benchmark)."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
+
+import pytest
 
 from engine import cli
 from engine.campaign import ReplayTable
@@ -15,6 +18,7 @@ from engine.campaign.replay import (
     pretrained_policy,
     replay_benchmark,
     space_of,
+    table_records,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,7 +42,7 @@ def test_a_quick_replay_reports_every_strategy_on_held_out_shapes():
         table, seeds=1, budget=24, pretrain_steps=20, shapes=["4096x4096x4096", "1024x1024x1024"]
     )
     summary = report["summary"]["all"]
-    assert set(summary) == {"random", "evolve", "rl"}
+    assert set(summary) == {"random", "evolve", "rl", "transfer", "rl+transfer"}
     assert {r["problem"] for r in report["runs"]} == {
         "4096x4096x4096_nn",
         "4096x4096x4096_tn",
@@ -102,3 +106,16 @@ def test_pretraining_on_other_shapes_finds_a_good_config_for_a_small_shape():
     probabilities = policy.probabilities(held, space_of(table, held))
     top = max(probabilities, key=probabilities.get)
     assert speedups[top] >= TARGET * max(speedups.values())  # expected-reward ascent: 0.91
+
+
+def test_the_transfer_strategy_knows_the_other_shapes_only():
+    """Leave-one-shape-out holds both layouts of a shape out of what transfer starts from."""
+    table = ReplayTable.load([RUN1])
+    problems = table.problems()
+    train = [p for p in problems if p.shape != "4096x4096x4096"]
+    known = table_records(table, train, baseline="cublaslt_autotune")
+    assert {p.key for p, _ in known} == {p.key for p in train}
+    assert all(r.status == "ok" for _, r in known)
+    speedups = table.speedups(train[0], "cublaslt_autotune")
+    first = next(r for p, r in known if p == train[0])
+    assert math.exp(first.reward) == pytest.approx(speedups[first.name])
