@@ -185,7 +185,8 @@ fi
 if [[ $stage == grid64 ]]; then  # issue 11: the 64-shape campaign, resumed across sessions
   # from the database the last session committed (GRID64_DB); NN first, then its TN quarter
   # (and the finals measured so far, engine.campaign.final.SavedFinals, beside it); GRID64_LAYOUTS
-  # picks the layouts ("nn tn")
+  # picks the layouts ("nn tn"), GRID64_PROPOSERS the mix (the transfer proposer carries each
+  # shape's other-layout and neighbours' winners over: bench/results/2026-12-04-replay-transfer)
   grid64_db=${GRID64_DB:-bench/results/grid64/campaign.sqlite}
   [[ -f $ENGINE_CACHE_DIR/grid64.sqlite ]] || cp "$grid64_db" "$ENGINE_CACHE_DIR/grid64.sqlite" 2>/dev/null
   [[ -f $ENGINE_CACHE_DIR/grid64.finals.json ]] \
@@ -193,7 +194,7 @@ if [[ $stage == grid64 ]]; then  # issue 11: the 64-shape campaign, resumed acro
   for layout in ${GRID64_LAYOUTS:-nn tn}; do
     timeout -k 20 -s INT "$(( ${GRID64_SECONDS:-480} - SECONDS > 1 ? ${GRID64_SECONDS:-480} - SECONDS : 1 ))" \
       python3 -m engine optimize --shapes "$(python3 bench/grid64.py $layout)" --layout $layout \
-      --budget "${GRID64_BUDGET:-32}" --batch 32 --proposers rl,evolve --space library \
+      --budget "${GRID64_BUDGET:-32}" --batch 32 --proposers "${GRID64_PROPOSERS:-rl,evolve,transfer}" --space library \
       --verify-jobs "${GRID64_VERIFY_JOBS:-16}" --device-seconds 2 --heat-seconds 0.3 \
       --pretrain "${LIBRARY_RUN:-bench/results/2026-12-03-h200-run9/library3/library-run3.json}" \
       --final-top 2 --final-device-seconds "${GRID64_FINAL_SECONDS:-2}" --db "$ENGINE_CACHE_DIR/grid64.sqlite" \
