@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,20 +30,26 @@ class Health:
 
 
 def probe(device: str = "0", *, timeout: float = float(toolchain.Timeout.PROBE)) -> Health:
-    """Never raises for a sick GPU (that is the result)."""
-    env = {**os.environ, "CUDA_VISIBLE_DEVICES": device}
-    smi = toolchain.run(
-        ["nvidia-smi", f"--id={device}", f"--query-gpu={SMI_QUERY}", "--format=csv,noheader"],
-        timeout=timeout,
-        env=env,
-    ) if _have("nvidia-smi") else None  # fmt: skip
-    if smi is None:
+    """Never raises for a sick GPU (that is the result). nvidia-smi and the driver probe run
+    side by side: each is a process start and a call into the driver, ≈ 0.36 s of every GPU step
+    on the H200 one after the other (run 13)."""
+    if not _have("nvidia-smi"):
         return Health(False, "nvidia-smi is not on PATH")
-    if not smi.ok:
-        return Health(False, f"nvidia-smi failed: {(smi.stderr or smi.stdout).strip()[-500:]}")
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": device}
+    smi_query = [
+        "nvidia-smi",
+        f"--id={device}",
+        f"--query-gpu={SMI_QUERY}",
+        "--format=csv,noheader",
+    ]
     # -I: the engine's folder is not put on sys.path (its modules would shadow the stdlib's)
     driver = [sys.executable, "-I", str(Path(cuda_driver.__file__)), "probe"]
-    fast = toolchain.run(driver, timeout=timeout, env=env)
+    with ThreadPoolExecutor(2, thread_name_prefix="gpu-health") as pool:
+        smi_run = pool.submit(toolchain.run, smi_query, timeout=timeout, env=env)
+        fast_run = pool.submit(toolchain.run, driver, timeout=timeout, env=env)
+        smi, fast = smi_run.result(), fast_run.result()
+    if not smi.ok:
+        return Health(False, f"nvidia-smi failed: {(smi.stderr or smi.stdout).strip()[-500:]}")
     if fast.ok:
         return Health(True, smi.stdout.strip(), "driver")
     call = toolchain.run([sys.executable, "-c", CUDA_CALL], timeout=timeout, env=env)
