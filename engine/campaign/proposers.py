@@ -192,11 +192,11 @@ class TransferProposer:
         others = sorted(
             self._problems.values(), key=lambda p: (problem_distance(problem, p), p.key)
         )
-        ranked = [self.winners(p.key) for p in others]
+        ranked = [(p.key, self.winners(p.key)) for p in others]
         taken = set(exclude)
         out: list[Proposal] = []
         for rank in range(self.top):
-            for winners in ranked:
+            for source, winners in ranked:
                 if len(out) >= n:
                     return out
                 if rank >= len(winners):
@@ -205,7 +205,7 @@ class TransferProposer:
                 if config is None or config.name not in space or config.name in taken:
                     continue
                 taken.add(config.name)
-                out.append(Proposal(config, self.name))
+                out.append(Proposal(config, self.name, meta={"carried_from": source}))
         return out
 
     def observe(

@@ -55,6 +55,7 @@ def test_it_carries_the_other_layouts_winner_over_in_this_layout():
     assert proposal.proposer == "transfer"
     assert proposal.config.layout is Layout.NN
     assert proposal.config.knobs() == {**winner.knobs(), "layout": "nn"}
+    assert proposal.meta == {"carried_from": SHAPE_TN.key}  # stored with its record
 
 
 def test_the_nearest_problems_best_come_before_anyones_second_best():
