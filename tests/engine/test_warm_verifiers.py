@@ -142,3 +142,22 @@ def test_a_warm_verifiers_spec_is_written_when_its_library_is_known(server, tmp_
         warm.verify(tmp_path / "lib.so", Problem(128, 64, 32), timeout=60)
     assert (seen["m"], seen["n"], seen["k"]) == (128, 64, 32)
     assert not spec_path.exists()  # its folder is gone with it
+
+
+def test_the_real_child_waits_then_fails_as_a_fresh_one_does_without_a_gpu(tmp_path):
+    """engine.verify_child itself with --wait: on this machine (no CUDA) its warm-up fails
+    quietly, it waits for its library, then fails where a fresh child fails."""
+    server, folder = verify_module.new_fork_server(start=True)
+    try:
+        fresh = verify_module.verify(tmp_path / "lib.so", PROBLEM, timeout=120, fork_server=server)
+        warm = WarmVerifier(server)
+        warm.pid()
+        time.sleep(1.0)
+        assert alive(warm.pid())  # waiting for its library, not failed at its warm-up
+        warmed = warm.verify(tmp_path / "lib.so", PROBLEM, timeout=120)
+    finally:
+        server.close()
+        folder.cleanup()
+    assert (warmed.ok, warmed.reason) == (fresh.ok, fresh.reason)
+    assert not warmed.ok
+    assert warmed.stderr_tail.strip().splitlines()[-1] == fresh.stderr_tail.strip().splitlines()[-1]
