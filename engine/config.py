@@ -74,9 +74,11 @@ class EngineConfig:
 
     # Warm verifiers (engine.verify.WarmPool): the next batch's verification children are forked,
     # and create their CUDA contexts, while the GPU times the batch before; each still verifies
-    # one candidate. "off": each child is forked when its candidate is known.
+    # one candidate. "kernels": they also run the checks' kernels once on a tiny problem (each
+    # kernel's first use in a process is most of a lone verifier's first trial), which puts
+    # small kernels beside that timing. "off": each child is forked when its candidate is known.
     verify_warm: str = field(
-        default_factory=lambda: _env_choice("ENGINE_VERIFY_WARM", "off", ("off", "on"))
+        default_factory=lambda: _env_choice("ENGINE_VERIFY_WARM", "off", ("off", "on", "kernels"))
     )
 
     @property

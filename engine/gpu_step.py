@@ -189,7 +189,7 @@ def standby(args: argparse.Namespace) -> int:
 
         if verify_module.fork_server_on():
             server, _folder = verify_module.new_fork_server(start=True)
-            if load_config().verify_warm == "on":
+            if load_config().verify_warm != "off":
                 warm_after = args.warm_after
         for module in STANDBY_IMPORTS:
             importlib.import_module(module)

@@ -6,8 +6,9 @@ GEMMFORGE_SEED and is removed from the environment before the candidate is loade
 
 ``... SPEC.json VERDICT.json --wait FIFO``: a warm verifier (engine.verify.WarmVerifier),
 started before its candidate is known. It creates its CUDA context and cuBLAS handle (no kernel
-runs), then waits for a line on FIFO: "go" once SPEC.json is written, or the end of input (it
-was not needed: it exits without a verdict).
+runs; with ENGINE_VERIFY_WARM=kernels it also runs the checks' kernels once on a tiny problem),
+then waits for a line on FIFO: "go" once SPEC.json is written, or the end of input (it was not
+needed: it exits without a verdict).
 """
 
 from __future__ import annotations
@@ -463,18 +464,50 @@ def verify(spec: dict[str, Any], seed: int) -> dict[str, Any]:
     return verdict
 
 
-def warm_up_context() -> None:
-    """What a verifier can do before its candidate is known, without running a kernel: create
-    the process's CUDA context (≈ 0.12 s on the H200, one process at a time across the GPU,
-    bench/NOTES.md §16) and the cuBLAS handle. A failure here recurs, and is reported, in
-    :func:`verify`."""
+def warm_up_context(*, kernels: bool) -> None:
+    """What a verifier can do before its candidate is known: create the process's CUDA context
+    (≈ 0.12 s on the H200, one process at a time across the GPU, bench/NOTES.md §16) and the
+    cuBLAS handle, which run no kernel; with ``kernels``, also :func:`warm_up_kernels`. A
+    failure here recurs, and is reported, in :func:`verify`."""
     try:
         torch.cuda.init()
         torch.empty(1, device="cuda")  # the runtime creates the context at the first allocation
         torch.cuda.current_blas_handle()
+        if kernels:
+            warm_up_kernels("cuda")
         torch.cuda.synchronize()
     except Exception:  # no GPU, no driver: verify() meets it again and says so
         pass
+
+
+WARM_UP_SIZE = 64  # M = N = K of warm_up_kernels' problem: a few microseconds of GPU work
+
+
+def warm_up_kernels(device: str) -> None:
+    """Runs once, on a tiny problem and in both layouts, what the checks run on their own
+    tensors: the fills, C's prefills, the copies, the fp32 reference, cuBLAS's fp16 product and
+    the comparisons. A kernel's first launch in a process loads it (lazy loading); here that
+    happens before the candidate comes. The candidate's own kernels, and the GEMM kernels cuBLAS
+    picks for the real shape, still load at their first use."""
+    size = WARM_UP_SIZE
+    gen = torch.Generator(device=device)
+    gen.manual_seed(0)
+    a = torch.empty(size, size, dtype=torch.float16, device=device)
+    b = torch.empty(size, size, dtype=torch.float16, device=device)
+    c = torch.empty(size, size, dtype=torch.float16, device=device)
+    for distribution in ("normal", "exact01", "uniform"):
+        fill(a, distribution, gen)
+        fill(b, distribution, gen)
+    c.fill_(float("nan"))
+    fill(c, "normal", gen)
+    for b_used in (b, b.t()):  # NN, and TN's transposed view of B
+        reference = a.float() @ b_used.float()
+        product = a.clone() @ b_used
+        same_bits(product, product.clone())
+        numerics.nonfinite_count(product)
+        numerics.exact_mismatches(product, reference)
+        numerics.ulp_report(product, reference)
+        numerics.relative_frobenius_error(product, reference)
 
 
 def wait_for_go(fifo: Path) -> bool:
@@ -489,7 +522,7 @@ def main(argv: list[str]) -> int:
     warm: dict[str, float] = {}
     if argv[2:3] == ["--wait"]:
         clock = time.monotonic()
-        warm_up_context()
+        warm_up_context(kernels=load_config().verify_warm == "kernels")
         warm["warm"] = round(time.monotonic() - clock, 3)
         clock = time.monotonic()
         if not wait_for_go(Path(argv[3])):

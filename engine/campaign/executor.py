@@ -230,7 +230,7 @@ class LocalGpuExecutor:
         from engine import verify as verify_module
         from engine.config import load as load_engine_config
 
-        if load_engine_config().verify_warm != "on":
+        if load_engine_config().verify_warm == "off":
             return
         server = self._verification_fork_server()
         if not server:

@@ -221,8 +221,12 @@ def run(args: argparse.Namespace) -> int:
     )
     if getattr(executor, "mps", "off") != "off":  # ENGINE_VERIFY_MPS=on: say whether it is
         print(f"verification under MPS: {executor.mps}", flush=True)
-    if isinstance(executor, LocalGpuExecutor) and config.verify_warm == "on":
-        print("warm verifiers: each batch's are forked while the batch before is timed", flush=True)
+    if isinstance(executor, LocalGpuExecutor) and config.verify_warm != "off":
+        print(
+            f"warm verifiers ({config.verify_warm}): each batch's are forked while the batch "
+            "before is timed",
+            flush=True,
+        )
 
     def compile_family(configs):
         return compile_configs(configs, jobs=args.jobs, config=config, target_arch=executor.arch)

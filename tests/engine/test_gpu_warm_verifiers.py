@@ -19,7 +19,11 @@ SHAPE = Problem(1024, 1024, 1024)
 CHEATS = ("fp16_accumulation.cu", "other_stream.cu", "out_of_bounds_write.cu")
 
 
-def test_warm_verifiers_pass_honest_kernels_and_reject_cheats(verifier_sandboxes):
+@pytest.mark.parametrize("setting", ["on", "kernels"])
+def test_warm_verifiers_pass_honest_kernels_and_reject_cheats(
+    setting, verifier_sandboxes, monkeypatch
+):
+    monkeypatch.setenv("ENGINE_VERIFY_WARM", setting)  # read by the children
     reference = fixtures.build_one(fixtures.REFERENCE, SHAPE.layout)
     assert reference.ok, reference.log
     cheats = [p for p in fixtures.bad_kernel_paths() if p.name in CHEATS]

@@ -161,3 +161,40 @@ def test_the_real_child_waits_then_fails_as_a_fresh_one_does_without_a_gpu(tmp_p
     assert (warmed.ok, warmed.reason) == (fresh.ok, fresh.reason)
     assert not warmed.ok
     assert warmed.stderr_tail.strip().splitlines()[-1] == fresh.stderr_tail.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize("setting", ["on", "kernels"])
+def test_the_child_runs_the_checks_kernels_before_its_library_only_when_asked(
+    setting, tmp_path, monkeypatch
+):
+    from engine import verify_child
+
+    monkeypatch.setenv("ENGINE_VERIFY_WARM", setting)
+    asked = []
+    monkeypatch.setattr(verify_child, "warm_up_context", lambda *, kernels: asked.append(kernels))
+    go = tmp_path / "go"
+    os.mkfifo(go)
+    writer = os.open(go, os.O_RDWR)
+    threading.Timer(0.2, os.close, (writer,)).start()  # not needed after all: end of input
+    argv = [str(tmp_path / "spec.json"), str(tmp_path / "verdict.json"), "--wait", str(go)]
+    assert verify_child.main(argv) == 0
+    assert asked == [setting == "kernels"]
+    assert not (tmp_path / "verdict.json").exists()
+
+
+def test_the_kernel_warm_up_runs_the_checks_operations_on_a_tiny_problem():
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from engine import verify_child
+
+    class Seen(TorchDispatchMode):
+        ops: set[str] = set()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.add(func.__name__.split(".")[0])
+            return func(*args, **(kwargs or {}))
+
+    with Seen() as seen:
+        verify_child.warm_up_kernels("cpu")  # the same operations as on the GPU, on this CPU
+    fills = {"normal_", "uniform_", "random_", "fill_"}
+    assert fills | {"mm", "clone", "equal", "linalg_vector_norm"} <= seen.ops, sorted(seen.ops)
