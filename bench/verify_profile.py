@@ -12,7 +12,7 @@ and each check's seconds, as the median over the batch.
 
 ``--variant`` runs every batch again with other settings in the verifiers' environment, for an
 A/B within one call (e.g. ``sleep:ENGINE_VERIFY_BUSY_STREAM=sleep``). With
-``ENGINE_VERIFY_WARM=on`` in a variant, the batch's verifiers are warm (engine.verify.WarmPool):
+``ENGINE_VERIFY_WARM=on`` (or ``kernels``) in a variant, the batch's verifiers are warm (engine.verify.WarmPool):
 forked ``WARM_LEAD_S`` before the batch, as while the batch before is timed; the batch's wall
 time counts from when its libraries are handed over. ``--fault`` adds one kernel
 that traps on the device (tests/fixtures/cheats/trap.cu) to every batch: its own verdict must be
@@ -159,7 +159,7 @@ def profile(
 ) -> dict:
     """One batch of ``kernels`` (name → library) verified ``jobs`` at once."""
     warm = None
-    if os.environ.get("ENGINE_VERIFY_WARM") == "on":
+    if os.environ.get("ENGINE_VERIFY_WARM", "off") != "off":
         warm = WarmPool(server, jobs, mps_pipe=os.environ.get(mps.PIPE_VARIABLE) or None)
         time.sleep(WARM_LEAD_S)
     started = time.time()
