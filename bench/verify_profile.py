@@ -12,12 +12,12 @@ and each check's seconds, as the median over the batch.
 
 ``--variant`` runs every batch again with other settings in the verifiers' environment, for an
 A/B within one call (e.g. ``sleep:ENGINE_VERIFY_BUSY_STREAM=sleep``). With
-``ENGINE_VERIFY_WARM=on`` (or ``kernels``) in a variant, the batch's verifiers are warm (engine.verify.WarmPool):
-forked ``WARM_LEAD_S`` before the batch, as while the batch before is timed; the batch's wall
-time counts from when its libraries are handed over. ``--fault`` adds one kernel
-that traps on the device (tests/fixtures/cheats/trap.cu) to every batch: its own verdict must be
-``runtime_error``, and any other failure is a fault spilling over onto honest verifiers (which
-MPS clients sharing one server may suffer).
+``ENGINE_VERIFY_WARM=on`` (or ``kernels``) in a variant, the batch's verifiers are warm
+(engine.verify.WarmPool): forked ``WARM_LEAD_S`` before the batch, as while the batch before
+is timed; the batch's wall time counts from when its libraries are handed over. ``--fault``
+adds one kernel that traps on the device (tests/fixtures/cheats/trap.cu) to every batch: its
+own verdict must be ``runtime_error``, and any other failure is a fault spilling over onto
+honest verifiers (which MPS clients sharing one server may suffer).
 
 The kernels are the campaign's best verified ones (compiled from the cache, built elsewhere and
 carried); they must be honest, so every verdict is expected to be ok.
