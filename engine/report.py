@@ -199,8 +199,43 @@ def summarize(results: dict[str, ShapeResult]) -> dict[str, Any]:
             "shapes": len(rows),
             "baselines": by_baseline,
             "large_below_0.98_vs_autotune": large_below,
+            "deficit_vs_autotune": deficit(
+                {key: r.points[protocol] for key, r in results.items() if protocol in r.points}
+            ),
         }
     return summary
+
+
+DEFICIT_SHOWN = 12
+
+
+def deficit(points: dict[str, ProtocolPoint]) -> dict[str, Any]:
+    """Where the geomean over cuBLASLt-autotune is lost: each slower shape's share of the sum of
+    log speedups below 1 (the geomean is exp of their mean), most first; the ``DEFICIT_SHOWN``
+    largest, and what would change if each of them were brought to 1.0."""
+    logs = {key: math.log(s) for key, p in points.items() if (s := _autotune(p)) > 0}
+    total = sum(min(v, 0.0) for v in logs.values())
+    losses = sorted(((v, key) for key, v in logs.items() if v < 0))
+    shown = []
+    cumulative = 0.0
+    for value, key in losses[:DEFICIT_SHOWN]:
+        cumulative += value
+        shown.append(
+            {
+                "problem": key,
+                "speedup": math.exp(value),
+                "share": value / total if total else 0.0,
+                "cumulative_share": cumulative / total if total else 0.0,
+            }
+        )
+    geomean_now = math.exp(sum(logs.values()) / len(logs)) if logs else None
+    lifted = math.exp((sum(logs.values()) - cumulative) / len(logs)) if logs else None
+    return {
+        "slower_shapes": len(losses),
+        "shapes": shown,
+        "geomean": geomean_now,
+        "geomean_if_shown_reached_1": lifted,
+    }
 
 
 def load_anchors(directory: Path, gpu: str = "h100") -> dict[str, dict[str, dict[str, float]]]:
@@ -266,6 +301,26 @@ def to_json(results: dict[str, ShapeResult]) -> dict[str, Any]:
     return out
 
 
+def deficit_lines(d: dict[str, Any]) -> list[str]:
+    if not d["shapes"]:
+        return []
+    lines = [
+        f"Where the geomean over cuBLASLt-autotune is lost: {d['slower_shapes']} shapes are "
+        f"slower; the {len(d['shapes'])} that lose most, with their share of the loss (of the "
+        "sum of log speedups below 1). Brought to 1.0, these alone would move the geomean from "
+        f"{_fmt(d['geomean'])} to {_fmt(d['geomean_if_shown_reached_1'])}.",
+        "",
+        "| shape | vs Lt autotune | share | cumulative |",
+        "|---|---|---|---|",
+    ]
+    for row in d["shapes"]:
+        lines.append(
+            f"| {row['problem']} | {row['speedup']:.3f} | {row['share']:.0%} | "
+            f"{row['cumulative_share']:.0%} |"
+        )
+    return [*lines, ""]
+
+
 def _fmt(value: float | None, digits: int = 3) -> str:
     return "–" if value is None else f"{value:.{digits}f}"
 
@@ -308,6 +363,7 @@ def markdown(
             f"Geomean over cuBLASLt-autotune: **{_fmt(auto['all']['geomean'])}**; large shapes "
             f"(MNK ≥ 2^36) below 0.98: {', '.join(s['large_below_0.98_vs_autotune']) or 'none'}.",
             "",
+            *deficit_lines(s["deficit_vs_autotune"]),
         ]
     lines += [
         "## Per shape",

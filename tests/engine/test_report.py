@@ -48,6 +48,26 @@ def test_the_summary_geomean_matches_the_per_shape_speedups():
     assert results["8192x8192x8192_nn"].size_class == "large"
 
 
+def test_the_deficit_names_the_shapes_that_lose_the_geomean_and_what_lifting_them_gives():
+    results = report.load_results([RUN1])
+    d = report.summarize(results)["device"]["deficit_vs_autotune"]
+    speedups = {k: r.points["device"].speedups()["cublaslt_autotune"] for k, r in results.items()}
+    slower = sorted((v, k) for k, v in speedups.items() if v < 1)
+    assert d["slower_shapes"] == len(slower)
+    assert [row["problem"] for row in d["shapes"]] == [k for _, k in slower[: report.DEFICIT_SHOWN]]
+    total = sum(math.log(v) for v, _ in slower)
+    first = d["shapes"][0]
+    assert first["share"] == pytest.approx(math.log(first["speedup"]) / total)
+    assert d["shapes"][-1]["cumulative_share"] == pytest.approx(
+        sum(row["share"] for row in d["shapes"])
+    )
+    lifted = [
+        1.0 if k in {row["problem"] for row in d["shapes"]} else v for k, v in speedups.items()
+    ]
+    assert d["geomean_if_shown_reached_1"] == pytest.approx(report.geomean(lifted))
+    assert d["geomean"] == pytest.approx(report.geomean(list(speedups.values())))
+
+
 def test_a_campaign_final_overrides_the_sweep_for_its_protocols(tmp_path):
     final = {
         "problems": [],
