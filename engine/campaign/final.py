@@ -200,11 +200,17 @@ def final_summary(record: dict[str, Any]) -> dict[str, Any]:
 Sanitizer = Callable[[Path], Any]  # library → a result with .ok and .to_dict()
 
 
+def kernel_id(name: str, source_hash: str) -> str:
+    """How SavedFinals names a kernel: its name and its source, so that a kernel whose source
+    changed since (a family's template, same knobs, same name) is sanitized and measured again."""
+    return f"{name}@{source_hash[:16]}"
+
+
 class SavedFinals:
     """The finals measured so far, in a JSON file (beside the campaign's database), so that a
     campaign cut during its finals resumes them: each sanitizer verdict (by kernel) and each
     shape's final summary (for the top kernels it was measured with) is written as it comes.
-    Without a path nothing is kept."""
+    Kernels are named by :func:`kernel_id`. Without a path nothing is kept."""
 
     def __init__(self, path: Path | None) -> None:
         self.path = path
@@ -266,16 +272,17 @@ def final_measurements(
     configs = {rec.name: config_of(rec) for recs in chosen.values() for rec in recs}
     names = list(configs)
     built = dict(zip(names, compile([configs[n] for n in names]), strict=True)) if names else {}
+    ids = {n: kernel_id(n, b.source_hash) for n, b in built.items()}
     verdicts: dict[str, dict[str, Any]] = {}
     if sanitizer is not None:
         libraries = {n: b.library for n, b in built.items() if b.ok}
-        verdicts = {n: v for n in libraries if (v := saved.sanitized(n)) is not None}
+        verdicts = {n: v for n in libraries if (v := saved.sanitized(ids[n])) is not None}
         todo = {n: lib for n, lib in libraries.items() if n not in verdicts}
         progress(f"sanitizing {len(todo)} top kernels ({len(verdicts)} sanitized before)")
         with ThreadPoolExecutor(sanitize_jobs) as pool:
             for name, verdict in zip(todo, pool.map(sanitizer, todo.values()), strict=True):
                 verdicts[name] = verdict.to_dict()
-                saved.add_sanitized(name, verdicts[name])
+                saved.add_sanitized(ids[name], verdicts[name])
     finals: dict[str, Any] = {}
     pending: list[tuple[Problem, dict[str, Path], dict[str, Any]]] = []
     for result in results:
@@ -290,7 +297,7 @@ def final_measurements(
             if sanitized:
                 finals[key] = {"error": "no top kernel passed", "sanitize": sanitized}
             continue
-        earlier = saved.final(key, list(libraries))
+        earlier = saved.final(key, [ids[n] for n in libraries])
         if earlier is not None:
             finals[key] = earlier
             continue
@@ -307,7 +314,7 @@ def final_measurements(
         def keep(index: int, record: dict[str, Any], chunk=chunk, last=last) -> None:
             problem, libraries, sanitized = chunk[index]
             finals[problem.key] = {**final_summary(record), "sanitize": sanitized}
-            saved.add_final(problem.key, list(libraries), finals[problem.key])
+            saved.add_final(problem.key, [ids[n] for n in libraries], finals[problem.key])
             now = time.monotonic()
             outcome = "failed" if "error" in record else "re-measured"
             progress(f"{problem}: {outcome} ({now - last[0]:.1f} s)")

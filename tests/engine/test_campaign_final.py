@@ -443,3 +443,48 @@ def test_the_finals_report_each_shape_as_it_is_measured(monkeypatch, tmp_path):
     assert lines[0].startswith("re-measuring the top kernels of 2 problems")
     assert lines[1].startswith(f"{PROBLEM}: re-measured (")
     assert lines[2].startswith(f"{other}: failed (")
+
+
+def test_a_top_kernel_whose_source_changed_is_sanitized_and_measured_again(monkeypatch, tmp_path):
+    """Same name, same knobs, another source (its family's template changed): the saved
+    verdict and final are not its own."""
+    from engine.campaign import final
+    from engine.campaign.loop import ProblemResult
+    from engine.compile import CompileResult
+
+    results = [ProblemResult(PROBLEM, [record("a", 8.0)], stopped="budget")]
+    source = ["old"]
+
+    def compile_(configs):
+        return [
+            CompileResult(
+                True, tmp_path / f"{c.name}.so", source[0], ("sm_90a",), "", "", 1.0, True
+            )
+            for c in configs
+        ]
+
+    class Verdict:
+        def to_dict(self):
+            return {"ok": True}
+
+    sanitized, measured = [], []
+
+    def remeasure_batch(jobs, *, on_record, **_kwargs):
+        for index, (problem, _libraries) in enumerate(jobs):
+            measured.append(problem.key)
+            on_record(index, {"protocols": {}, "environment": {"gpu": "H200"}})
+
+    monkeypatch.setattr(final, "remeasure_batch", remeasure_batch)
+    run = {
+        "baseline": "cublaslt_autotune",
+        "top": 1,
+        "compile": compile_,
+        "sanitizer": lambda library: sanitized.append(library.stem) or Verdict(),
+    }
+    path = tmp_path / "campaign.finals.json"
+    final.final_measurements(results, **run, saved=final.SavedFinals(path))
+    final.final_measurements(results, **run, saved=final.SavedFinals(path))
+    assert (len(sanitized), len(measured)) == (1, 1)  # the same source: done once
+    source[0] = "new"
+    final.final_measurements(results, **run, saved=final.SavedFinals(path))
+    assert (len(sanitized), len(measured)) == (2, 2)
