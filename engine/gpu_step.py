@@ -13,9 +13,9 @@ A daemon thread exits the child when its parent dies (kill -9 of the worker), fr
 imports what a local step needs (torch, without CUDA) and starts the fork server of its
 verification children (engine.forkserver), then waits for its step: one JSON list of the
 arguments above on stdin. It exits at end of input, or after ``--standby-seconds`` without one.
-With ENGINE_VERIFY_WARM=on and ``--warm-after PATH``, as soon as PATH exists it forks
-``--warm-verifiers`` warm verifiers (engine.verify.WarmPool), creates its own CUDA context and
-loads the cuBLAS shim its measurement needs: the step before creates PATH (its
+With ENGINE_VERIFY_WARM set (on, kernels) and ``--warm-after PATH``, as soon as PATH exists it
+forks ``--warm-verifiers`` warm verifiers (engine.verify.WarmPool), creates its own CUDA context
+and loads the cuBLAS shim its measurement needs: the step before creates PATH (its
 ``--verified-mark``) once its own verdicts are in, so that these contexts are created while the
 GPU times that step's batch, not while its verifiers create theirs.
 """
@@ -114,7 +114,7 @@ def run_batch(
         device_seconds=device_seconds,
         phases=phases,
         fork_server=fork_server,
-        warmed=warmed or Warmed(),
+        warmed=warmed,
         verified_mark=verified_mark,
     )
 
@@ -131,7 +131,8 @@ def run_local(
     verified_mark: Path | None = None,
 ) -> list[dict]:
     """Verification children first, torch after: the children (one per candidate) start before
-    this process imports torch, and run while it imports torch and sets up the measurement."""
+    this process imports torch, and run while it imports torch and sets up the measurement
+    (with ``warmed``, they and this process's context were made before the step came)."""
     warmed = warmed or Warmed()
     from engine import compile as compile_module
     from engine import cuda_driver

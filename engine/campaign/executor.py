@@ -83,9 +83,10 @@ class LocalGpuExecutor:
     """Verification then timing on this machine's GPU (device protocol by default).
 
     ``after_verification`` runs once a batch's verdicts are in, before its timing. By default,
-    with ENGINE_VERIFY_WARM=on, it forks the next batch's warm verifiers (engine.verify.WarmPool)
-    so that they create their contexts while this batch is timed; a caller that verifies the
-    next batch in another process (engine.gpu_step) signals that process instead. ``shim``:
+    with ENGINE_VERIFY_WARM set (on, kernels), it forks the next batch's warm verifiers
+    (engine.verify.WarmPool) so that they create their contexts while this batch is timed; a
+    caller that verifies the next batch in another process (engine.gpu_step) signals that
+    process instead. ``shim``:
     the cuBLAS shim (engine.baselines.BaselineLibrary) loaded already, else loaded on first
     use."""
 
@@ -224,7 +225,7 @@ class LocalGpuExecutor:
         return self._fork_server
 
     def _warm_next_batch(self) -> None:
-        """With ENGINE_VERIFY_WARM=on and a fork server: the next batch's warm verifiers, one
+        """With ENGINE_VERIFY_WARM set and a fork server: the next batch's warm verifiers, one
         per verification job, forked now."""
         from engine import mps
         from engine import verify as verify_module
