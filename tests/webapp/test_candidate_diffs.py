@@ -146,3 +146,23 @@ def test_an_llm_candidate_page_shows_the_prompt_and_the_raw_answer(client, queue
     other = make(problem, "family_one")
     page = client.get(reverse("candidate-detail", args=[other.id])).content.decode()
     assert 'id="conversation"' not in page
+
+
+@pytest.mark.parametrize(
+    ("outcome", "said"),
+    [
+        ({"meta": {"carried_from": "128x128x16384_tn"}}, "<code>128x128x16384_tn</code>"),
+        (None, "a nearby problem"),  # a dashboard campaign's proposal, its origin not kept
+    ],
+)
+def test_a_transferred_candidate_says_where_it_was_carried_from(
+    client, queued_campaign, outcome, said
+):
+    problem = queued_campaign.problems.first()
+    carried = make(problem, "carried", source=PARENT)
+    carried.proposer, carried.outcome = "transfer", outcome
+    carried.save()
+    page = client.get(reverse("candidate-detail", args=[carried.id])).content.decode()
+    assert "the transfer proposer carried this config over from" in page
+    assert said in page
+    assert "proposed from scratch" not in page

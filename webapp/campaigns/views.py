@@ -200,6 +200,7 @@ def candidate_detail(request, candidate_id: int):
             "diffs": diffs.candidate_diffs(candidate=candidate, best=best),
             "is_best": best is not None and best.id == candidate.id,
             "conversation": llm_conversation(candidate),
+            "carried_from": carried_from(candidate),
         },
     )
 
@@ -309,6 +310,14 @@ def campaign_bundle(request, campaign_id: int):
         filename=artifacts.bundle_file_name(campaign=campaign, include_slower=include_slower),
         content_type="application/zip",
     )
+
+
+def carried_from(candidate: Candidate) -> str:
+    """The problem a transfer proposal was carried over from, where its record says ("" if not
+    recorded, or not a transfer proposal)."""
+    meta = (candidate.outcome or {}).get("meta") or {}
+    value = meta.get("carried_from") if candidate.proposer == "transfer" else None
+    return value if isinstance(value, str) else ""
 
 
 def llm_conversation(candidate: Candidate) -> dict | None:
