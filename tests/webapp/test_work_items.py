@@ -170,3 +170,6 @@ def test_a_transfer_campaign_starts_from_an_earlier_campaigns_winners(
     proposed = Candidate.objects.filter(problem__campaign=later)
     assert set(proposed.values_list("name", flat=True)) == set(winners)
     assert set(proposed.values_list("proposer", flat=True)) == {"transfer"}
+    for candidate in proposed:  # where each came from, kept from proposal to record
+        assert candidate.proposal == {"carried_from": "4096x4096x4096_tn"}
+        assert candidate.outcome["meta"] == candidate.proposal

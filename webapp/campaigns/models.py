@@ -178,6 +178,11 @@ class Candidate(models.Model):
         blank=True,
         help_text="The engine's CandidateRecord once measured or failed; null while in flight.",
     )
+    proposal = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="What its proposer said of it (e.g. transfer: the problem it was carried from).",
+    )
     created = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -175,6 +175,7 @@ def compile_step(*, item_id: int, token: str) -> dict[str, Any]:
                         message=failure["message"],
                         reward=FAILURE_REWARD,
                         round=item.round,
+                        meta=dict(proposal.meta),
                     )
                 )
                 continue
@@ -190,6 +191,7 @@ def compile_step(*, item_id: int, token: str) -> dict[str, Any]:
                 parent=parents.get(proposal.parent or ""),
                 status=Candidate.Status.COMPILED,
                 compile_status=Candidate.CompileStatus.OK,
+                proposal=dict(proposal.meta),
             )
             compiled_ids.append(row.id)
         if failed_records:
@@ -329,6 +331,7 @@ def gpu_step(*, item_id: int, token: str) -> dict[str, Any]:
                 timings=dict(outcome.timings),
                 gpu_seconds=outcome.gpu_seconds,
                 round=item.round,
+                meta=dict(row.proposal),
             )
         )
     with transaction.atomic():

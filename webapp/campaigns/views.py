@@ -313,9 +313,9 @@ def campaign_bundle(request, campaign_id: int):
 
 
 def carried_from(candidate: Candidate) -> str:
-    """The problem a transfer proposal was carried over from, where its record says ("" if not
-    recorded, or not a transfer proposal)."""
-    meta = (candidate.outcome or {}).get("meta") or {}
+    """The problem a transfer proposal was carried over from ("" if not recorded, or not a
+    transfer proposal): from the proposal, or from the record of an imported campaign."""
+    meta = candidate.proposal or (candidate.outcome or {}).get("meta") or {}
     value = meta.get("carried_from") if candidate.proposer == "transfer" else None
     return value if isinstance(value, str) else ""
 
