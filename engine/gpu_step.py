@@ -41,6 +41,7 @@ from engine.problem import Problem
 
 if TYPE_CHECKING:
     from engine.forkserver import ForkServer
+    from engine.runtime import BaselineLibrary
     from engine.verify import WarmPool
 
 PARENT_DIED = 3
@@ -206,11 +207,11 @@ def standby(args: argparse.Namespace) -> int:
 @dataclass(frozen=True)
 class Warmed:
     """What a standby child prepared once the step before was verified (ENGINE_VERIFY_WARM):
-    warm verifiers, and the cuBLAS shim of its measurement (engine.baselines.BaselineLibrary)
-    in a process whose CUDA context exists already."""
+    warm verifiers, and the cuBLAS shim of its measurement in a process whose CUDA context
+    exists already."""
 
     verifiers: WarmPool | None = None
-    shim: Any = None
+    shim: BaselineLibrary | None = None
 
 
 def wait_for_step(
@@ -241,7 +242,7 @@ def warm_up(server: ForkServer, verifiers: int) -> Warmed:
     return Warmed(pool, prepare_measurement())
 
 
-def prepare_measurement() -> Any:
+def prepare_measurement() -> BaselineLibrary | None:
     """This process's CUDA context (no kernel runs) and the cuBLAS shim, before the step's
     problem is known; None where either fails (the step meets the failure again, and reports
     it)."""

@@ -22,6 +22,7 @@ from engine.phases import Phases
 from engine.problem import Problem
 
 if TYPE_CHECKING:
+    from engine.runtime import BaselineLibrary
     from engine.verify import Verifications, WarmPool
 
 STATUS_OK = "ok"
@@ -86,9 +87,7 @@ class LocalGpuExecutor:
     with ENGINE_VERIFY_WARM set (on, kernels), it forks the next batch's warm verifiers
     (engine.verify.WarmPool) so that they create their contexts while this batch is timed; a
     caller that verifies the next batch in another process (engine.gpu_step) signals that
-    process instead. ``shim``:
-    the cuBLAS shim (engine.baselines.BaselineLibrary) loaded already, else loaded on first
-    use."""
+    process instead. ``shim``: the cuBLAS shim loaded already, else loaded on first use."""
 
     needs_libraries = True
 
@@ -103,7 +102,7 @@ class LocalGpuExecutor:
         verify_jobs: int = 1,
         device_seconds: float = 20.0,
         after_verification: Callable[[], None] | None = None,
-        shim: Any = None,
+        shim: BaselineLibrary | None = None,
     ) -> None:
         self.device_seconds = device_seconds
         self.protocols = tuple(protocols)
@@ -112,7 +111,7 @@ class LocalGpuExecutor:
         self.config = config
         self.verify_timeout = verify_timeout
         self.heat_seconds = heat_seconds
-        self._shim: Any = shim
+        self._shim = shim
         self._fork_server: Any = None  # engine.forkserver.ForkServer, and its folder
         self._fork_server_folder: Any = None
         self._warm: WarmPool | None = None  # for the next batch
