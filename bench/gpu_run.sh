@@ -3,7 +3,7 @@
 # single call on the lent H200, writing JSON and logs under $OUT.
 #   usage (on the device): bash bench/gpu_run.sh
 #     [tests|bench|clock|all|checks|families|campaign|library|smoke|library2|library3|resume|
-#      stack|bundle|grid64|profile|splitk|interference]
+#      stack|bundle|grid64|profile|splitk|interference|warm]
 #   [extra args]
 set -uo pipefail  # pipefail: a pipeline's status is its first failing command's
 stage=${1:-all}; shift || true
@@ -14,7 +14,7 @@ if ls .whl/*.whl >/dev/null 2>&1; then
   export PYTHONPATH=/tmp/site
 fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
-if [[ $stage == library* || $stage =~ ^(smoke|checks|stack|bundle|resume|grid64|profile|splitk|interference)$ ]]; then
+if [[ $stage == library* || $stage =~ ^(smoke|checks|stack|bundle|resume|grid64|profile|splitk|interference|warm)$ ]]; then
   # inside the checkout (ignored): kept between calls while the lent machine stays warm
   export ENGINE_CACHE_DIR=$PWD/.cache/device
   mkdir -p "$ENGINE_CACHE_DIR/kernels"
@@ -218,6 +218,18 @@ fi
 if [[ $stage == interference ]]; then  # issue 7: timing while other processes create contexts
   python3 bench/context_interference.py --out "$OUT/context-interference.json" \
     ${INTERFERENCE_ARGS:-} 2>&1 | tee "$OUT/context-interference.log" | tail -24 || status=1
+fi
+if [[ $stage == warm ]]; then  # issue 7, warm verifiers (bench/NOTES.md §17): is a timing moved by
+  # contexts created beside it; the warm paths' GPU tests; 16 verifiers warm (on, kernels) or not
+  python3 bench/context_interference.py --device-seconds 1 --out "$OUT/context-interference.json" \
+    2>&1 | tee "$OUT/context-interference.log" | tail -24 || status=1
+  GPU_TESTS=${GPU_TESTS:-"tests/engine/test_gpu_warm_verifiers.py tests/engine/test_gpu_step_standby.py tests/engine/test_campaign_final.py"}
+  gpu_tests || status=1
+  tail -5 "$OUT/gpu-tests.log"
+  python3 bench/verify_profile.py --db "${GRID64_DB:-bench/results/grid64/campaign.sqlite}" \
+    --shapes 4096x4096x4096 --jobs 16 --variant warm:ENGINE_VERIFY_WARM=on \
+    --variant warmk:ENGINE_VERIFY_WARM=kernels --out "$OUT/verify-profile-warm.json" 2>&1 \
+    | tee "$OUT/verify-profile-warm.log" | tail -8 || status=1
 fi
 if [[ $stage == splitk ]]; then  # issue 11: deep split-K on the grid's small-M·N, long-K shapes
   python3 bench/deep_splitk.py --db "${GRID64_DB:-bench/results/grid64/campaign.sqlite}" \
