@@ -38,6 +38,8 @@ STRATEGIES: dict[str, dict[str, float]] = {
     "rl": {"rl": 1.0},
     "transfer": {"transfer": 1.0},
     "rl+transfer": {"rl": 0.5, "transfer": 0.5},
+    "rl+evolve": {"rl": 0.5, "evolve": 0.5},
+    "rl+evolve+transfer": {"rl": 1 / 3, "evolve": 1 / 3, "transfer": 1 / 3},
 }
 TARGET = 0.95
 CHECKPOINTS = (1, 2, 4, 8, 16, 32)
@@ -253,7 +255,7 @@ def format_table(report: dict[str, Any]) -> str:
     checkpoints = [c for c in CHECKPOINTS if c <= budget]
     lines = []
     header = (
-        f"{'group':12} {'strategy':11} {'runs':>5} {'med→95%':>8} {'mean→95%':>9} {'reached':>8} "
+        f"{'group':12} {'strategy':18} {'runs':>5} {'med→95%':>8} {'mean→95%':>9} {'reached':>8} "
         f"{'rand/x':>7} " + " ".join(f"{'@' + str(c):>6}" for c in checkpoints)
     )
     lines.append(header)
@@ -262,7 +264,7 @@ def format_table(report: dict[str, Any]) -> str:
         for strategy, s in strategies.items():
             ratio = s.get("random_over_this")
             lines.append(
-                f"{group:12} {strategy:11} {s['runs']:5d} {s['median_to_target']:8.1f} "
+                f"{group:12} {strategy:18} {s['runs']:5d} {s['median_to_target']:8.1f} "
                 f"{s['mean_to_target']:9.2f} {s['reached']:8.0%} "
                 f"{(f'{ratio:.2f}x' if ratio else '-'):>7} "
                 + " ".join(f"{s['at'][str(c)]:6.3f}" for c in checkpoints)

@@ -42,7 +42,15 @@ def test_a_quick_replay_reports_every_strategy_on_held_out_shapes():
         table, seeds=1, budget=24, pretrain_steps=20, shapes=["4096x4096x4096", "1024x1024x1024"]
     )
     summary = report["summary"]["all"]
-    assert set(summary) == {"random", "evolve", "rl", "transfer", "rl+transfer"}
+    assert set(summary) == {
+        "random",
+        "evolve",
+        "rl",
+        "transfer",
+        "rl+transfer",
+        "rl+evolve",
+        "rl+evolve+transfer",
+    }
     assert {r["problem"] for r in report["runs"]} == {
         "4096x4096x4096_nn",
         "4096x4096x4096_tn",
