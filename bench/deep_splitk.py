@@ -1,12 +1,18 @@
-"""Issue 11: do the deep split-K configs (sm80: 8, 16 and 32 splits; sm90 stream-K split-K: 4, 8
-and 16) lift the grid's small-M·N, long-K shapes? (bench/NOTES.md §13 and §15.)
+"""Issue 11: do chosen library configs lift the grid's shapes where the campaign lost most?
+Two sets (``--set``):
 
-For each shape: the library's deep split-K configs that are valid for it are verified (the GPU
-step's own path, engine.verify.Verifications), then the verified ones are timed against every
-baseline in the device protocol by the campaign finals' child (engine.campaign.final, several
-shapes per child). Printed and written beside the campaign's search-time best for the shape.
+- ``deep`` (the default): the deep split-K configs (sm80: 8, 16 and 32 splits; sm90 stream-K
+  split-K: 4, 8 and 16) on the small-M·N, long-K shapes (bench/NOTES.md §13 and §15);
+- ``raster``: the ping-pong 128×128×64 kernel with each raster order and swizzle, beside the
+  same kernel with the scheduler's defaults, on the large NN shapes under 0.98× (§17).
 
-    python3 bench/deep_splitk.py --db CAMPAIGN.sqlite [--shapes ...] [--out FILE]
+For each shape: the set's configs that are valid for it are verified (the GPU step's own path,
+engine.verify.Verifications), then the verified ones are timed against every baseline in the
+device protocol by the campaign finals' child (engine.campaign.final, several shapes per
+child). Printed and written beside the campaign's search-time best for the shape.
+
+    python3 bench/deep_splitk.py --db CAMPAIGN.sqlite [--set deep|raster] [--shapes ...]
+        [--out FILE]
 """
 
 from __future__ import annotations
@@ -25,7 +31,12 @@ from bench.grid64 import search_summary  # noqa: E402
 from engine import cuda_driver  # noqa: E402
 from engine.campaign.final import remeasure_batch  # noqa: E402
 from engine.compile import compile_configs  # noqa: E402
-from engine.families.library import SM80_DEEP_SPLITS, SM90_DEEP_SPLITS, library  # noqa: E402
+from engine.families.library import (  # noqa: E402
+    SM80_DEEP_SPLITS,
+    SM90_DEEP_SPLITS,
+    SM90_SWIZZLED_PINGPONG_TILE,
+    library,
+)
 from engine.problem import Layout, Problem  # noqa: E402
 from engine.verify import Verifications, new_fork_server  # noqa: E402
 
@@ -34,6 +45,10 @@ SHAPES = (
     "128x128x12288,128x128x16384,64x1024x12288,1024x64x12288,512x256x8192,128x2048x12288,"
     "64x4096x16384,2048x256x12288,512x256x4096,64x1024x4096"
 )
+# the four large NN shapes of the 64-shape campaign furthest under 0.98× cuBLASLt-autotune (its
+# report; the other five: 12288x4096x16384, 16384x16384x8192, 16384x4096x8192, 8192x12288x4096,
+# 8192x8192x8192)
+LARGE_SHAPES = "16384x12288x512,12288x12288x1024,8192x8192x2048,4096x12288x8192"
 
 
 def deep_configs() -> list[Any]:
@@ -48,6 +63,25 @@ def deep_configs() -> list[Any]:
     return sm80 + sm90
 
 
+def raster_configs() -> list[Any]:
+    """The library's ping-pong 128×128×64 kernels with the TMA epilogue: every raster order and
+    swizzle, and the scheduler's defaults, in every cluster shape."""
+    tm, tn, tk = SM90_SWIZZLED_PINGPONG_TILE
+    return [
+        c
+        for c in library("sm90", Layout.NN)
+        if c.schedule == "pingpong"
+        and c.epilogue == "tma"
+        and (c.tile_m, c.tile_n, c.tile_k) == (tm, tn, tk)
+    ]
+
+
+CONFIG_SETS = {  # --set: its configs, its default shapes, what it asks
+    "deep": (deep_configs, SHAPES, "deep split-K configs on the small-M·N, long-K shapes"),
+    "raster": (raster_configs, LARGE_SHAPES, "raster orders and swizzles on the large shapes"),
+}
+
+
 def valid_for(problem: Problem, configs: list[Any]) -> list[Any]:
     """The configs valid for ``problem``, by the rule a campaign's search space uses (each
     family's own arch: sm_90a for sm90, which ``is_valid(problem, "sm_90")`` would refuse)."""
@@ -57,20 +91,22 @@ def valid_for(problem: Problem, configs: list[Any]) -> list[Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--db", type=Path, required=True, help="the grid64 campaign database")
-    parser.add_argument("--shapes", default=SHAPES)
+    parser.add_argument("--set", choices=sorted(CONFIG_SETS), default="deep")
+    parser.add_argument("--shapes", help="default: the set's own")
     parser.add_argument("--device-seconds", type=float, default=1.0)
     parser.add_argument("--out", type=Path, default=Path("deep-splitk.json"))
     args = parser.parse_args(argv)
 
+    make_configs, default_shapes, question = CONFIG_SETS[args.set]
     searched = {s["problem"]: s["best_speedup"] for s in search_summary(args.db)["shapes"]}
-    configs = deep_configs()
+    configs = make_configs()
     built = compile_configs(configs, target_arch=cuda_driver.local_arch())
     libraries = {c.name: b.library for c, b in zip(configs, built, strict=True) if b.ok}
-    print(f"{len(libraries)} of {len(configs)} deep split-K configs built", flush=True)
+    print(f"{len(libraries)} of {len(configs)} {args.set} configs built", flush=True)
     jobs, verdicts = [], {}
     server, folder = new_fork_server(start=True)  # one for every shape: torch imported once
     try:
-        for shape in args.shapes.split(","):
+        for shape in (args.shapes or default_shapes).split(","):
             problem = Problem.parse(shape)
             names = [c.name for c in valid_for(problem, configs) if c.name in libraries]
             batch = Verifications(
@@ -106,12 +142,13 @@ def main(argv: list[str] | None = None) -> int:
             }
         )
         print(
-            f"{problem}: deep split-K best {speedups.get(best, 0):.3f}x {BASELINE} ({best}); "
+            f"{problem}: {args.set} best {speedups.get(best, 0):.3f}x {BASELINE} ({best}); "
             f"the campaign's search-time best {searched.get(problem.key) or 0:.3f}x",
             flush=True,
         )
     report = {
-        "what": "deep split-K sm80 configs on the grid's small-M·N, long-K shapes (issue 11)",
+        "what": f"{question} (issue 11)",
+        "set": args.set,
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "baseline": BASELINE,
         "protocol": "device (finals child, several shapes per process)",

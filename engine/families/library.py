@@ -28,6 +28,14 @@ SM90_COOP_SCHEDULERS = (
     ("streamk", "splitk", 2),
 )
 SM90_SWIZZLED_TILES = ((128, 256, 64), (256, 128, 64))  # large tiles also with raster N, swizzle 8
+# The ping-pong 128×128×64 kernel won 8 of the 9 large NN shapes of the 64-shape campaign that
+# stay under 0.98× cuBLASLt-autotune (0.875–0.971), always with the scheduler's own raster order
+# and no swizzle, the only ones the library offered it. Large problems overflow the L2 (at
+# 8192², A and B are 128 MB each), where the order of the output tiles decides how often A's
+# and B's tiles are fetched again.
+SM90_SWIZZLED_PINGPONG_TILE = (128, 128, 64)
+SM90_PINGPONG_RASTERS = ("m", "n")
+SM90_PINGPONG_SWIZZLES = (2, 4, 8)
 # Deep split-K on Hopper's own kernel for small M·N with a long K: on the sm80 family 16 splits
 # took 128×128×12288 from 0.42× to 0.77× cuBLASLt-autotune (run 12), with a second kernel for
 # the reduction; CUTLASS's stream-K scheduler reduces in the kernel (bench/NOTES.md §15).
@@ -92,6 +100,19 @@ def sm90_library(layout: Layout) -> list[Sm90Config]:
         SM90_PINGPONG_TILES, SM90_CLUSTERS, SM90_EPILOGUES
     ):
         configs.append(config(tile, cluster, "pingpong", epilogue))
+    for cluster, raster, swizzle in itertools.product(
+        SM90_CLUSTERS, SM90_PINGPONG_RASTERS, SM90_PINGPONG_SWIZZLES
+    ):
+        configs.append(
+            config(
+                SM90_SWIZZLED_PINGPONG_TILE,
+                cluster,
+                "pingpong",
+                "tma",
+                raster=raster,
+                swizzle=swizzle,
+            )
+        )
     for tile, splits in itertools.product(SM90_DEEP_SPLIT_TILES, SM90_DEEP_SPLITS):
         configs.append(
             config(

@@ -1,6 +1,6 @@
 """bench/verify_profile.py and bench/deep_splitk.py without a GPU: what a profile reports from a
-batch's verdicts, and which configs the deep split-K run takes (their GPU runs are in
-bench/results/2026-12-04-h200-run12/)."""
+batch's verdicts, and which configs the deep split-K and raster runs take (GPU runs of the first
+two are in bench/results/2026-12-04-h200-run12/)."""
 
 from __future__ import annotations
 
@@ -101,3 +101,16 @@ def test_the_trapping_kernel_is_as_expected_only_when_it_fails_at_runtime(vp):
     assert not vp.as_expected("hgemm_sm90_honest", trapped)
     assert vp.as_expected("hgemm_sm90_honest", VerifyResult(True, "ok", ""))
     assert not vp.as_expected(vp.FAULT, VerifyResult(True, "ok", ""))
+
+
+def test_the_raster_run_sets_each_swizzle_beside_the_schedulers_defaults_on_large_shapes():
+    script = bench_scripts.load("deep_splitk")
+    configs = script.raster_configs()
+    orders = {(c.raster, c.swizzle) for c in configs}
+    assert ("heuristic", 1) in orders  # what the campaign's large-shape winners use
+    assert {(r, s) for r in ("m", "n") for s in (2, 4, 8)} <= orders
+    assert {(c.cluster_m, c.cluster_n) for c in configs} == {(1, 1), (2, 1), (1, 2)}
+    for shape in script.CONFIG_SETS["raster"][1].split(","):
+        problem = Problem.parse(shape)
+        assert problem.m * problem.n * problem.k >= 2**36  # issue 11's large class
+        assert script.valid_for(problem, configs) == configs
