@@ -4,7 +4,7 @@
 # here and packed for carrying (.carry/kernels.tar.xz), so that the device spends no time on nvcc.
 #   usage: bash bench/prepare_device.sh [nn|tn|all]   (default nn: the NN library kernels; tn: the
 #   TN subset only; all: both)
-# The wheels take a minute; the kernels about 65 minutes for NN (2 cores), about 110 with the TN
+# The wheels take a minute; the kernels about 70 minutes for NN (2 cores), about 115 with the TN
 # subset (all). Progress: .carry/prepare.log. Run it at the start of a session, in the background.
 set -euo pipefail
 cd "$(dirname "$0")/.."
