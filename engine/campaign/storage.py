@@ -113,6 +113,34 @@ CREATE TABLE IF NOT EXISTS candidate_sources (
 """
 
 
+# a CandidateRecord's columns (candidates AS c, candidate_sources AS s), in _record's order
+RECORD_COLUMNS = (
+    "c.name, c.family, c.knobs, c.proposer, c.status, c.reward, c.parent, c.reason, c.message, "
+    "c.seconds, c.baselines, c.timings, c.gpu_seconds, c.round, s.source, s.meta"
+)
+
+
+def _record(r: Sequence[Any]) -> CandidateRecord:
+    return CandidateRecord(
+        name=r[0],
+        family=r[1],
+        knobs=json.loads(r[2]),
+        proposer=r[3],
+        status=r[4],
+        reward=r[5],
+        parent=r[6],
+        reason=r[7],
+        message=r[8],
+        seconds=r[9],
+        baselines=json.loads(r[10]),
+        timings=json.loads(r[11]),
+        gpu_seconds=r[12],
+        round=r[13],
+        source=r[14],
+        meta=json.loads(r[15]) if r[15] else {},
+    )
+
+
 class SqliteStorage:
     """CampaignStorage in one SQLite file (``":memory:"`` for throw-away runs)."""
 
@@ -175,44 +203,25 @@ class SqliteStorage:
 
     def measured(self) -> list[tuple[Problem, CandidateRecord]]:
         """Every measured (ok) candidate of every campaign in the file, with its problem: what
-        a TransferProposer starts from."""
-        return [
-            (problem, record)
-            for campaign in self.campaign_names()
-            for problem in self.problems(campaign)
-            for record in self.candidates(campaign, problem.key)
-            if record.status == "ok"
-        ]
+        a TransferProposer starts from. One query."""
+        rows = self._db.execute(
+            f"SELECT p.m, p.n, p.k, p.layout, {RECORD_COLUMNS} FROM candidates AS c "
+            "JOIN problems AS p ON p.campaign = c.campaign AND p.key = c.problem "
+            "LEFT JOIN candidate_sources AS s "
+            "ON s.campaign = c.campaign AND s.problem = c.problem AND s.name = c.name "
+            "WHERE c.status = 'ok' ORDER BY c.id"
+        ).fetchall()
+        return [(Problem(r[0], r[1], r[2], r[3]), _record(r[4:])) for r in rows]
 
     def candidates(self, campaign: str, problem_key: str) -> list[CandidateRecord]:
         rows = self._db.execute(
-            "SELECT name, family, knobs, proposer, status, reward, parent, reason, message, "
-            "seconds, baselines, timings, gpu_seconds, round, s.source, s.meta FROM candidates "
-            "LEFT JOIN candidate_sources AS s USING (campaign, problem, name) "
-            "WHERE campaign = ? AND problem = ? ORDER BY id",
+            f"SELECT {RECORD_COLUMNS} FROM candidates AS c "
+            "LEFT JOIN candidate_sources AS s "
+            "ON s.campaign = c.campaign AND s.problem = c.problem AND s.name = c.name "
+            "WHERE c.campaign = ? AND c.problem = ? ORDER BY c.id",
             (campaign, problem_key),
         ).fetchall()
-        return [
-            CandidateRecord(
-                name=r[0],
-                family=r[1],
-                knobs=json.loads(r[2]),
-                proposer=r[3],
-                status=r[4],
-                reward=r[5],
-                parent=r[6],
-                reason=r[7],
-                message=r[8],
-                seconds=r[9],
-                baselines=json.loads(r[10]),
-                timings=json.loads(r[11]),
-                gpu_seconds=r[12],
-                round=r[13],
-                source=r[14],
-                meta=json.loads(r[15]) if r[15] else {},
-            )
-            for r in rows
-        ]
+        return [_record(r) for r in rows]
 
     def record(self, campaign: str, problem_key: str, records: Sequence[CandidateRecord]) -> None:
         now = time.time()
