@@ -91,11 +91,14 @@ def test_storage_reads_back_what_it_recorded(campaign, table):
         storage.candidates("another", key)
 
 
-def test_a_transfer_proposer_starts_from_each_problems_best_measured_candidates(campaign, table):
+def test_a_transfer_proposer_starts_from_each_problems_best_measured_candidates(
+    campaign, table, django_assert_num_queries
+):
     from engine.campaign.proposers import TRANSFER_TOP
 
     run_loop(campaign, table, budget=8)
-    known = measured_winners("sm_90", top=TRANSFER_TOP)
+    with django_assert_num_queries(1):  # each compile step asks: one query, no row's source
+        known = measured_winners("sm_90", top=TRANSFER_TOP)
     by_problem: dict[str, list[float]] = {}
     for problem, record in known:
         assert record.status == "ok"

@@ -111,6 +111,8 @@ def measured_winners(arch: str, *, top: int) -> list[tuple[EngineProblem, Candid
         )
         .filter(rank__lte=top)
         .select_related("problem")
+        # each compile step asks: not the rendered sources and logs, which the record never uses
+        .defer("source", "compile_result", "verification_result", "timings")
     )
     return [(row.problem.as_engine(), record_from_row(row, None)) for row in rows]
 
