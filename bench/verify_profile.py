@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.stack_run import GpuSampler, busy_fraction  # noqa: E402
-from engine import cuda_driver, fixtures, mps, sandbox  # noqa: E402
+from engine import cuda_driver, fixtures, sandbox  # noqa: E402
 from engine.campaign.final import config_of, top_records  # noqa: E402
 from engine.campaign.storage import SqliteStorage  # noqa: E402
 from engine.compile import compile_configs  # noqa: E402
@@ -160,7 +160,7 @@ def profile(
     """One batch of ``kernels`` (name → library) verified ``jobs`` at once."""
     warm = None
     if os.environ.get("ENGINE_VERIFY_WARM", "off") != "off":
-        warm = WarmPool(server, jobs, mps_pipe=os.environ.get(mps.PIPE_VARIABLE) or None)
+        warm = WarmPool.for_this_process(server, jobs)
         time.sleep(WARM_LEAD_S)
     started = time.time()
     batch = Verifications(list(kernels.values()), problem, jobs=jobs, fork_server=server, warm=warm)

@@ -234,11 +234,9 @@ def wait_for_step(
 def warm_up(server: ForkServer, verifiers: int) -> Warmed:
     """The warm verifiers first (their contexts take turns with ours), then this process's
     context and shim."""
-    from engine import mps
     from engine import verify as verify_module
 
-    mps_pipe = os.environ.get(mps.PIPE_VARIABLE) or None
-    pool = verify_module.WarmPool(server, verifiers, mps_pipe=mps_pipe)
+    pool = verify_module.WarmPool.for_this_process(server, verifiers)
     return Warmed(pool, prepare_measurement())
 
 

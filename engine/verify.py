@@ -246,6 +246,12 @@ class WarmPool:
             except ForkServerDied:
                 break  # the batch forks its children fresh, as without a pool
 
+    @classmethod
+    def for_this_process(cls, fork_server: ForkServer, count: int) -> WarmPool:
+        """Warm verifiers that are MPS clients exactly when this process's verifications are
+        (the daemon in the ENGINE_VERIFY_MPS_PIPE variable, engine.mps)."""
+        return cls(fork_server, count, mps_pipe=os.environ.get(mps.PIPE_VARIABLE) or None)
+
     def __len__(self) -> int:
         return len(self._ready)
 

@@ -10,7 +10,6 @@ tests and for the replay benchmark (engine.campaign.replay).
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -226,7 +225,6 @@ class LocalGpuExecutor:
     def _warm_next_batch(self) -> None:
         """With ENGINE_VERIFY_WARM set and a fork server: the next batch's warm verifiers, one
         per verification job, forked now."""
-        from engine import mps
         from engine import verify as verify_module
         from engine.config import load as load_engine_config
 
@@ -237,8 +235,7 @@ class LocalGpuExecutor:
             return
         if self._warm is not None:
             self._warm.close()
-        mps_pipe = os.environ.get(mps.PIPE_VARIABLE) or None
-        self._warm = verify_module.WarmPool(server, self.verify_jobs, mps_pipe=mps_pipe)
+        self._warm = verify_module.WarmPool.for_this_process(server, self.verify_jobs)
 
     def _take_warm(self) -> WarmPool | None:
         warm, self._warm = self._warm, None

@@ -217,11 +217,11 @@ def warm_standby(monkeypatch, mark: Path, setting: str) -> list:
     monkeypatch.setattr(verify_module, "new_fork_server", lambda *, start: ("server", None))
     events = []
 
-    def warm_pool(server, count, *, mps_pipe):
+    def warm_pool(server, count):
         events.append(("warm", server, count, mark.exists()))
         return "pool"
 
-    monkeypatch.setattr(verify_module, "WarmPool", warm_pool)
+    monkeypatch.setattr(verify_module.WarmPool, "for_this_process", staticmethod(warm_pool))
     monkeypatch.setattr(gpu_step, "prepare_measurement", lambda: events.append("context") or "shim")
     monkeypatch.setattr(
         gpu_step, "main", lambda argv, fork_server, warmed: events.append(("step", warmed))
@@ -268,9 +268,9 @@ def test_the_executor_forks_the_next_batchs_warm_verifiers_after_verification(mo
     monkeypatch.setenv("ENGINE_VERIFY_WARM", "on")
     pools = []
     monkeypatch.setattr(
-        verify_module,
-        "WarmPool",
-        lambda server, count, *, mps_pipe: pools.append((server, count)) or f"pool{len(pools)}",
+        verify_module.WarmPool,
+        "for_this_process",
+        staticmethod(lambda server, count: pools.append((server, count)) or f"pool{len(pools)}"),
     )
     executor = executor_module.LocalGpuExecutor(arch="sm_90", verify_jobs=7)
     monkeypatch.setattr(executor, "_verification_fork_server", lambda: "server")

@@ -198,3 +198,12 @@ def test_the_kernel_warm_up_runs_the_checks_operations_on_a_tiny_problem():
         verify_child.warm_up_kernels("cpu")  # the same operations as on the GPU, on this CPU
     fills = {"normal_", "uniform_", "random_", "fill_"}
     assert fills | {"mm", "clone", "equal", "linalg_vector_norm"} <= seen.ops, sorted(seen.ops)
+
+
+def test_a_pool_for_this_process_takes_its_mps_daemon(server, monkeypatch):
+    monkeypatch.setenv("ENGINE_VERIFY_MPS_PIPE", "/run/mps/pipe")
+    pool = WarmPool.for_this_process(server, 1)
+    assert pool.mps_pipe == "/run/mps/pipe"
+    pool.close()
+    monkeypatch.delenv("ENGINE_VERIFY_MPS_PIPE")
+    assert WarmPool.for_this_process(server, 0).mps_pipe is None
