@@ -213,9 +213,9 @@ def deficit(points: dict[str, ProtocolPoint]) -> dict[str, Any]:
     """Where the geomean over cuBLASLt-autotune is lost: each slower shape's share of the sum of
     log speedups below 1 (the geomean is exp of their mean), most first; the ``DEFICIT_SHOWN``
     largest, and what would change if each of them were brought to 1.0."""
-    logs = {key: math.log(s) for key, p in points.items() if (s := _autotune(p)) > 0}
-    total = sum(min(v, 0.0) for v in logs.values())
-    losses = sorted(((v, key) for key, v in logs.items() if v < 0))
+    speedups = {key: s for key, p in points.items() if (s := _autotune(p)) > 0}
+    losses = sorted((math.log(s), key) for key, s in speedups.items() if s < 1)
+    total = sum(value for value, _ in losses)
     shown = []
     cumulative = 0.0
     for value, key in losses[:DEFICIT_SHOWN]:
@@ -224,17 +224,17 @@ def deficit(points: dict[str, ProtocolPoint]) -> dict[str, Any]:
             {
                 "problem": key,
                 "speedup": math.exp(value),
-                "share": value / total if total else 0.0,
-                "cumulative_share": cumulative / total if total else 0.0,
+                "share": value / total,
+                "cumulative_share": cumulative / total,
             }
         )
-    geomean_now = math.exp(sum(logs.values()) / len(logs)) if logs else None
-    lifted = math.exp((sum(logs.values()) - cumulative) / len(logs)) if logs else None
+    shown_keys = {row["problem"] for row in shown}
+    lifted = [1.0 if key in shown_keys else s for key, s in speedups.items()]
     return {
         "slower_shapes": len(losses),
         "shapes": shown,
-        "geomean": geomean_now,
-        "geomean_if_shown_reached_1": lifted,
+        "geomean": geomean(list(speedups.values())),
+        "geomean_if_shown_reached_1": geomean(lifted),
     }
 
 
