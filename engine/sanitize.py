@@ -34,18 +34,16 @@ HARNESS_SOURCE = abi.CUDA_DIR / "sanitize_main.cu"
 # residues in every dimension, K long enough for split-K and stream-K paths, small enough that
 # racecheck (the slowest tool) finishes in seconds
 DEFAULT_PROBLEM = Problem(264, 272, 1032, Layout.NN)
+TOOL_TIMEOUT = 300.0
+ERROR_EXIT = 97  # compute-sanitizer's exit status when it found errors
+_SUMMARY_RE = re.compile(r"ERROR SUMMARY: ([0-9]+) error")
+_HAZARD_RE = re.compile(r"RACECHECK SUMMARY: ([0-9]+) hazard")
 
 
 def sanitize_problem(layout: Layout) -> Problem:
     """DEFAULT_PROBLEM's shape (unaligned to every tile, small enough for the tools) in
     ``layout``."""
     return Problem(DEFAULT_PROBLEM.m, DEFAULT_PROBLEM.n, DEFAULT_PROBLEM.k, layout)
-
-
-TOOL_TIMEOUT = 300.0
-ERROR_EXIT = 97  # compute-sanitizer's exit status when it found errors
-_SUMMARY_RE = re.compile(r"ERROR SUMMARY: ([0-9]+) error")
-_HAZARD_RE = re.compile(r"RACECHECK SUMMARY: ([0-9]+) hazard")
 
 
 class SanitizeSetupError(RuntimeError):

@@ -374,8 +374,8 @@ class StandbyStep:
     """A GPU step child started before its step (``python -m engine.gpu_step --standby``): it
     imports torch and starts its verifications' fork server while the GPU still runs the step
     before, in its own empty working directory and the same sandbox as any step child. With
-    ENGINE_VERIFY_WARM=on it forks its warm verifiers once ``warm_after`` (the step before's
-    VERIFIED_MARK) exists."""
+    ENGINE_VERIFY_WARM set (on, kernels) it forks its warm verifiers once ``warm_after`` (the
+    step before's VERIFIED_MARK) exists."""
 
     def __init__(self, spec: str, *, warm_after: Path | None = None) -> None:
         self.spec = spec
