@@ -4,14 +4,17 @@ Two sets (``--set``):
 - ``deep`` (the default): the deep split-K configs (sm80: 8, 16 and 32 splits; sm90 stream-K
   split-K: 4, 8 and 16) on the small-M·N, long-K shapes (bench/NOTES.md §13 and §15);
 - ``raster``: the ping-pong 128×128×64 kernel with each raster order and swizzle, beside the
-  same kernel with the scheduler's defaults, on the large NN shapes under 0.98× (§17).
+  same kernel with the scheduler's defaults, on the large NN shapes under 0.98× (§17);
+- ``reduction``: the deep sm80 split-K tiles with each split reduction (a second kernel, the
+  same launched with programmatic dependent launch, or inside a cluster), on the same shapes
+  as ``deep`` (§18).
 
 For each shape: the set's configs that are valid for it are verified (the GPU step's own path,
 engine.verify.Verifications), then the verified ones are timed against every baseline in the
 device protocol by the campaign finals' child (engine.campaign.final, several shapes per
 child). Printed and written beside the campaign's search-time best for the shape.
 
-    python3 bench/deep_splitk.py --db CAMPAIGN.sqlite [--set deep|raster] [--shapes ...]
+    python3 bench/deep_splitk.py --db CAMPAIGN.sqlite [--set deep|raster|reduction] [--shapes ...]
         [--out FILE]
 """
 
@@ -32,7 +35,9 @@ from engine import cuda_driver  # noqa: E402
 from engine.campaign.final import remeasure_batch  # noqa: E402
 from engine.compile import compile_configs  # noqa: E402
 from engine.families.library import (  # noqa: E402
+    SM80_DEEP_SPLIT_TILES,
     SM80_DEEP_SPLITS,
+    SM80_FUSED_SPLITS,
     SM90_DEEP_SPLITS,
     SM90_SWIZZLED_PINGPONG_TILE,
     library,
@@ -54,7 +59,11 @@ LARGE_SHAPES = "16384x12288x512,12288x12288x1024,8192x8192x2048,4096x12288x8192"
 def deep_configs() -> list[Any]:
     """The library's deep split-K configs: sm80 (a reduction kernel after the GEMM) and sm90
     (stream-K's split-K, reduced inside the kernel)."""
-    sm80 = [c for c in library("sm80", Layout.NN) if c.splits in SM80_DEEP_SPLITS]
+    sm80 = [
+        c
+        for c in library("sm80", Layout.NN)
+        if c.splits in SM80_DEEP_SPLITS and c.reduction == "kernel"
+    ]
     sm90 = [
         c
         for c in library("sm90", Layout.NN)
@@ -76,9 +85,22 @@ def raster_configs() -> list[Any]:
     ]
 
 
+def reduction_configs() -> list[Any]:
+    """The library's deep sm80 split-K tiles at every split count a fused reduction has, with
+    every reduction: the two-kernel ones are the yardstick."""
+    tiles = {(tm, tn, tk) for tm, tn, tk, _, _ in SM80_DEEP_SPLIT_TILES}
+    splits = {s for fused in SM80_FUSED_SPLITS.values() for s in fused}
+    return [
+        c
+        for c in library("sm80", Layout.NN)
+        if (c.tile_m, c.tile_n, c.tile_k) in tiles and c.stages == 4 and c.splits in splits
+    ]
+
+
 CONFIG_SETS = {  # --set: its configs, its default shapes, what it asks
     "deep": (deep_configs, SHAPES, "deep split-K configs on the small-M·N, long-K shapes"),
     "raster": (raster_configs, LARGE_SHAPES, "raster orders and swizzles on the large shapes"),
+    "reduction": (reduction_configs, SHAPES, "split-K reductions on the small-M·N, long-K shapes"),
 }
 
 

@@ -3,7 +3,7 @@
 # single call on the lent H200, writing JSON and logs under $OUT.
 #   usage (on the device): bash bench/gpu_run.sh
 #     [tests|bench|clock|all|checks|families|campaign|library|smoke|library2|library3|resume|
-#      stack|bundle|grid64|profile|splitk|raster|interference|warm]
+#      stack|bundle|grid64|profile|splitk|raster|reduction|interference|warm]
 #   [extra args]
 set -uo pipefail  # pipefail: a pipeline's status is its first failing command's
 stage=${1:-all}; shift || true
@@ -14,7 +14,7 @@ if ls .whl/*.whl >/dev/null 2>&1; then
   export PYTHONPATH=/tmp/site
 fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
-if [[ $stage == library* || $stage =~ ^(smoke|checks|stack|bundle|resume|grid64|profile|splitk|raster|interference|warm)$ ]]; then
+if [[ $stage == library* || $stage =~ ^(smoke|checks|stack|bundle|resume|grid64|profile|splitk|raster|reduction|interference|warm)$ ]]; then
   # inside the checkout (ignored): kept between calls while the lent machine stays warm
   export ENGINE_CACHE_DIR=$PWD/.cache/device
   mkdir -p "$ENGINE_CACHE_DIR/kernels"
@@ -238,6 +238,13 @@ fi
 if [[ $stage == raster ]]; then  # issue 11: raster orders and swizzles on the large NN shapes
   python3 bench/deep_splitk.py --set raster --db "${GRID64_DB:-bench/results/grid64/campaign.sqlite}" \
     --out "$OUT/raster.json" 2>&1 | tee "$OUT/raster.log" | tail -10 || status=1
+fi
+if [[ $stage == reduction ]]; then  # issue 11: fused split-K reductions (PDL, cluster), GPU tests first
+  python3 -m pytest -q -o addopts="" -p no:cacheprovider -m gpu tests/engine/test_gpu_split_reductions.py \
+    2>&1 | tee "$OUT/reduction-tests.log" | tail -5 || status=1
+  python3 bench/deep_splitk.py --set reduction --device-seconds "${REDUCTION_DEVICE_SECONDS:-0.5}" \
+    --db "${GRID64_DB:-bench/results/grid64/campaign.sqlite}" \
+    --out "$OUT/reduction.json" 2>&1 | tee "$OUT/reduction.log" | tail -14 || status=1
 fi
 if [[ $stage == stack ]]; then  # issue 7: a campaign through web, Redis and Celery workers
   bash bench/stack_run.sh "$@" || status=1

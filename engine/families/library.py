@@ -61,6 +61,11 @@ SM80_SPLITS = (1, 2, 4)
 # 0.42× cuBLASLt-autotune with ≤ 4 splits (8 CTAs of 32×64 for 132 SMs; run 11's grid64).
 SM80_DEEP_SPLIT_TILES = ((32, 64, 64, 1, 2), (64, 64, 64, 2, 2), (32, 128, 64, 1, 4))
 SM80_DEEP_SPLITS = (8, 16, 32)
+# The same deep tiles with the split reduction fused (sm_90, bench/NOTES.md §18): launched with
+# programmatic dependent launch, or reduced inside a cluster of the tile's splits (at most 16
+# CTAs). The 12 shapes that hold 64 % of the 64-shape campaign's loss are split-K shapes whose
+# kernels take 12–26 µs, where a second launch is a visible share.
+SM80_FUSED_SPLITS = {"pdl": (4, 8, 16, 32), "cluster": (4, 8, 16)}
 
 
 def sm90_library(layout: Layout) -> list[Sm90Config]:
@@ -129,8 +134,9 @@ def sm90_library(layout: Layout) -> list[Sm90Config]:
 
 
 def sm80_library(layout: Layout) -> list[Sm80Config]:
-    configs = [
-        Sm80Config(
+    def config(tile, stages: int, splits: int, reduction: str = "kernel") -> Sm80Config:
+        tm, tn, tk, wm, wn = tile
+        return Sm80Config(
             layout=layout,
             tile_m=tm,
             tile_n=tn,
@@ -138,13 +144,21 @@ def sm80_library(layout: Layout) -> list[Sm80Config]:
             warp_m=wm,
             warp_n=wn,
             stages=stages,
-            swizzle=1,
             splits=splits,
+            reduction=reduction,
         )
-        for (tm, tn, tk, wm, wn), stages, splits in [
+
+    configs = [
+        config(tile, stages, splits)
+        for tile, stages, splits in [
             *itertools.product(SM80_TILES, SM80_STAGES, SM80_SPLITS),
             *itertools.product(SM80_DEEP_SPLIT_TILES, (4,), SM80_DEEP_SPLITS),
         ]
+    ]
+    configs += [
+        config(tile, 4, splits, reduction)
+        for reduction, fused_splits in SM80_FUSED_SPLITS.items()
+        for tile, splits in itertools.product(SM80_DEEP_SPLIT_TILES, fused_splits)
     ]
     return [c for c in configs if c.is_valid(None, "sm_90")]
 

@@ -2,9 +2,19 @@
 
 Built on CUTLASS's ``MainloopSm80CpAsync`` collective (cp.async multistage pipeline, swizzled
 shared memory, ldmatrix, ``mma.sync.m16n8k16`` fp32-accumulate) inside our own kernel, which adds
-CTA rasterisation (block swizzle) and split-K (fp32 partials in the workspace, then a
-fixed-order reduction kernel that rounds once to fp16). Knobs: CTA tile M×N×K, warp layout,
-stages, block swizzle, split-K factor (clamped at run time to the number of K tiles).
+CTA rasterisation (block swizzle) and split-K. Knobs: CTA tile M×N×K, warp layout, stages, block
+swizzle, split-K factor (clamped at run time to the number of K tiles) and how the splits are
+reduced:
+
+  kernel   fp32 partials in the workspace, then a fixed-order reduction kernel that rounds once
+           to fp16 (two launches);
+  pdl      the same two kernels, the reduction launched with programmatic dependent launch
+           (sm_90): it is scheduled while the GEMM runs and waits for it on the GPU, so the gap
+           between the launches is hidden;
+  cluster  one launch, no workspace (sm_90): the splits of an output tile form a thread-block
+           cluster, and each CTA sums its share of the tile over the cluster's accumulators
+           through distributed shared memory, in the same split order as the reduction kernel
+           (so the result is bitwise the same).
 
 Libraries are compiled for sm_80 and sm_90 (sm_80 SASS runs on sm_86/sm_89 but not on Hopper).
 """
@@ -15,7 +25,7 @@ import math
 from dataclasses import dataclass
 from typing import ClassVar
 
-from engine.families.base import KernelConfig, Validity, invalid
+from engine.families.base import VALID, KernelConfig, Validity, invalid
 from engine.problem import Layout, Problem
 
 # Dynamic shared memory a block may opt in to, per arch.
@@ -28,6 +38,8 @@ SMEM_LIMIT = {
 }
 MAX_ACCUMULATORS = 128  # fp32 accumulators per thread
 MAX_WARPS = 8
+MAX_CLUSTER_SPLITS = 16  # CTAs per cluster on Hopper (above 8 is a non-portable cluster size)
+HOPPER_ARCHS = ("sm_90", "sm_90a")
 
 B_KMAJOR = """\
 // B (TN) is K-major in the (N, K) view: the same operand setup as A.
@@ -52,6 +64,190 @@ using GmemTiledCopyB = decltype(make_tiled_copy(
     Layout<Shape<_8, _1>>{}));"""
 
 
+# -- split-K reductions other than the default two launches (sm_90) ------------------------------
+# Each is C++ spliced into the template at points where the default renders nothing, so a
+# ``reduction="kernel"`` source is byte-for-byte what it was before these existed (finals are kept
+# under each source's hash).
+
+SPLIT_LAUNCH = "  if (partial) return int(launch_split_k(p, C, workspace, device, stream));\n"
+TILE_GRID = """\
+  const int group = 1 << kSwizzleLog2;
+  const dim3 grid(unsigned(p.tiles_m) * group, unsigned((p.tiles_n + group - 1) / group),
+                  unsigned(p.splits));"""
+
+PDL_DEVICE_CODE = """
+
+// Programmatic dependent launch (sm_90): each GEMM CTA lets the reduction be scheduled as soon
+// as it starts; the reduction waits on the GPU until the whole GEMM has finished and its
+// partials are visible, so the launch gap between the two kernels is hidden.
+__device__ __forceinline__ void allow_dependent_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  cudaTriggerProgrammaticLaunchCompletion();
+#endif
+}
+__device__ __forceinline__ void wait_for_gemm() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  cudaGridDependencySynchronize();
+#endif
+}"""
+
+PDL_LAUNCH = f"""\
+// The GEMM, then the reduction launched with programmatic stream serialization.
+cudaError_t launch_split_k(Params p, __half* C, void* workspace, int device,
+                           cudaStream_t stream) {{
+  if (workspace == nullptr) return cudaErrorInvalidValue;
+  cudaError_t err = prepare<true>(device);
+  if (err != cudaSuccess) return err;
+  p.C = C;
+  p.partials = static_cast<float*>(workspace);
+{TILE_GRID}
+  gemm_kernel<true><<<grid, kThreads, kSmemBytes, stream>>>(p);
+  if ((err = cudaGetLastError()) != cudaSuccess) return err;
+  const int64_t plane = int64_t(p.M) * p.N, groups = plane / 8;
+  int64_t blocks = (groups + 255) / 256;
+  if (blocks > 8192) blocks = 8192;
+  cudaLaunchAttribute overlap[1];
+  overlap[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  overlap[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config = {{}};
+  config.gridDim = dim3(unsigned(blocks));
+  config.blockDim = dim3(256);
+  config.stream = stream;
+  config.attrs = overlap;
+  config.numAttrs = 1;
+  return cudaLaunchKernelEx(&config, reduce_splits, static_cast<const float*>(workspace), C,
+                            groups, plane, p.splits);
+}}
+"""
+
+CLUSTER_TILE_PAD = 8  # floats per row of the parked tile: its float2 stores are conflict-free
+
+CLUSTER_DEVICE_CODE = f"""
+constexpr int kTileStride = kTileN + {CLUSTER_TILE_PAD};  // floats per row of the parked tile
+constexpr int kTileBytes = kTileM * kTileStride * int(sizeof(float));
+constexpr int kClusterSmemBytes = kSmemBytes > kTileBytes ? kSmemBytes : kTileBytes;
+
+// Split-K inside a thread-block cluster (sm_90): the cluster's CTAs are the splits of one output
+// tile. Each parks its fp32 accumulators in its own shared memory; after a cluster barrier CTA r
+// sums its share of the tile over every CTA's copy through distributed shared memory, in split
+// order from zero as reduce_splits does, and writes fp16. The second barrier keeps each CTA's
+// shared memory alive until the others have read it.
+template <class Accumulators>
+__device__ void reduce_in_cluster(__half* C, int M, int N, int tile_m, int tile_n,
+                                  Accumulators const& acc, TiledMma const& tiled_mma, char* smem) {{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  namespace cg = cooperative_groups;
+  cg::cluster_group cluster = cg::this_cluster();
+  float* tile = reinterpret_cast<float*>(smem);
+  cp_async_wait<0>();
+  __syncthreads();  // the mainloop's last shared-memory reads are done before the tile lands
+  store_tile(tile, kTileM, kTileStride, 0, 0, acc, tiled_mma);
+  cluster.sync();
+  const int splits = int(cluster.num_blocks());
+  const int rank = int(cluster.block_rank());
+  constexpr int kQuadsPerRow = kTileN / 4;
+  constexpr int kQuads = kTileM * kQuadsPerRow;
+  const int end = (rank + 1) * kQuads / splits;
+  for (int q = rank * kQuads / splits + int(threadIdx.x); q < end; q += kThreads) {{
+    const int r = q / kQuadsPerRow, c = (q % kQuadsPerRow) * 4;
+    float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int s = 0; s < splits; ++s) {{
+      const float* peer = cluster.map_shared_rank(tile, s);
+      const float4 v = *reinterpret_cast<const float4*>(peer + r * kTileStride + c);
+      sum.x += v.x, sum.y += v.y, sum.z += v.z, sum.w += v.w;
+    }}
+    const int row = tile_m * kTileM + r, col = tile_n * kTileN + c;
+    if (row < M && col < N) {{  // N % 8 == 0: a group of 4 is all in or all out
+      __half2* dst = reinterpret_cast<__half2*>(C + int64_t(row) * N + col);
+      dst[0] = __floats2half2_rn(sum.x, sum.y);
+      dst[1] = __floats2half2_rn(sum.z, sum.w);
+    }}
+  }}
+  cluster.sync();
+#endif
+}}"""
+
+CLUSTER_LAUNCH = f"""\
+// One launch, no workspace: the splits of each output tile form a cluster along z.
+cudaError_t launch_split_k(Params p, __half* C, void*, int device, cudaStream_t stream) {{
+  static bool ready[64] = {{}};
+  if (device < 0 || device >= 64) return cudaErrorInvalidDevice;
+  if (!ready[device]) {{
+    cudaError_t err = cudaFuncSetAttribute(
+        gemm_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, kClusterSmemBytes);
+    if (err == cudaSuccess && kMaxSplits > 8) {{  // 16 CTAs is a non-portable cluster size
+      err = cudaFuncSetAttribute(gemm_kernel<true>,
+                                 cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+    }}
+    if (err != cudaSuccess) return err;
+    ready[device] = true;
+  }}
+  p.C = C;
+  p.partials = nullptr;
+{TILE_GRID}
+  cudaLaunchAttribute cluster[1];
+  cluster[0].id = cudaLaunchAttributeClusterDimension;
+  cluster[0].val.clusterDim.x = 1;
+  cluster[0].val.clusterDim.y = 1;
+  cluster[0].val.clusterDim.z = unsigned(p.splits);
+  cudaLaunchConfig_t config = {{}};
+  config.gridDim = grid;
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = kClusterSmemBytes;
+  config.stream = stream;
+  config.attrs = cluster;
+  config.numAttrs = 1;
+  return cudaLaunchKernelEx(&config, gemm_kernel<true>, p);
+}}
+"""
+
+REDUCTION_SUBSTITUTIONS: dict[str, dict[str, str]] = {
+    "kernel": {
+        "reduction_summary": "",
+        "reduction_includes": "",
+        "reduction_device_code": "",
+        "gemm_prologue": "",
+        "partial_epilogue": "",
+        "reduce_prologue": "",
+        "workspace_override": "",
+        "split_launch_code": "",
+        "split_launch": "",
+    },
+    "pdl": {
+        "reduction_summary": (
+            "\n// The reduction is launched with programmatic dependent launch (sm_90)."
+        ),
+        "reduction_includes": "",
+        "reduction_device_code": PDL_DEVICE_CODE,
+        "gemm_prologue": "  if constexpr (kPartial) allow_dependent_launch();\n",
+        "partial_epilogue": "",
+        "reduce_prologue": "  wait_for_gemm();\n",
+        "workspace_override": "",
+        "split_launch_code": PDL_LAUNCH,
+        "split_launch": SPLIT_LAUNCH,
+    },
+    "cluster": {
+        "reduction_summary": (
+            "\n// Not here: this variant reduces the splits of a tile inside a thread-block "
+            "cluster,\n// through distributed shared memory, in one launch and without workspace."
+        ),
+        "reduction_includes": "\n#include <cooperative_groups.h>",
+        "reduction_device_code": CLUSTER_DEVICE_CODE,
+        "gemm_prologue": "",
+        "partial_epilogue": (
+            "  if constexpr (kPartial) {\n"
+            "    reduce_in_cluster(p.C, p.M, p.N, tile_m, tile_n, accumulators, tiled_mma, smem);\n"
+            "    return;\n"
+            "  }\n"
+        ),
+        "reduce_prologue": "",
+        "workspace_override": "  return 0;  // the splits are reduced in shared memory\n",
+        "split_launch_code": CLUSTER_LAUNCH,
+        "split_launch": SPLIT_LAUNCH,
+    },
+}
+
+
 @dataclass(frozen=True)
 class Sm80Config(KernelConfig):
     FAMILY: ClassVar[str] = "sm80"
@@ -66,6 +262,7 @@ class Sm80Config(KernelConfig):
         "stages": (2, 3, 4, 5),
         "swizzle": (1, 2, 4, 8),
         "splits": (1, 2, 3, 4, 8, 16, 32),
+        "reduction": ("kernel", "pdl", "cluster"),
     }
 
     tile_m: int = 128
@@ -76,6 +273,7 @@ class Sm80Config(KernelConfig):
     stages: int = 3
     swizzle: int = 1
     splits: int = 1
+    reduction: str = "kernel"
 
     @classmethod
     def archs_for(cls, target: str | None = None) -> tuple[str, ...]:
@@ -95,7 +293,10 @@ class Sm80Config(KernelConfig):
 
     @property
     def smem_bytes(self) -> int:
-        return self.stages * (self.tile_m + self.tile_n) * self.tile_k * 2
+        pipeline = self.stages * (self.tile_m + self.tile_n) * self.tile_k * 2
+        if self.reduction == "cluster":  # the fp32 tile is parked where the pipeline was
+            return max(pipeline, self.tile_m * (self.tile_n + CLUSTER_TILE_PAD) * 4)
+        return pipeline
 
     def tile_mn(self) -> tuple[int, int]:
         return self.tile_m, self.tile_n
@@ -104,6 +305,8 @@ class Sm80Config(KernelConfig):
     def is_valid(self, problem: Problem | None = None, arch: str | None = None) -> Validity:
         if not (in_space := self.within_space()):
             return in_space
+        if not (reduction := self.reduction_validity(arch)):
+            return reduction
         arch = arch or self.ARCHS[0]
         if arch not in SMEM_LIMIT:
             return invalid(f"unknown arch {arch}: expected one of {sorted(SMEM_LIMIT)}")
@@ -144,13 +347,29 @@ class Sm80Config(KernelConfig):
             return invalid(f"{self.smem_bytes} B of shared memory exceed {limit} B on {arch}")
         return self.fits(problem)
 
+    def reduction_validity(self, arch: str | None) -> Validity:
+        """The Hopper-only reductions are judged against ``arch`` when one is named; a portable
+        build compiles them for every arch, and on older GPUs their launch fails cleanly."""
+        if self.reduction == "kernel":
+            return VALID
+        if self.splits == 1:
+            return invalid(f"reduction={self.reduction} is a split-K choice: needs splits ≥ 2")
+        if arch is not None and arch not in HOPPER_ARCHS:
+            return invalid(f"reduction={self.reduction} needs Hopper (sm_90), not {arch}")
+        if self.reduction == "cluster" and self.splits > MAX_CLUSTER_SPLITS:
+            return invalid(
+                f"{self.splits} splits in one cluster (> {MAX_CLUSTER_SPLITS} CTAs on Hopper)"
+            )
+        return VALID
+
     # -- naming and rendering --------------------------------------------------------------
     @property
     def name(self) -> str:
-        return (
+        name = (
             f"hgemm_sm80_{self.tile_m}x{self.tile_n}x{self.tile_k}_w{self.warp_m}x{self.warp_n}"
             f"_s{self.stages}_{self.layout.value}_sw{self.swizzle}_splitk{self.splits}"
         )
+        return name if self.reduction == "kernel" else f"{name}_{self.reduction}"
 
     def substitutions(self) -> dict[str, str]:
         nn = self.layout is Layout.NN
@@ -170,6 +389,7 @@ class Sm80Config(KernelConfig):
             "b_stride_2d": "make_stride(_1{}, int64_t(p.N))"
             if nn
             else "make_stride(int64_t(p.K), _1{})",
+            **REDUCTION_SUBSTITUTIONS[self.reduction],
         }
 
     def problem_fit(self, problem: Problem) -> dict[str, float]:

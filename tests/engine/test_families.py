@@ -75,6 +75,28 @@ SM80_EXTREMES = [
         swizzle=8,
         splits=32,
     ),
+    Sm80Config(
+        layout=NN,
+        tile_m=64,
+        tile_n=64,
+        tile_k=64,
+        warp_m=2,
+        warp_n=2,
+        stages=4,
+        splits=16,
+        reduction="cluster",
+    ),
+    Sm80Config(
+        layout=TN,
+        tile_m=32,
+        tile_n=128,
+        tile_k=64,
+        warp_m=1,
+        warp_n=4,
+        stages=4,
+        splits=8,
+        reduction="pdl",
+    ),
 ]
 EXTREMES = SM90_EXTREMES + SM80_EXTREMES
 
@@ -116,6 +138,8 @@ def test_the_extremes_cover_every_knob_value_at_its_ends():
             "shared memory",
         ),
         (Sm80Config(layout=NN, tile_n=32, tile_k=32, warp_m=4, warp_n=2, tile_m=128), "B copy"),
+        (Sm80Config(layout=NN, reduction="pdl"), "split-K choice"),
+        (Sm80Config(layout=NN, splits=32, reduction="cluster"), "one cluster"),
     ],
 )
 def test_it_rejects_illegal_configs_with_a_reason(config, reason):
@@ -134,6 +158,38 @@ def test_validity_depends_on_the_problem_and_arch():
     assert "splits" in config.is_valid(Problem(256, 256, 64, TN), "sm_90").reason
     assert config.is_valid(Problem(256, 256, 512, TN), "sm_90")
     assert not Sm90Config(layout=TN).is_valid(arch="sm_80")
+
+
+@pytest.mark.parametrize("reduction", ["pdl", "cluster"])
+def test_the_fused_split_reductions_are_for_hopper_only(reduction):
+    config = Sm80Config(layout=NN, splits=8, reduction=reduction)
+    assert config.is_valid(arch="sm_90")
+    assert config.is_valid(arch="sm_90a")
+    assert "needs Hopper" in config.is_valid(arch="sm_80").reason
+    assert "needs Hopper" in config.is_valid(arch="sm_89").reason
+    assert config.is_valid()  # a portable build renders it; its launch fails on older GPUs
+
+
+def test_the_cluster_reduction_parks_a_padded_fp32_tile_in_shared_memory():
+    # 128x128x32, 2 stages: 32 KiB of pipeline, 68 KiB of padded fp32 tile
+    kernel = Sm80Config(layout=NN, stages=2, splits=4)
+    cluster = dataclasses.replace(kernel, reduction="cluster")
+    assert kernel.smem_bytes == 2 * 256 * 32 * 2
+    assert cluster.smem_bytes == 128 * (128 + 8) * 4
+
+
+def test_only_the_fused_reductions_change_the_name_and_the_workspace():
+    kernel = Sm80Config(layout=NN, splits=8)
+    pdl = dataclasses.replace(kernel, reduction="pdl")
+    cluster = dataclasses.replace(kernel, reduction="cluster")
+    assert kernel.name.endswith("_splitk8")
+    assert pdl.name == kernel.name + "_pdl"
+    assert cluster.name == kernel.name + "_cluster"
+    assert "cudaLaunchAttributeProgrammaticStreamSerialization" in pdl.render()
+    assert "cudaLaunchAttributeClusterDimension" in cluster.render()
+    assert "return 0;  // the splits are reduced in shared memory" in cluster.render()
+    for source in (kernel.render(), pdl.render()):
+        assert "return 0;  // the splits are reduced" not in source
 
 
 def test_names_are_deterministic_and_distinct():

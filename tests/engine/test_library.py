@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
+from engine.campaign.final import kernel_id
+from engine.compile import source_hash
 from engine.families import FAMILIES, Sm80Config, Sm90Config
 from engine.families.library import library
 from engine.problem import Layout
+
+GRID64_FINALS = (
+    Path(__file__).resolve().parents[2] / "bench" / "results" / "grid64" / "campaign.finals.json"
+)
 
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
@@ -30,6 +39,29 @@ def test_the_sm90_library_covers_both_schedules_clusters_and_stream_k():
     assert {(c.cluster_m, c.cluster_n) for c in configs} == {(1, 1), (2, 1), (1, 2)}
     assert {c.scheduler for c in configs} == {"persistent", "streamk"}
     assert {c.epilogue for c in configs} == {"tma", "nosmem"}
+
+
+def test_the_grid64_finals_still_name_the_library_sources_they_measured():
+    # the 64-shape campaign's finals are kept under each kernel's name and source hash: a family
+    # change that alters the source of an existing config would throw its measurements away
+    saved = json.loads(GRID64_FINALS.read_text())
+    current = {
+        c.name: kernel_id(c.name, source_hash(c.render()))
+        for family in FAMILIES
+        for layout in Layout
+        for c in library(family, layout)
+    }
+    ids = set(saved["sanitize"])
+    assert len(ids) >= 60
+    assert {i for i in ids if current.get(i.split("@")[0]) != i} == set()
+
+
+def test_the_sm80_library_has_fused_split_reductions_for_the_deep_tiles():
+    configs = library("sm80", Layout.NN)
+    fused = [c for c in configs if c.reduction != "kernel"]
+    assert {c.reduction for c in fused} == {"pdl", "cluster"}
+    assert all(c.splits >= 4 and c.is_valid(None, "sm_90") for c in fused)
+    assert max(c.splits for c in fused if c.reduction == "cluster") == 16
 
 
 def test_it_names_an_unknown_library():

@@ -63,6 +63,21 @@ def test_the_deep_split_k_run_takes_the_deep_configs_of_both_families():
     assert all(c.is_valid(Problem(128, 128, 12288), "sm_90a") for c in sm90)
 
 
+def test_the_reduction_run_sets_each_fused_reduction_beside_its_two_kernel_twin():
+    script = bench_scripts.load("deep_splitk")
+    configs = script.reduction_configs()
+    by_reduction = {
+        r: {c.name.removesuffix(f"_{r}") for c in configs if c.reduction == r}
+        for r in ("kernel", "pdl", "cluster")
+    }
+    assert by_reduction["pdl"] == by_reduction["kernel"]  # splits 4, 8, 16, 32
+    assert by_reduction["cluster"] < by_reduction["kernel"]  # at most 16 CTAs in a cluster
+    assert len(configs) == 12 + 12 + 9
+    for shape in script.CONFIG_SETS["reduction"][1].split(","):
+        problem = Problem.parse(shape)
+        assert script.valid_for(problem, configs) == configs
+
+
 def test_the_deep_split_k_run_verifies_both_families_at_a_long_k_shape():
     script = bench_scripts.load("deep_splitk")
     deep = script.deep_configs()
