@@ -15,7 +15,7 @@ device protocol by the campaign finals' child (engine.campaign.final, several sh
 child). Printed and written beside the campaign's search-time best for the shape.
 
     python3 bench/deep_splitk.py --db CAMPAIGN.sqlite [--set deep|raster|reduction] [--shapes ...]
-        [--out FILE]
+        [--verify-jobs N] [--out FILE]
 """
 
 from __future__ import annotations
@@ -50,6 +50,9 @@ SHAPES = (
     "128x128x12288,128x128x16384,64x1024x12288,1024x64x12288,512x256x8192,128x2048x12288,"
     "64x4096x16384,2048x256x12288,512x256x4096,64x1024x4096"
 )
+# the deep set's shapes, and two mid-size ones where one split leaves SMs idle or a second
+# kernel is a visible share (128×4096×2048 0.73×, 4096×64×1024 0.87×)
+REDUCTION_SHAPES = f"{SHAPES},128x4096x2048,4096x64x1024"
 # the four large NN shapes of the 64-shape campaign furthest under 0.98× cuBLASLt-autotune (its
 # report; the other five: 12288x4096x16384, 16384x16384x8192, 16384x4096x8192, 8192x12288x4096,
 # 8192x8192x8192)
@@ -100,7 +103,11 @@ def reduction_configs() -> list[Any]:
 CONFIG_SETS = {  # --set: its configs, its default shapes, what it asks
     "deep": (deep_configs, SHAPES, "deep split-K configs on the small-M·N, long-K shapes"),
     "raster": (raster_configs, LARGE_SHAPES, "raster orders and swizzles on the large shapes"),
-    "reduction": (reduction_configs, SHAPES, "split-K reductions on the small-M·N, long-K shapes"),
+    "reduction": (
+        reduction_configs,
+        REDUCTION_SHAPES,
+        "split-K reductions on the small-M·N, long-K shapes",
+    ),
 }
 
 
@@ -116,6 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--set", choices=sorted(CONFIG_SETS), default="deep")
     parser.add_argument("--shapes", help="default: the set's own")
     parser.add_argument("--device-seconds", type=float, default=1.0)
+    parser.add_argument("--verify-jobs", type=int, default=8, help="verifiers at once")
     parser.add_argument("--out", type=Path, default=Path("deep-splitk.json"))
     args = parser.parse_args(argv)
 
@@ -132,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
             problem = Problem.parse(shape)
             names = [c.name for c in valid_for(problem, configs) if c.name in libraries]
             batch = Verifications(
-                [libraries[n] for n in names], problem, jobs=8, fork_server=server
+                [libraries[n] for n in names], problem, jobs=args.verify_jobs, fork_server=server
             )
             results = batch.results()
             verdicts[problem.key] = {n: r.reason for n, r in zip(names, results, strict=True)}

@@ -242,7 +242,8 @@ fi
 if [[ $stage == reduction ]]; then  # issue 11: fused split-K reductions (PDL, cluster), GPU tests first
   python3 -m pytest -q -o addopts="" -p no:cacheprovider -m gpu tests/engine/test_gpu_split_reductions.py \
     2>&1 | tee "$OUT/reduction-tests.log" | tail -5 || status=1
-  python3 bench/deep_splitk.py --set reduction --device-seconds "${REDUCTION_DEVICE_SECONDS:-1}" \
+  python3 bench/deep_splitk.py --set reduction --verify-jobs 16 \
+    --device-seconds "${REDUCTION_DEVICE_SECONDS:-1}" \
     --db "${GRID64_DB:-bench/results/grid64/campaign.sqlite}" \
     --out "$OUT/reduction.json" 2>&1 | tee "$OUT/reduction.log" | tail -14 || status=1
 fi
