@@ -952,6 +952,7 @@ def environment(opts: Options, cache_entries: int | None) -> dict[str, Any]:
         "kernel_cache_entries_at_start": cache_entries,
         "verify_mps": os.environ.get("ENGINE_VERIFY_MPS", "off"),
         "verify_warm": os.environ.get("ENGINE_VERIFY_WARM", "off"),
+        "heat_while_verifying": os.environ.get("ENGINE_HEAT_WHILE_VERIFYING", "off"),
         "verify_busy_stream": os.environ.get("ENGINE_VERIFY_BUSY_STREAM", "gate"),
     }
 

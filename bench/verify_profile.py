@@ -17,7 +17,10 @@ A/B within one call (e.g. ``sleep:ENGINE_VERIFY_BUSY_STREAM=sleep``). With
 is timed; the batch's wall time counts from when its libraries are handed over. ``--fault``
 adds one kernel that traps on the device (tests/fixtures/cheats/trap.cu) to every batch: its
 own verdict must be ``runtime_error``, and any other failure is a fault spilling over onto
-honest verifiers (which MPS clients sharing one server may suffer).
+honest verifiers (which MPS clients sharing one server may suffer). With
+``ENGINE_HEAT_WHILE_VERIFYING=on`` in a variant, this process runs the shape's baselines back
+to back while the batch verifies, as a GPU step's heat-up then does
+(engine.measure.Session.heat_while): how much that load slows the verifiers.
 
 The kernels are the campaign's best verified ones (compiled from the cache, built elsewhere and
 carried); they must be honest, so every verdict is expected to be ok.
@@ -52,6 +55,21 @@ from engine.verify import Verifications, VerifyResult, WarmPool, new_fork_server
 
 BASELINE = "cublaslt_autotune"
 WARM_LEAD_S = 3.0  # a warm batch's verifiers are forked this long before it (a step's timing)
+HEAT = "ENGINE_HEAT_WHILE_VERIFYING"
+
+
+def heat_session(problem: Problem, sessions: dict[str, Any]) -> Any:
+    """With HEAT on: a measurement session for ``problem`` with its baselines ready (one per
+    shape, kept in ``sessions``); else None."""
+    if os.environ.get(HEAT, "off") != "on":
+        return None
+    if problem.key not in sessions:
+        from engine.measure import Session
+
+        session = Session(problem)
+        session.prepare_baselines()
+        sessions[problem.key] = session
+    return sessions[problem.key]
 
 
 def campaign_kernels(db: Path, count: int) -> list[Any]:
@@ -155,15 +173,22 @@ def environment(variables: dict[str, str]) -> Iterator[None]:
 
 
 def profile(
-    problem: Problem, kernels: dict[str, Path], jobs: int, server: ForkServer, sampler: GpuSampler
+    problem: Problem,
+    kernels: dict[str, Path],
+    jobs: int,
+    server: ForkServer,
+    sampler: GpuSampler,
+    heat: Any = None,
 ) -> dict:
-    """One batch of ``kernels`` (name → library) verified ``jobs`` at once."""
+    """One batch of ``kernels`` (name → library) verified ``jobs`` at once; ``heat``: a
+    measurement session that runs its baselines meanwhile."""
     warm = None
     if os.environ.get("ENGINE_VERIFY_WARM", "off") != "off":
         warm = WarmPool.for_this_process(server, jobs)
         time.sleep(WARM_LEAD_S)
     started = time.time()
     batch = Verifications(list(kernels.values()), problem, jobs=jobs, fork_server=server, warm=warm)
+    heated = heat.heat_while(batch.running) if heat is not None else 0.0
     verdicts = batch.results()
     ended = time.time()
     wall = ended - started
@@ -175,6 +200,7 @@ def profile(
         "retried_alone": batch.retried_alone,
         "retried_outside_mps": batch.retried_outside_mps,
         "warm": batch.warm_used,
+        "heat_while_verifying_s": round(heated, 3),
         "kernels": len(kernels),
         "wall_s": round(wall, 3),
         "verdicts_per_s": round(len(kernels) / wall, 3),
@@ -215,6 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     sampler.start()
     server, folder = new_fork_server(start=True)  # one, as a GPU worker keeps one
     runs = []
+    sessions: dict[str, Any] = {}
     try:
         time.sleep(8)  # its imports (torch) are done before the first batch, as when warm
         for shape in args.shapes.split(","):
@@ -223,7 +250,9 @@ def main(argv: list[str] | None = None) -> int:
                 variants.items(), (int(j) for j in args.jobs.split(","))
             ):
                 with environment(env):
-                    run = {"variant": variant, **profile(problem, kernels, jobs, server, sampler)}
+                    heat = heat_session(problem, sessions)
+                    run = profile(problem, kernels, jobs, server, sampler, heat)
+                    run = {"variant": variant, **run}
                 runs.append(run)
                 print(json.dumps({k: v for k, v in run.items() if k != "check_s"}), flush=True)
     finally:

@@ -172,6 +172,20 @@ class Bench:
         self.loaded(started, ended)
         return ended - started if needed > 0 else 0.0
 
+    def heat_while(self, runners: Sequence[Runner], busy: Callable[[], bool]) -> float:
+        """Runs the runners back to back for as long as ``busy()`` says, a round at a time, as
+        load that a heat-up right after counts (see :meth:`heat_up`). Returns the seconds it
+        ran."""
+        started = ended = time.monotonic()
+        with torch.cuda.stream(self.stream):
+            while busy():
+                for runner in runners:
+                    runner(self.operand_sets[0], self.stream)
+                self.stream.synchronize()
+                ended = time.monotonic()
+                self.loaded(started, ended)
+        return ended - started
+
     def device(
         self,
         runners: Sequence[Runner],

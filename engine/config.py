@@ -81,6 +81,14 @@ class EngineConfig:
         default_factory=lambda: _env_choice("ENGINE_VERIFY_WARM", "off", ("off", "on", "kernels"))
     )
 
+    # The heat-up the timing needs (Bench.heat_up), run on the baselines while this batch's
+    # verifiers work instead of after their verdicts, so that it costs the step no time of its
+    # own. Only baselines run then: a candidate runs in the measuring process once verified.
+    # "off": the heat-up runs after the verdicts, as its own phase.
+    heat_while_verifying: str = field(
+        default_factory=lambda: _env_choice("ENGINE_HEAT_WHILE_VERIFYING", "off", ("off", "on"))
+    )
+
     @property
     def kernel_cache(self) -> Path:
         return self.cache_dir / "kernels"

@@ -105,6 +105,15 @@ class Session:
             r.get("cached", False) for r in self.autotune_reports.values()
         )
 
+    def heat_while(self, busy: Callable[[], bool]) -> float:
+        """The heat-up, on the baselines only, for as long as ``busy()`` (a batch's verifiers
+        still at work): :meth:`run`'s heat-up then counts it and runs only what is missing.
+        Nothing runs when cuBLASLt's choices are not cached (choosing them times kernels).
+        Returns the seconds it ran."""
+        if self.baselines is None:
+            return 0.0
+        return self.bench.heat_while(self.baselines, busy)
+
     def run(
         self,
         candidates: Mapping[str, Path] | None = None,

@@ -369,6 +369,10 @@ class Verifications:
         finally:
             self._done.append(time.monotonic())
 
+    def running(self) -> bool:
+        """Some child has not given its verdict yet."""
+        return not all(f.done() for f in self._futures)
+
     def results(self) -> list[VerifyResult]:
         """Every verdict (waits for the children still running); ends the fork server."""
         try:

@@ -118,8 +118,10 @@ class LocalGpuExecutor:
         from engine import mps
         from engine.config import load as load_engine_config
 
+        engine_config = load_engine_config()
         # verification children as clients of an MPS server (ENGINE_VERIFY_MPS, engine.mps)
-        self.mps = mps.ensure_for_verification(load_engine_config().verify_mps)
+        self.mps = mps.ensure_for_verification(engine_config.verify_mps)
+        self.heat_while_verifying = engine_config.heat_while_verifying == "on"
 
     def execute(
         self,
@@ -133,6 +135,8 @@ class LocalGpuExecutor:
         ``verify_jobs``) while this process sets up the measurement (shim, environment,
         operands, cached cuBLASLt choices); then times the verified ones. Nothing is timed while
         a verification child runs: an autotuning that is not cached waits for the verdicts.
+        With ENGINE_HEAT_WHILE_VERIFYING=on the baselines run back to back until the last
+        verdict, as the heat-up the timing needs (so the timing starts without one).
 
         ``verifications``: an engine.verify.Verifications for this batch already started by the
         caller (engine.gpu_step starts them before it imports torch). ``phases`` gets the time
@@ -165,6 +169,10 @@ class LocalGpuExecutor:
                     session = self._session(problem, phases)
                 except Exception as exc:  # raised below if a candidate needs it
                     setup_error = exc
+        if session is not None and self.heat_while_verifying:
+            with phases("heat_while_verifying"):
+                ran = session.heat_while(verifications.running)
+                phases.info["heat_while_verifying_ran_s"] = round(ran, 3)
         with phases("verification"):
             verdicts = verifications.results()
         self._after_verification()

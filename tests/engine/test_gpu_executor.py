@@ -5,6 +5,7 @@ in; the step books where its time went. Test doubles stand in for the children a
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -203,3 +204,61 @@ def test_a_verifier_out_of_gpu_memory_alone_is_rejected(monkeypatch):
     verifications = Verifications([Path("/x/a.so")], PROBLEM, jobs=4, gpu_bytes=141 << 30)
     assert [v.reason for v in verifications.results()] == ["gpu_memory"]
     assert verifications.retried_alone == 0
+
+
+def heating_fakes(monkeypatch, events: list[str]) -> threading.Event:
+    """Verifiers that give their verdicts once the returned event is set (by the parent's third
+    round of heat-up, or by the test), and a session that notes its heat-up and its timing."""
+    heated = threading.Event()
+
+    def fake_verify(library, problem, **_kwargs):
+        assert heated.wait(5), "nothing let the verifiers finish"
+        events.append(f"verdict {Path(library).stem}")
+        return VerifyResult(True, "ok", "")
+
+    class FakeSession:
+        def __init__(self, problem, *, phases=None, **_):
+            self.phases = phases
+
+        def heat_while(self, busy):
+            rounds = 0
+            while busy():
+                rounds += 1
+                if rounds == 3:
+                    heated.set()
+                time.sleep(0.005)
+            events.append(f"heated {rounds} rounds")
+            return 0.25
+
+        def run(self, candidates, **_kwargs):
+            events.append("timed")
+            return record_for(candidates)
+
+    monkeypatch.setattr(verify_module, "verify", fake_verify)
+    monkeypatch.setattr(measure_module, "Session", FakeSession)
+    monkeypatch.setattr(measure_module, "load_shim", lambda config: object())
+    return heated
+
+
+def test_with_heat_while_verifying_the_baselines_heat_until_the_last_verdict(monkeypatch):
+    events: list[str] = []
+    heating_fakes(monkeypatch, events)
+    monkeypatch.setenv("ENGINE_HEAT_WHILE_VERIFYING", "on")
+    phases = Phases()
+    executor = LocalGpuExecutor(arch="sm_90", verify_jobs=2)
+    outcomes = executor.execute(PROBLEM, batch_of("a", "b"), phases=phases)
+    assert [o.status for o in outcomes] == [STATUS_OK, STATUS_OK]
+    assert sorted(events[:2]) == ["verdict a", "verdict b"]  # both came while it heated
+    assert events[2].startswith("heated")
+    assert int(events[2].split()[1]) >= 3
+    assert events[3:] == ["timed"]
+    assert phases.info["heat_while_verifying_ran_s"] == 0.25
+    assert "heat_while_verifying" in phases.seconds
+
+
+def test_without_heat_while_verifying_the_verdicts_are_awaited_idle(monkeypatch):
+    events: list[str] = []
+    heating_fakes(monkeypatch, events).set()  # nobody heats: the verifiers need not wait
+    monkeypatch.delenv("ENGINE_HEAT_WHILE_VERIFYING", raising=False)
+    LocalGpuExecutor(arch="sm_90", verify_jobs=2).execute(PROBLEM, batch_of("a"))
+    assert events == ["verdict a", "timed"]

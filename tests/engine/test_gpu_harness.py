@@ -69,6 +69,23 @@ def test_measure_times_every_baseline_and_the_candidate_above_the_floor():
     assert device["speedups"]["reference"]["cublas"] < 1.0
 
 
+def test_heating_while_verifiers_work_leaves_the_timing_no_heat_up_to_run():
+    import time
+
+    from engine.measure import Session
+
+    session = Session(SHAPE)
+    session.prepare_baselines()
+    until = time.monotonic() + 1.5
+    ran = session.heat_while(lambda: time.monotonic() < until)
+    assert 1.4 <= ran < 3.0
+    record = session.run(
+        {}, protocols=("device",), heat_seconds=1.0, device_seconds=1.0, probe_overhead=False
+    )
+    assert session.phases.info["heat_up_ran_s"] == 0.0
+    assert record["protocols"]["device"]["impossible"] == []
+
+
 def test_an_honest_kernel_verified_many_times_side_by_side_always_passes(verifier_sandboxes):
     """Four verifiers at once slow each other's streams down: with the busy stream held by the
     gate, a copy the harness made on the default stream once raced the next trial's snapshot

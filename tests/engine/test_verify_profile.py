@@ -131,3 +131,29 @@ def test_the_raster_run_sets_each_swizzle_beside_the_schedulers_defaults_on_larg
         problem = Problem.parse(shape)
         assert problem.m * problem.n * problem.k >= 2**36  # issue 11's large class
         assert script.valid_for(problem, configs) == configs
+
+
+def test_a_heat_variant_gets_one_ready_session_per_shape(vp, monkeypatch):
+    from engine import measure
+
+    made = []
+
+    class FakeSession:
+        def __init__(self, problem):
+            made.append(problem.key)
+            self.ready = False
+
+        def prepare_baselines(self):
+            self.ready = True
+
+    monkeypatch.setattr(measure, "Session", FakeSession)
+    sessions: dict = {}
+    square, other = Problem(4096, 4096, 4096), Problem(8192, 1024, 4096)
+    monkeypatch.delenv(vp.HEAT, raising=False)
+    assert vp.heat_session(square, sessions) is None
+    monkeypatch.setenv(vp.HEAT, "on")
+    first = vp.heat_session(square, sessions)
+    assert first.ready
+    assert vp.heat_session(square, sessions) is first
+    assert vp.heat_session(other, sessions) is not first
+    assert made == [square.key, other.key]
