@@ -177,14 +177,20 @@ class Bench:
         load that a heat-up right after counts (see :meth:`heat_up`). Returns the seconds it
         ran."""
         started = ended = time.monotonic()
-        with torch.cuda.stream(self.stream):
-            while busy():
-                for runner in runners:
-                    runner(self.operand_sets[0], self.stream)
-                self.stream.synchronize()
-                ended = time.monotonic()
-                self.loaded(started, ended)
+        while busy():
+            ended = self.heat_round(runners)
         return ended - started
+
+    def heat_round(self, runners: Sequence[Runner]) -> float:
+        """Each runner once, then a sync, as load (see :meth:`loaded`); returns when it ended."""
+        started = time.monotonic()
+        with torch.cuda.stream(self.stream):
+            for runner in runners:
+                runner(self.operand_sets[0], self.stream)
+        self.stream.synchronize()
+        ended = time.monotonic()
+        self.loaded(started, ended)
+        return ended
 
     def device(
         self,

@@ -69,19 +69,28 @@ def test_measure_times_every_baseline_and_the_candidate_above_the_floor():
     assert device["speedups"]["reference"]["cublas"] < 1.0
 
 
-def test_heating_while_verifiers_work_leaves_the_timing_no_heat_up_to_run():
+def test_heating_while_verifiers_work_leaves_the_timing_no_heat_up_to_run(monkeypatch):
     import time
 
-    from engine.measure import Session
+    from engine import measure
+    from engine.runtime import KernelLibrary
 
-    session = Session(SHAPE)
+    class SlowToLoad(KernelLibrary):  # 4 × 0.1 s: longer than a pause that ends a load
+        def __init__(self, path):
+            time.sleep(0.1)
+            super().__init__(path)
+
+    monkeypatch.setattr(measure, "KernelLibrary", SlowToLoad)
+    built = fixtures.build_one(fixtures.REFERENCE, SHAPE.layout)
+    assert built.ok, built.log
+    session = measure.Session(SHAPE)
     session.prepare_baselines()
     until = time.monotonic() + 1.5
     ran = session.heat_while(lambda: time.monotonic() < until)
     assert 1.4 <= ran < 3.0
-    record = session.run(
-        {}, protocols=("device",), heat_seconds=1.0, device_seconds=1.0, probe_overhead=False
-    )
+    candidates = {f"reference{i}": built.library for i in range(4)}
+    timing = {"heat_seconds": 1.0, "device_seconds": 1.0, "probe_overhead": False}
+    record = session.run(candidates, protocols=("device",), **timing)
     assert session.phases.info["heat_up_ran_s"] == 0.0
     assert record["protocols"]["device"]["impossible"] == []
 
