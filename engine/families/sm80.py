@@ -150,11 +150,20 @@ __device__ void reduce_in_cluster(__half* C, int M, int N, int tile_m, int tile_
   const int end = (rank + 1) * kQuads / splits;
   for (int q = rank * kQuads / splits + int(threadIdx.x); q < end; q += kThreads) {{
     const int r = q / kQuadsPerRow, c = (q % kQuadsPerRow) * 4;
+    // every peer's load first, all in flight at once; then the sum, in split order
+    float4 part[kMaxSplits];
+    CUTLASS_PRAGMA_UNROLL
+    for (int s = 0; s < kMaxSplits; ++s) {{
+      if (s < splits) {{
+        const float* peer = cluster.map_shared_rank(tile, s);
+        part[s] = *reinterpret_cast<const float4*>(peer + r * kTileStride + c);
+      }}
+    }}
     float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
-    for (int s = 0; s < splits; ++s) {{
-      const float* peer = cluster.map_shared_rank(tile, s);
-      const float4 v = *reinterpret_cast<const float4*>(peer + r * kTileStride + c);
-      sum.x += v.x, sum.y += v.y, sum.z += v.z, sum.w += v.w;
+    CUTLASS_PRAGMA_UNROLL
+    for (int s = 0; s < kMaxSplits; ++s) {{
+      if (s < splits) sum.x += part[s].x, sum.y += part[s].y, sum.z += part[s].z,
+                      sum.w += part[s].w;
     }}
     const int row = tile_m * kTileM + r, col = tile_n * kTileN + c;
     if (row < M && col < N) {{  // N % 8 == 0: a group of 4 is all in or all out
