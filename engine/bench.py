@@ -34,6 +34,7 @@ LOAD_GAP_S = 0.2
 # seconds, and runs that reached their precision target in 0.2 s had medians 2-4 % apart at
 # 1024x4096x16384 (every runner together; NOTES §2), so a run spans that wandering.
 DEVICE_MIN_SECONDS = 1.0
+HEAT_POLL_S = 2e-4  # Bench.heat_while's sleep between looks at the GPU (a round queued behind)
 PROTOCOLS = ("device", "offline", "server", "graph")
 SPOT_CHECK_TOLERANCE = 5e-3  # relative Frobenius error on N(0,1) inputs; cuBLAS is ~2e-4
 
@@ -173,13 +174,28 @@ class Bench:
         return ended - started if needed > 0 else 0.0
 
     def heat_while(self, runners: Sequence[Runner], busy: Callable[[], bool]) -> float:
-        """Runs the runners back to back for as long as ``busy()`` says, a round at a time, as
-        load that a heat-up right after counts (see :meth:`heat_up`). Returns the seconds it
-        ran."""
-        started = ended = time.monotonic()
-        while busy():
-            ended = self.heat_round(runners)
-        return ended - started
+        """Runs the runners back to back for as long as ``busy()`` says, as load that a heat-up
+        right after counts (see :meth:`heat_up`). Returns the seconds it ran.
+
+        One round stays queued behind the one running, and this thread sleeps while it waits:
+        a synchronize would spin a CPU core that the verifiers, running meanwhile, need."""
+        started = time.monotonic()
+        running: torch.cuda.Event | None = None
+        with torch.cuda.stream(self.stream):
+            while busy():
+                for runner in runners:
+                    runner(self.operand_sets[0], self.stream)
+                queued = torch.cuda.Event()
+                queued.record(self.stream)
+                while running is not None and not running.query():
+                    time.sleep(HEAT_POLL_S)
+                running = queued
+                self.loaded(started, time.monotonic())
+        self.stream.synchronize()
+        ended = time.monotonic()
+        if running is not None:
+            self.loaded(started, ended)
+        return ended - started if running is not None else 0.0
 
     def heat_round(self, runners: Sequence[Runner]) -> float:
         """Each runner once, then a sync, as load (see :meth:`loaded`); returns when it ended."""
