@@ -163,3 +163,16 @@ def test_campaign_create_merges_duplicate_problems(alice):
         owner=alice, name="dup", layout="nn", problems=[Problem(64, 64, 64), Problem(64, 64, 64)]
     )
     assert campaign.problems.count() == 1
+
+
+def test_a_worker_whose_gpu_failed_its_health_probe_is_shown_with_the_reason(client):
+    failed = heartbeat("gpu0@h200", ["default"])
+    failed.gpu_failed = timezone.now()
+    failed.gpu_failure = "nvidia-smi: Unable to determine the device handle (Xid 79)"
+    failed.save()
+    heartbeat("old-gpu@h200", ["default"], stopped=True)
+    for page in (client.get("/").content.decode(), client.get("/workers/").content.decode()):
+        assert "GPU failed a health probe" in page
+        assert "Xid 79" in page
+        assert "wait for a GPU worker" in page  # its queue stopped: no GPU worker is left
+    assert client.get("/workers/").content.decode().count("GPU failed a health probe") == 1
