@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from engine import physics
 from engine.baselines import BASELINES, best_of_layouts
 from engine.problem import Problem
 
@@ -275,6 +276,56 @@ def anchor_comparison(
     return rows
 
 
+def roofline(
+    results: dict[str, ShapeResult], peaks: physics.GpuPeaks, protocol: str = "device"
+) -> dict[str, Any]:
+    """How close the times come to the GPU's datasheet limits: per size class, the median over
+    shapes of floor / time (engine.physics.floor_seconds: the FLOPs at the peak tensor rate or
+    the operand bytes at the peak HBM rate, whichever is longer), for gemmforge's best kernel and
+    for cuBLASLt-autotune. 1.0 is the roof; a device-protocol time also holds the launch."""
+    fractions: dict[str, dict[str, list[float]]] = {}
+    for result in results.values():
+        point = result.points.get(protocol)
+        if point is None:
+            continue
+        floor = physics.floor_seconds(result.problem, peaks)
+        group = fractions.setdefault(result.size_class, {"gemmforge": [], "cublaslt_autotune": []})
+        group["gemmforge"].append(floor / point.seconds)
+        if (autotune := point.baselines.get("cublaslt_autotune")) is not None:
+            group["cublaslt_autotune"].append(floor / autotune)
+    classes = {
+        name: {
+            "shapes": len(fractions[name]["gemmforge"]),
+            **{who: statistics.median(v) for who, v in fractions[name].items() if v},
+        }
+        for name in SIZE_CLASSES
+        if name in fractions
+    }
+    return {"gpu": peaks.name, "protocol": protocol, "classes": classes}
+
+
+def roofline_lines(r: dict[str, Any]) -> list[str]:
+    if not r["classes"]:
+        return []
+    lines = [
+        f"## How close to the {r['gpu']}'s limits ({r['protocol']} protocol)",
+        "",
+        "Median over each class's shapes of the roofline floor / the time: the floor is the "
+        "FLOPs at the datasheet's dense fp16 tensor rate or A, B and C at its HBM rate, "
+        "whichever takes longer (1.0 is the roof; a device-protocol time also holds the "
+        "launch).",
+        "",
+        "| class | shapes | gemmforge | cuBLASLt autotuned |",
+        "|---|---|---|---|",
+    ]
+    for name, row in r["classes"].items():
+        lines.append(
+            f"| {name} | {row['shapes']} | {_fmt(row.get('gemmforge'))} | "
+            f"{_fmt(row.get('cublaslt_autotune'))} |"
+        )
+    return [*lines, ""]
+
+
 def to_json(results: dict[str, ShapeResult]) -> dict[str, Any]:
     out = {}
     for key, result in results.items():
@@ -331,6 +382,7 @@ def markdown(
     comparison: list[dict[str, Any]],
     *,
     environment: str,
+    limits: dict[str, Any] | None = None,
 ) -> str:
     lines = [
         "# gemmforge report",
@@ -365,6 +417,7 @@ def markdown(
             "",
             *deficit_lines(s["deficit_vs_autotune"]),
         ]
+    lines += roofline_lines(limits) if limits else []
     lines += [
         "## Per shape",
         "",
@@ -463,15 +516,28 @@ def write_plots(results: dict[str, ShapeResult], out: Path) -> list[Path]:
     return written
 
 
-def environment_line(paths: Sequence[Path]) -> str:
-    """GPU, driver, CUDA and library versions of the first measurement found, and the dates of
-    all of them (a report can combine runs of several days)."""
+def environments(paths: Sequence[Path]) -> list[dict[str, Any]]:
+    """Every measurement's recorded environment in the files, in order."""
     envs: list[dict[str, Any]] = []
     for path in paths:
         report = json.loads(Path(path).read_text())
         found = [row.get("environment") for row in report.get("sweep", [])]
         found += [final.get("environment") for final in report.get("final", {}).values()]
         envs += [env for env in found if env]
+    return envs
+
+
+def gpu_peaks(paths: Sequence[Path]) -> physics.GpuPeaks | None:
+    """The datasheet limits of the GPU the first measurement names; None when unknown."""
+    names = [env["gpu_name"] for env in environments(paths) if env.get("gpu_name")]
+    peaks = physics.peaks_for(names[0]) if names else physics.UNKNOWN
+    return None if peaks is physics.UNKNOWN else peaks
+
+
+def environment_line(paths: Sequence[Path]) -> str:
+    """GPU, driver, CUDA and library versions of the first measurement found, and the dates of
+    all of them (a report can combine runs of several days)."""
+    envs = environments(paths)
     if not envs:
         return "environment not recorded"
     env = envs[0]

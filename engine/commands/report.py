@@ -39,16 +39,23 @@ def run(args: argparse.Namespace) -> int:
     summary = report.summarize(results)
     anchors = report.load_anchors(args.anchors) if args.anchors.is_dir() else {}
     comparison = report.anchor_comparison(results, anchors)
+    peaks = report.gpu_peaks(args.results)
+    limits = report.roofline(results, peaks) if peaks else None
     args.out.mkdir(parents=True, exist_ok=True)
     payload = {
         "inputs": [str(p) for p in args.results],
         "summary": summary,
+        "roofline": limits,
         "shapes": report.to_json(results),
         "cuda_l2_comparison": comparison,
     }
     (args.out / "report.json").write_text(json.dumps(payload, indent=1))
     text = report.markdown(
-        results, summary, comparison, environment=report.environment_line(args.results)
+        results,
+        summary,
+        comparison,
+        environment=report.environment_line(args.results),
+        limits=limits,
     )
     plots = report.write_plots(results, args.out)
     if plots:

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 from pathlib import Path
 
 import pytest
 
-from engine import cli, report
+from engine import cli, physics, report
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN1 = ROOT / "bench/results/2026-12-02-h200-families/families-run1.json"
@@ -68,6 +69,27 @@ def test_the_deficit_names_the_shapes_that_lose_the_geomean_and_what_lifting_the
     assert d["geomean"] == pytest.approx(report.geomean(list(speedups.values())))
 
 
+def test_the_roofline_says_how_close_each_class_comes_to_the_gpus_limits():
+    results = report.load_results([RUN1])
+    peaks = report.gpu_peaks([RUN1])
+    assert peaks is physics.PEAKS["H200"]
+    limits = report.roofline(results, peaks)
+    large = [r for r in results.values() if r.size_class == "large"]
+    row = limits["classes"]["large"]
+    assert row["shapes"] == len(large)
+    floors = [physics.floor_seconds(r.problem, peaks) for r in large]
+    ours = [f / r.points["device"].seconds for f, r in zip(floors, large, strict=True)]
+    theirs = [
+        f / r.points["device"].baselines["cublaslt_autotune"]
+        for f, r in zip(floors, large, strict=True)
+    ]
+    assert row["gemmforge"] == pytest.approx(statistics.median(ours))
+    assert row["cublaslt_autotune"] == pytest.approx(statistics.median(theirs))
+    for values in limits["classes"].values():
+        assert 0 < values["gemmforge"] < 1  # no timed kernel beats the roof
+    assert report.gpu_peaks([]) is None  # no GPU named: no section
+
+
 def test_a_campaign_final_overrides_the_sweep_for_its_protocols(tmp_path):
     final = {
         "problems": [],
@@ -104,11 +126,13 @@ def test_the_command_writes_tables_plots_and_the_cuda_l2_comparison(tmp_path, ca
     assert "geomean" in capsys.readouterr().out
     text = (out / "README.md").read_text()
     assert "cuBLASLt autotuned" in text
+    assert "How close to the H200's limits (device protocol)" in text
     assert (out / "speedup-vs-size.png").stat().st_size > 1000
     assert (out / "heatmap.png").stat().st_size > 1000
     data = json.loads((out / "report.json").read_text())
     assert data["summary"]["device"]["shapes"] == 8 * 2  # run 1: 8 shapes, both layouts
     assert data["cuda_l2_comparison"] == []  # the sweep has no offline numbers to set beside
+    assert set(data["roofline"]["classes"]) <= set(report.SIZE_CLASSES)
 
 
 def test_it_rejects_a_file_that_is_no_result(tmp_path):
