@@ -39,6 +39,13 @@ def record_for(names) -> dict:
     }
 
 
+def use_fakes(monkeypatch, verify, session) -> None:
+    """``verify`` stands in for each verification child, ``session`` for engine.measure's."""
+    monkeypatch.setattr(verify_module, "verify", verify)
+    monkeypatch.setattr(measure_module, "Session", session)
+    monkeypatch.setattr(measure_module, "load_shim", lambda config: object())
+
+
 class Timeline:
     """What happened, in order, from the verification threads and the parent."""
 
@@ -77,9 +84,7 @@ def timeline(monkeypatch) -> Timeline:
                 pass
             return record_for(candidates)
 
-    monkeypatch.setattr(verify_module, "verify", fake_verify)
-    monkeypatch.setattr(measure_module, "Session", FakeSession)
-    monkeypatch.setattr(measure_module, "load_shim", lambda config: object())
+    use_fakes(monkeypatch, fake_verify, FakeSession)
     return t
 
 
@@ -234,9 +239,7 @@ def heating_fakes(monkeypatch, events: list[str]) -> threading.Event:
             events.append("timed")
             return record_for(candidates)
 
-    monkeypatch.setattr(verify_module, "verify", fake_verify)
-    monkeypatch.setattr(measure_module, "Session", FakeSession)
-    monkeypatch.setattr(measure_module, "load_shim", lambda config: object())
+    use_fakes(monkeypatch, fake_verify, FakeSession)
     return heated
 
 
