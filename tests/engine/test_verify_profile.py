@@ -4,7 +4,9 @@ two are in bench/results/2026-12-04-h200-run12/)."""
 
 from __future__ import annotations
 
+import json
 import os
+from pathlib import Path
 from types import ModuleType
 
 import pytest
@@ -157,3 +159,66 @@ def test_a_heat_variant_gets_one_ready_session_per_shape(vp, monkeypatch):
     assert vp.heat_session(square, sessions) is first
     assert vp.heat_session(other, sessions) is not first
     assert made == [square.key, other.key]
+
+
+def test_the_reduction_run_writes_each_shapes_speedups_from_the_gpu_path(monkeypatch, tmp_path):
+    """The script's whole flow with stand-ins for the compiler, the verifiers and the finals
+    child: the device time is too scarce to find a slip in it there."""
+    from types import SimpleNamespace
+
+    script = bench_scripts.load("deep_splitk")
+    configs = script.reduction_configs()
+    fused = {c.name for c in configs if c.reduction != "kernel"}
+    monkeypatch.setattr(script, "search_summary", lambda db: {"shapes": []})
+    monkeypatch.setattr(script.cuda_driver, "local_arch", lambda: "sm_90")
+    monkeypatch.setattr(
+        script,
+        "compile_configs",
+        lambda cs, **_: [SimpleNamespace(ok=True, library=Path(f"/k/{c.name}.so")) for c in cs],
+    )
+
+    class Server:
+        def close(self):
+            pass
+
+    monkeypatch.setattr(
+        script, "new_fork_server", lambda start: (Server(), SimpleNamespace(cleanup=lambda: None))
+    )
+    verified: list[tuple[str, int]] = []
+
+    class Batch:
+        def __init__(self, libraries, problem, *, jobs, fork_server):
+            verified.append((problem.key, jobs))
+            self.libraries = libraries
+
+        def results(self):
+            return [VerifyResult(True, "ok", "") for _ in self.libraries]
+
+    monkeypatch.setattr(script, "Verifications", Batch)
+
+    def remeasure(jobs, *, protocols, device_seconds):
+        assert protocols == ("device",)
+        assert device_seconds == 1.0
+        records = []
+        for _problem, libraries in jobs:
+            # the fused ones 10 % faster than cuBLASLt, the two-kernel ones 10 % slower
+            speedups = {
+                name: {"cublaslt_autotune": 1.1 if name in fused else 0.9} for name in libraries
+            }
+            records.append({"protocols": {"device": {"speedups": speedups, "seconds": {}}}})
+        return records
+
+    monkeypatch.setattr(script, "remeasure_batch", remeasure)
+    out = tmp_path / "reduction.json"
+    shapes = "128x128x16384,4096x64x1024"
+    args = ["--db", "x.sqlite", "--set", "reduction", "--shapes", shapes, "--verify-jobs", "16"]
+    assert script.main([*args, "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["set"] == "reduction"
+    assert [s["problem"] for s in report["shapes"]] == ["128x128x16384_nn", "4096x64x1024_nn"]
+    assert verified == [("128x128x16384_nn", 16), ("4096x64x1024_nn", 16)]
+    for shape in report["shapes"]:
+        assert shape["best"] in fused
+        assert shape["best_speedup"] == 1.1
+    # 32 splits of 64 do not fit K = 1024: those configs are not verified there
+    assert len(report["verdicts"]["4096x64x1024_nn"]) == len(configs) - 6
