@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 from types import ModuleType
 
@@ -222,3 +223,34 @@ def test_the_reduction_run_writes_each_shapes_speedups_from_the_gpu_path(monkeyp
         assert shape["best_speedup"] == 1.1
     # 32 splits of 64 do not fit K = 1024: those configs are not verified there
     assert len(report["verdicts"]["4096x64x1024_nn"]) == len(configs) - 6
+
+
+def test_a_profile_heats_while_its_batch_verifies_and_reports_for_how_long(vp, monkeypatch):
+    from types import SimpleNamespace
+
+    from engine import verify as verify_module
+
+    released = []
+
+    def fake_verify(library, problem, **_kwargs):
+        while not released:  # the verifiers finish only once the heat has started
+            time.sleep(0.001)
+        return VerifyResult(True, "ok", "", seconds=0.01)
+
+    class Heat:
+        def heat_while(self, busy):
+            started = time.monotonic()
+            released.append(True)
+            while busy():
+                time.sleep(0.001)
+            return time.monotonic() - started + 0.5
+
+    monkeypatch.setattr(verify_module, "verify", fake_verify)
+    monkeypatch.delenv("ENGINE_VERIFY_WARM", raising=False)
+    kernels = {"a": Path("/k/a.so"), "b": Path("/k/b.so")}
+    sampler = SimpleNamespace(samples=[])
+    run = vp.profile(Problem(256, 256, 256), kernels, 2, False, sampler, Heat())
+    assert run["heat_while_verifying_s"] >= 0.5
+    assert run["as_expected"] == 2
+    quiet = vp.profile(Problem(256, 256, 256), kernels, 2, False, sampler)
+    assert quiet["heat_while_verifying_s"] == 0.0
