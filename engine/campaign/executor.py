@@ -171,8 +171,11 @@ class LocalGpuExecutor:
                     setup_error = exc
         if session is not None and self.heat_while_verifying:
             with phases("heat_while_verifying"):
-                ran = session.heat_while(verifications.running)
-                phases.info["heat_while_verifying_ran_s"] = round(ran, 3)
+                try:
+                    ran = session.heat_while(verifications.running)
+                    phases.info["heat_while_verifying_ran_s"] = round(ran, 3)
+                except Exception as exc:  # the verdicts still count; the timing heats as before
+                    phases.info["heat_while_verifying_error"] = f"{type(exc).__name__}: {exc}"
         with phases("verification"):
             verdicts = verifications.results()
         self._after_verification()

@@ -265,3 +265,22 @@ def test_without_heat_while_verifying_the_verdicts_are_awaited_idle(monkeypatch)
     monkeypatch.delenv("ENGINE_HEAT_WHILE_VERIFYING", raising=False)
     LocalGpuExecutor(arch="sm_90", verify_jobs=2).execute(PROBLEM, batch_of("a"))
     assert events == ["verdict a", "timed"]
+
+
+def test_a_heat_that_fails_costs_the_batch_none_of_its_verdicts(monkeypatch):
+    events: list[str] = []
+    heated = heating_fakes(monkeypatch, events)
+
+    def broken_heat(self, busy):
+        heated.set()
+        raise RuntimeError("cublasLtMatmul returned 13")
+
+    monkeypatch.setattr(measure_module.Session, "heat_while", broken_heat)
+    monkeypatch.setenv("ENGINE_HEAT_WHILE_VERIFYING", "on")
+    phases = Phases()
+    outcomes = LocalGpuExecutor(arch="sm_90", verify_jobs=2).execute(
+        PROBLEM, batch_of("a", "b"), phases=phases
+    )
+    assert [o.status for o in outcomes] == [STATUS_OK, STATUS_OK]
+    assert events[-1] == "timed"
+    assert "cublasLtMatmul returned 13" in phases.info["heat_while_verifying_error"]
