@@ -191,14 +191,30 @@ if [[ $stage == grid64 ]]; then  # issue 11: the 64-shape campaign, resumed acro
   [[ -f $ENGINE_CACHE_DIR/grid64.sqlite ]] || cp "$grid64_db" "$ENGINE_CACHE_DIR/grid64.sqlite" 2>/dev/null
   [[ -f $ENGINE_CACHE_DIR/grid64.finals.json ]] \
     || cp "${grid64_db%.sqlite}.finals.json" "$ENGINE_CACHE_DIR/grid64.finals.json" 2>/dev/null
-  for layout in ${GRID64_LAYOUTS:-nn tn}; do
+  # GRID64_FOCUS=N: first a top-up of the campaign (its own name, GRID64_FOCUS_BUDGET candidates
+  # per shape) on the N shapes furthest under cuBLASLt-autotune and the large ones under 0.98
+  # (bench/grid64.py focus); the whole campaign's run after it then only gathers every shape's
+  # finals, those of the unchanged shapes from the saved ones
+  grid64_optimize() {  # layout, shapes, budget, results file, then extra options
+    local layout=$1 shapes=$2 budget=$3 out=$4; shift 4
     timeout -k 20 -s INT "$(( ${GRID64_SECONDS:-480} - SECONDS > 1 ? ${GRID64_SECONDS:-480} - SECONDS : 1 ))" \
-      python3 -m engine optimize --shapes "$(python3 bench/grid64.py $layout)" --layout $layout \
-      --budget "${GRID64_BUDGET:-32}" --batch 32 --proposers "${GRID64_PROPOSERS:-rl,evolve,transfer}" --space library \
+      python3 -m engine optimize --shapes "$shapes" --layout "$layout" "$@" \
+      --budget "$budget" --batch 32 --proposers "${GRID64_PROPOSERS:-rl,evolve,transfer}" --space library \
       --verify-jobs "${GRID64_VERIFY_JOBS:-16}" --device-seconds 2 --heat-seconds 0.3 \
       --pretrain "${LIBRARY_RUN:-bench/results/2026-12-03-h200-run9/library3/library-run3.json}" \
       --final-top 2 --final-device-seconds "${GRID64_FINAL_SECONDS:-2}" --db "$ENGINE_CACHE_DIR/grid64.sqlite" \
-      --out "$OUT/grid64-$layout.json" 2>&1 | tee -a "$OUT/grid64.log" | tail -12 || { status=1; break; }
+      --out "$out" 2>&1 | tee -a "$OUT/grid64.log" | tail -12
+  }
+  for layout in ${GRID64_LAYOUTS:-nn tn}; do
+    if [[ -n ${GRID64_FOCUS:-} ]]; then
+      focus=$(python3 bench/grid64.py focus "$ENGINE_CACHE_DIR/grid64.sqlite" "$layout" "$GRID64_FOCUS")
+      if [[ -n $focus ]]; then
+        grid64_optimize "$layout" "$focus" "${GRID64_FOCUS_BUDGET:-48}" "$OUT/grid64-$layout-focus.json" \
+          --name "$(python3 bench/grid64.py name "$layout")" || { status=1; break; }
+      fi
+    fi
+    grid64_optimize "$layout" "$(python3 bench/grid64.py "$layout")" "${GRID64_BUDGET:-32}" \
+      "$OUT/grid64-$layout.json" || { status=1; break; }
   done
   cp "$ENGINE_CACHE_DIR/grid64.sqlite" "$OUT/grid64.sqlite"
   cp "$ENGINE_CACHE_DIR/grid64.finals.json" "$OUT/grid64.finals.json" 2>/dev/null

@@ -7,6 +7,11 @@ is also run in the TN layout.
     python bench/grid64.py nn    # the 64 shapes, comma separated (for --shapes)
     python bench/grid64.py tn    # the 16 of them also run as TN
     python bench/grid64.py summary DB   # progress so far, from the search-time measurements
+    python bench/grid64.py focus DB nn 20   # the 20 NN shapes furthest under cuBLASLt-autotune
+    python bench/grid64.py name nn      # the campaign's name (what `optimize --name` reopens)
+
+``focus`` is for a top-up that spends the GPU where the geomean is lost: the shapes whose best
+search-time speedup is lowest (below 1), most behind first.
 """
 
 from __future__ import annotations
@@ -87,7 +92,54 @@ def search_summary(db: Path, baseline: str = "cublaslt_autotune") -> dict[str, A
     }
 
 
+LARGE_FLOOR = 0.98  # issue 11: every large shape at 0.98× cuBLASLt-autotune or better
+
+
+def focus(db: Path, layout: str, count: int) -> list[str]:
+    """Where issue 11's two criteria are missed, by the search-time speedups (each shape's best
+    verified candidate against cuBLASLt-autotune) of ``layout``'s grid shapes: the ``count``
+    slowest of those under 1.0, slowest first, then every other large shape under 0.98.
+    ``MxNxK`` each."""
+    wanted = {f"{m}x{n}x{k}_{layout}" for m, n, k in shapes_for(layout)}
+    shapes = [
+        s
+        for s in search_summary(db)["shapes"]
+        if s["problem"] in wanted and s["best_speedup"] is not None
+    ]
+    behind = sorted((s["best_speedup"], s["problem"]) for s in shapes if s["best_speedup"] < 1)
+    chosen = [key for _, key in behind[:count]]
+    chosen += [
+        key
+        for speedup, key in behind[count:]
+        if speedup < LARGE_FLOOR
+        and next(s for s in shapes if s["problem"] == key)["size_class"] == "large"
+    ]
+    return [key.rsplit("_", 1)[0] for key in chosen]
+
+
+def campaign_name(layout: str) -> str:
+    """The name ``engine optimize`` gives the campaign of ``layout``'s grid shapes."""
+    from engine.commands.optimize import default_name
+    from engine.problem import Problem
+
+    problems = [Problem(m, n, k, layout) for m, n, k in shapes_for(layout)]
+    return default_name(problems, replay=False)
+
+
+USAGE = "usage: python bench/grid64.py nn|tn | summary DB | focus DB nn|tn COUNT | name nn|tn"
+
+
 def main(argv: list[str]) -> int:
+    if len(argv) == 4 and argv[0] == "focus" and argv[2] in ("nn", "tn") and argv[3].isdigit():
+        try:
+            print(",".join(focus(Path(argv[1]), argv[2], int(argv[3]))))
+        except FileNotFoundError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        return 0
+    if len(argv) == 2 and argv[0] == "name" and argv[1] in ("nn", "tn"):
+        print(campaign_name(argv[1]))
+        return 0
     if len(argv) == 2 and argv[0] == "summary":
         try:
             print(json.dumps(search_summary(Path(argv[1])), indent=1))
@@ -96,7 +148,7 @@ def main(argv: list[str]) -> int:
             return 2
         return 0
     if len(argv) != 1 or argv[0] not in ("nn", "tn"):
-        print("usage: python bench/grid64.py nn|tn|summary DB", file=sys.stderr)
+        print(USAGE, file=sys.stderr)
         return 2
     print(",".join(f"{m}x{n}x{k}" for m, n, k in shapes_for(argv[0])))
     return 0

@@ -86,3 +86,35 @@ def test_the_summary_refuses_a_missing_database_and_creates_none(g, tmp_path):
     with pytest.raises(FileNotFoundError, match="no campaign database"):
         g.search_summary(missing)
     assert not missing.exists()
+
+
+def test_the_focus_is_where_the_campaign_misses_issue_11s_two_criteria(g):
+    db = ROOT / "bench/results/grid64/campaign.sqlite"
+    summary = {s["problem"]: s for s in g.search_summary(db)["shapes"]}
+    chosen = g.focus(db, "nn", 16)
+    speedups = [summary[f"{shape}_nn"]["best_speedup"] for shape in chosen]
+    assert speedups[:16] == sorted(speedups[:16])  # the slowest first
+    assert max(speedups) < 1
+    slower_nn = sorted(
+        s["best_speedup"] for k, s in summary.items() if k.endswith("_nn") and s["best_speedup"] < 1
+    )
+    assert speedups[:16] == slower_nn[:16]
+    large_under = {
+        k.removesuffix("_nn")
+        for k, s in summary.items()
+        if k.endswith("_nn") and s["size_class"] == "large" and s["best_speedup"] < g.LARGE_FLOOR
+    }
+    assert large_under <= set(chosen)
+    assert len(chosen) == len(set(chosen))
+
+
+def test_the_campaign_name_is_the_one_the_committed_database_holds(g):
+    from engine.campaign.storage import SqliteStorage
+
+    storage = SqliteStorage(ROOT / "bench/results/grid64/campaign.sqlite")
+    try:
+        names = storage.campaign_names()
+    finally:
+        storage.close()
+    assert g.campaign_name("nn") in names
+    assert g.campaign_name("tn") in names
