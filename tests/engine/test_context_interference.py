@@ -37,7 +37,6 @@ def test_each_storms_runs_are_compared_with_the_quiet_runs_by_their_medians(ci):
     )
 
 
-
 def test_a_protocol_result_becomes_each_runners_median_and_p90(ci):
     protocol = {"stats": {"torch_nn": {"median": 2e-4, "p90": 3e-4, "mean": 9.0, "n": 100}}}
     assert ci.run_summary(protocol) == {"torch_nn": {"median": 2e-4, "p90": 3e-4}}
