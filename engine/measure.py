@@ -114,10 +114,11 @@ class Session:
             return 0.0
         return self.bench.heat_while(self.baselines, busy)
 
-    def _keep_load(self) -> None:
-        """One round of the baselines between two candidates' loads when the GPU is under a
-        load the heat-up will count (:meth:`heat_while`'s): loading 16 libraries takes ≈ 0.3 s,
-        more than the pause that ends a sustained load (engine.bench.LOAD_GAP_S)."""
+    def keep_load(self) -> None:
+        """One round of the baselines when the GPU is under a load the heat-up will count
+        (:meth:`heat_while`'s), between two stretches of host work that together would last
+        longer than the pause that ends it (engine.bench.LOAD_GAP_S): loading 16 libraries
+        takes ≈ 0.3 s."""
         if self.baselines and self.bench.sustained_load_s() > 0:
             self.bench.heat_round(self.baselines)
 
@@ -138,7 +139,7 @@ class Session:
             runners = list(self.baselines)
             for name, path in (candidates or {}).items():
                 runners.append(baselines.candidate_runner(KernelLibrary(path), problem, name))
-                self._keep_load()
+                self.keep_load()
         with phases("warm_up"):
             bench.warm_up(runners)
         record: dict[str, Any] = {

@@ -179,6 +179,8 @@ class LocalGpuExecutor:
         with phases("verification"):
             verdicts = verifications.results()
         self._after_verification()
+        if session is not None and self.heat_while_verifying:
+            session.keep_load()  # forking the next batch's warm verifiers took a moment
         phases.info["verification_children"] = len(verdicts)
         phases.info["verification_jobs"] = verifications.jobs
         phases.info["verification_mps"] = verifications.mps_pipe is not None

@@ -235,6 +235,9 @@ def heating_fakes(monkeypatch, events: list[str]) -> threading.Event:
             events.append(f"heated {rounds} rounds")
             return 0.25
 
+        def keep_load(self):
+            events.append("kept the load")
+
         def run(self, candidates, **_kwargs):
             events.append("timed")
             return record_for(candidates)
@@ -254,7 +257,7 @@ def test_with_heat_while_verifying_the_baselines_heat_until_the_last_verdict(mon
     assert sorted(events[:2]) == ["verdict a", "verdict b"]  # both came while it heated
     assert events[2].startswith("heated")
     assert int(events[2].split()[1]) >= 3
-    assert events[3:] == ["timed"]
+    assert events[3:] == ["kept the load", "timed"]  # past the next batch's warm verifiers
     assert phases.info["heat_while_verifying_ran_s"] == 0.25
     assert "heat_while_verifying" in phases.seconds
 
