@@ -72,6 +72,17 @@ def test_the_local_executor_searches_the_library_when_the_campaign_asks(alice, s
 
 
 @pytest.mark.django_db
+def test_a_compile_worker_builds_a_problems_space_once_for_all_its_steps(alice, settings):
+    settings.GEMMFORGE_EXECUTOR = "local"
+    problem = make(alice, "full").problems.get()
+    first = runner.search_space(problem, Campaign.SearchSpace.FULL)
+    assert runner.search_space(problem, Campaign.SearchSpace.FULL) is first
+    assert runner.search_space(problem, Campaign.SearchSpace.LIBRARY) is not first
+    settings.GEMMFORGE_EXECUTOR = f"replay:{RECORDED_RUN}"  # another executor: another space
+    assert runner.search_space(problem, Campaign.SearchSpace.FULL) is not first
+
+
+@pytest.mark.django_db
 def test_the_replay_executor_keeps_the_recorded_configs(alice, settings):
     settings.GEMMFORGE_EXECUTOR = f"replay:{RECORDED_RUN}"
     problem = make(alice, "library").problems.get()
