@@ -239,7 +239,7 @@ if [[ $stage == warm ]]; then  # issue 7, warm verifiers (bench/NOTES.md §17): 
   # contexts created beside it; the warm paths' GPU tests; 16 verifiers warm (on, kernels) or not
   python3 bench/context_interference.py --device-seconds 1 --out "$OUT/context-interference.json" \
     2>&1 | tee "$OUT/context-interference.log" | tail -24 || status=1
-  GPU_TESTS=${GPU_TESTS:-"tests/engine/test_gpu_warm_verifiers.py tests/engine/test_gpu_step_standby.py tests/engine/test_campaign_final.py tests/engine/test_gpu_harness.py::test_heating_while_verifiers_work_leaves_the_timing_no_heat_up_to_run"}
+  GPU_TESTS=${GPU_TESTS:-"tests/engine/test_gpu_warm_verifiers.py tests/engine/test_gpu_step_standby.py tests/engine/test_campaign_final.py tests/engine/test_gpu_harness.py::test_heating_while_verifiers_work_leaves_the_timing_no_heat_up_to_run tests/engine/test_gpu_harness.py::test_the_record_names_the_kernels_cublaslt_ran"}
   gpu_tests || status=1
   tail -5 "$OUT/gpu-tests.log"
   python3 bench/verify_profile.py --db "${GRID64_DB:-bench/results/grid64/campaign.sqlite}" \

@@ -19,13 +19,13 @@ from typing import Any
 
 import torch
 
-from engine import abi
+from engine import abi, cublaslt_kernels
 from engine.bench import Bench, Operands, Runner
 from engine.compile import CompileResult, compile_source
 from engine.config import EngineConfig
 from engine.config import load as load_config
 from engine.problem import Layout, Problem
-from engine.runtime import BaselineLibrary, KernelLibrary
+from engine.runtime import BaselineLibrary, KernelLibrary, LoadError
 
 BASELINES = ("torch", "cublas", "cublaslt_heuristic", "cublaslt_autotune")
 LT_WORKSPACE_BYTES = 32 << 20  # NVIDIA's recommendation for Hopper
@@ -184,6 +184,32 @@ def store_autotune(cache: Path, key: str, report: dict[str, Any]) -> None:
         raise
 
 
+def lt_kernel(shim: BaselineLibrary, plan: int, algo: int) -> dict[str, Any] | None:
+    """What algorithm ``algo`` of ``plan`` runs (tile, stages, cluster, split-K, …; see
+    engine.cublaslt_kernels), named with the enumerations of the cublasLt.h the shim was built
+    against; None when the shim cannot say."""
+    try:
+        values = shim.cublaslt_algo_config(plan, algo, len(cublaslt_kernels.CONFIG_ATTRIBUTES))
+    except LoadError:
+        return None
+    try:
+        enums = cublaslt_kernels.load_enums(find_cublas().include_dir)
+    except CublasNotFound:
+        enums = None
+    return cublaslt_kernels.describe(values, enums).to_dict()
+
+
+def with_kernels(
+    report: dict[str, Any], shim: BaselineLibrary, plan: int, algo: int
+) -> dict[str, Any]:
+    """``report`` with the kernels of the autotuned pick and of the heuristic's first choice."""
+    return {
+        **report,
+        "kernel": lt_kernel(shim, plan, algo),
+        "heuristic_kernel": lt_kernel(shim, plan, 0),
+    }
+
+
 def autotune(
     bench: Bench, shim: BaselineLibrary, layout: Layout, *, cache: Path | None = None
 ) -> tuple[int, int, dict[str, Any]]:
@@ -198,7 +224,8 @@ def autotune(
     key = autotune_key(p, layout)
     stored = read_autotune_cache(cache)
     if key in stored and stored[key]["algo"] < count:
-        return plan, int(stored[key]["algo"]), {**stored[key], "cached": True}
+        algo = int(stored[key]["algo"])
+        return plan, algo, with_kernels({**stored[key], "cached": True}, shim, plan, algo)
     runners = [
         cublaslt_runner(shim, plan, i, layout, "cublaslt_candidate", f"algo{i}")
         for i in range(count)
@@ -215,7 +242,8 @@ def autotune(
     report = {"algo": int(best_name[4:]), "candidates": count, "medians": medians}
     if cache is not None:
         store_autotune(cache, key, report)
-    return plan, report["algo"], {**report, "cached": False}
+    algo = report["algo"]
+    return plan, algo, with_kernels({**report, "cached": False}, shim, plan, algo)
 
 
 def baseline_runners(

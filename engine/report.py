@@ -53,6 +53,7 @@ class ProtocolPoint:
     seconds: float
     baselines: dict[str, float]  # best-of-layouts seconds per baseline
     source: str
+    cublaslt_kernel: str | None = None  # what cuBLASLt-autotune ran, where the run recorded it
 
     def speedups(self) -> dict[str, float]:
         return {b: t / self.seconds for b, t in self.baselines.items()}
@@ -122,9 +123,25 @@ def points_from_campaign(
             kernel = min(timed, key=timed.__getitem__)
             baselines = {b: v["seconds"] for b, v in summary["best_baselines"].items()}
             out.setdefault(key, {})[protocol] = ProtocolPoint(
-                kernel, timed[kernel], baselines, f"{source} (final)"
+                kernel,
+                timed[kernel],
+                baselines,
+                f"{source} (final)",
+                autotuned_kernel(final, summary["best_baselines"]),
             )
     return out
+
+
+def autotuned_kernel(final: dict[str, Any], best_baselines: dict[str, Any]) -> str | None:
+    """The label of the kernel cuBLASLt-autotune ran in its faster layout (the heuristic's first
+    choice where that stood in for the autotuned pick); None where the run did not record it."""
+    best = best_baselines.get("cublaslt_autotune", {})
+    if "layout" not in best:
+        return None
+    kernels = final.get("cublaslt_kernels", {}).get(f"cublaslt_autotune_{best['layout']}", {})
+    which = "heuristic" if best.get("choice") == "heuristic" else "autotune"
+    kernel = kernels.get(which) or kernels.get("autotune")
+    return kernel.get("label") if kernel else None
 
 
 def load_results(paths: Sequence[Path]) -> dict[str, ShapeResult]:
@@ -345,6 +362,7 @@ def to_json(results: dict[str, ShapeResult]) -> dict[str, Any]:
                     "baselines": point.baselines,
                     "speedups": point.speedups(),
                     "source": point.source,
+                    "cublaslt_kernel": point.cublaslt_kernel,
                 }
                 for protocol, point in result.points.items()
             },
@@ -368,6 +386,33 @@ def deficit_lines(d: dict[str, Any]) -> list[str]:
         lines.append(
             f"| {row['problem']} | {row['speedup']:.3f} | {row['share']:.0%} | "
             f"{row['cumulative_share']:.0%} |"
+        )
+    return [*lines, ""]
+
+
+def kernel_pair_lines(results: dict[str, ShapeResult]) -> list[str]:
+    """Our best kernel beside the one cuBLASLt-autotune ran, per shape (device protocol), where
+    the run recorded cuBLASLt's choice."""
+    rows = [
+        (key, point)
+        for key, result in results.items()
+        if (point := result.points.get("device")) is not None and point.cublaslt_kernel
+    ]
+    if not rows:
+        return []
+    lines = [
+        "## Beside the kernel cuBLASLt-autotune ran (device protocol)",
+        "",
+        "cuBLASLt's algorithm as its configuration names it, in our orientation (tile M×N×K of "
+        "the row-major C, cluster M×N, stages; `s?`: left to cuBLASLt).",
+        "",
+        "| shape | vs Lt autotune | gemmforge kernel | cuBLASLt kernel |",
+        "|---|---|---|---|",
+    ]
+    for key, point in rows:
+        lines.append(
+            f"| {key} | {_fmt(point.speedups().get('cublaslt_autotune'))} | `{point.kernel}` | "
+            f"{point.cublaslt_kernel} |"
         )
     return [*lines, ""]
 
@@ -418,6 +463,7 @@ def markdown(
             *deficit_lines(s["deficit_vs_autotune"]),
         ]
     lines += roofline_lines(limits) if limits else []
+    lines += kernel_pair_lines(results)
     lines += [
         "## Per shape",
         "",

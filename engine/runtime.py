@@ -89,6 +89,9 @@ class BaselineLibrary:
         self._lt = lib.cublaslt_hgemm
         self._lt.restype = _INT
         self._lt.argtypes = [_INT, _INT, _VOIDP, _VOIDP, _VOIDP, _VOIDP, _VOIDP]
+        self._algo_config = lib.cublaslt_algo_config
+        self._algo_config.restype = _INT
+        self._algo_config.argtypes = [_INT, _INT, ctypes.POINTER(ctypes.c_int64), _INT]
         self._noop = lib.baselines_noop
         self._noop.restype = _INT
         self._noop.argtypes = [_VOIDP, _VOIDP, _VOIDP, _INT, _INT, _INT, _VOIDP, _VOIDP]
@@ -128,6 +131,14 @@ class BaselineLibrary:
         if plan < 0:
             raise LoadError(f"cuBLASLt plan for {m}x{n}x{k} failed with status {plan}")
         return plan, count.value
+
+    def cublaslt_algo_config(self, plan: int, algo: int, count: int) -> list[int]:
+        """The first ``count`` configuration attributes of a plan's algorithm (cuBLASLt's
+        cublasLtMatmulAlgoConfigAttributes_t order; -1 where it reports none)."""
+        values = (ctypes.c_int64 * count)()
+        if self._algo_config(plan, algo, values, count) < 0:
+            raise LoadError(f"no cuBLASLt algorithm {algo} in plan {plan}")
+        return list(values)
 
     def cublaslt(
         self, plan: int, algo: int, a: int, b: int, c: int, workspace: int, stream: int

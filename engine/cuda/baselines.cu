@@ -8,6 +8,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <cstring>
 #include <mutex>
 #include <vector>
 
@@ -120,6 +121,49 @@ EXPORT int cublaslt_plan(int M, int N, int K, int layout, size_t workspace_bytes
 // Workspace bytes algorithm `algo` of plan `plan` asks for.
 EXPORT size_t cublaslt_algo_workspace(int plan, int algo) {
   return g_plans[plan].algos[algo].workspaceSize;
+}
+
+// What kernel algorithm `algo` of plan `plan` is: its cublasLtMatmulAlgoConfigAttributes_t values
+// 0 .. count-1 (algo id, tile id, split-K, reduction scheme, CTA swizzling, custom option, stages
+// id, inner shape id, cluster shape id), each widened to int64; -1 where the library does not
+// report one. The attributes differ in width (int32, uint32, uint16), so each is sized first.
+// Returns the number of values written, or -1 for a bad plan or algo.
+EXPORT int cublaslt_algo_config(int plan, int algo, int64_t* values, int count) {
+  if (plan < 0 || plan >= g_plan_count || algo < 0 ||
+      algo >= int(g_plans[plan].algos.size()) || values == nullptr) {
+    return -1;
+  }
+  const cublasLtMatmulAlgo_t* a = &g_plans[plan].algos[algo].algo;
+  for (int i = 0; i < count; ++i) {
+    const auto attr = static_cast<cublasLtMatmulAlgoConfigAttributes_t>(i);
+    size_t needed = 0;
+    values[i] = -1;
+    if (cublasLtMatmulAlgoConfigGetAttribute(a, attr, nullptr, 0, &needed) !=
+            CUBLAS_STATUS_SUCCESS ||
+        needed == 0 || needed > sizeof(uint64_t)) {
+      continue;
+    }
+    unsigned char buffer[sizeof(uint64_t)] = {};
+    size_t written = 0;
+    if (cublasLtMatmulAlgoConfigGetAttribute(a, attr, buffer, needed, &written) !=
+        CUBLAS_STATUS_SUCCESS) {
+      continue;
+    }
+    if (needed == sizeof(uint16_t)) {
+      uint16_t v;
+      memcpy(&v, buffer, sizeof v);
+      values[i] = int64_t(v);
+    } else if (needed == sizeof(uint32_t)) {
+      uint32_t v;  // int32 attributes (algo id, split-K) are never negative
+      memcpy(&v, buffer, sizeof v);
+      values[i] = int64_t(v);
+    } else {
+      int64_t v;
+      memcpy(&v, buffer, sizeof v);
+      values[i] = v;
+    }
+  }
+  return count;
 }
 
 EXPORT int cublaslt_hgemm(int plan, int algo, const __half* A, const __half* B, __half* C,

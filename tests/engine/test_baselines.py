@@ -77,13 +77,21 @@ def test_the_baselines_are_torch_cublas_and_both_cublaslt_flavours():
 
 # -- the cuBLASLt autotune cache (issue 7): once per shape and environment, on disk ----------
 class FakeShim:
-    """cuBLASLt's heuristic list: ``count`` algorithms per plan."""
+    """cuBLASLt's heuristic list: ``count`` algorithms per plan; algorithm i is the i-th tile
+    id, with split-K i + 1."""
 
     def __init__(self, count: int = 5) -> None:
         self.count = count
 
     def cublaslt_plan(self, m, n, k, tn, workspace, max_algos):
         return 1, min(self.count, max_algos)
+
+    def cublaslt_algo_config(self, plan, algo, count):
+        from engine.runtime import LoadError
+
+        if algo >= self.count:
+            raise LoadError(f"no cuBLASLt algorithm {algo} in plan {plan}")
+        return [100 + algo, 20 + algo, algo + 1, 0, 0, 0, 16, 0, 2][:count]
 
 
 class FakeBench:
@@ -209,3 +217,29 @@ def test_a_measurement_session_sets_up_cached_baselines_before_its_run(monkeypat
     assert built == ["baselines"]
     session.prepare_baselines()
     assert built == ["baselines"]  # once per session
+
+
+def test_the_autotune_report_names_what_the_pick_and_the_heuristic_run(no_gpu_runners, tmp_path):
+    """Timed or read from the cache, the report says which cuBLASLt kernel was chosen (algo3,
+    the fastest) and which the heuristic would have run (algo 0)."""
+    from engine.baselines import baseline_runners
+    from engine.problem import Problem
+
+    cache = tmp_path / "cublaslt_autotune_env.json"
+    problem = Problem.parse("4096x4096x4096", "nn")
+    for cached in (False, True):
+        _, reports = baseline_runners(FakeBench(problem), FakeShim(), autotune_cache=cache)
+        report = reports["cublaslt_autotune_nn"]
+        assert report["cached"] is cached
+        assert report["kernel"]["algo_id"] == 103
+        assert report["kernel"]["splitk"] == 4
+        assert report["heuristic_kernel"]["algo_id"] == 100
+        assert report["kernel"]["raw"]["tile_id"] == 23
+    assert "kernel" not in json.loads(cache.read_text())["4096x4096x4096_nn"]  # named afresh
+
+
+def test_a_shim_that_cannot_say_leaves_the_kernel_unnamed():
+    from engine.baselines import lt_kernel
+
+    assert lt_kernel(FakeShim(count=2), plan=1, algo=5) is None
+    assert lt_kernel(FakeShim(count=2), plan=1, algo=1)["algo_id"] == 101

@@ -488,3 +488,19 @@ def test_a_top_kernel_whose_source_changed_is_sanitized_and_measured_again(monke
     source[0] = "new"
     final.final_measurements(results, **run, saved=final.SavedFinals(path))
     assert (len(sanitized), len(measured)) == (2, 2)
+
+
+def test_final_summary_keeps_what_cublaslt_ran_beside_the_times():
+    kernel = {"algo_id": 66, "label": "algo66 256x128x64 c1x2 s4"}
+    record = {
+        "protocols": {},
+        "environment": {},
+        "autotune": {
+            "cublaslt_autotune_nn": {"algo": 3, "kernel": kernel, "heuristic_kernel": None},
+            "cublaslt_autotune_tn": {"algo": 0},  # a shim that could not say
+        },
+    }
+    assert final_summary(record)["cublaslt_kernels"] == {
+        "cublaslt_autotune_nn": {"autotune": kernel, "heuristic": None}
+    }
+    assert "cublaslt_kernels" not in final_summary({"protocols": {}, "environment": {}})

@@ -69,6 +69,24 @@ def test_measure_times_every_baseline_and_the_candidate_above_the_floor():
     assert device["speedups"]["reference"]["cublas"] < 1.0
 
 
+def test_the_record_names_the_kernels_cublaslt_ran():
+    """What cuBLASLt-autotune and the heuristic ran, read from the algorithms' configuration and
+    named with the installed cublasLt.h's enumerations."""
+    from engine.measure import measure
+
+    record = measure(SHAPE, protocols=("device",), device_seconds=0.2, probe_overhead=False)
+    for layout in ("nn", "tn"):
+        report = record["autotune"][f"cublaslt_autotune_{layout}"]
+        kernel, heuristic = report["kernel"], report["heuristic_kernel"]
+        assert kernel["algo_id"] >= 0, kernel
+        assert kernel["raw"]["tile_id"] >= 0, kernel
+        assert isinstance(kernel["tile_m"], int), kernel  # the header named its tile
+        assert isinstance(kernel["tile_n"], int), kernel
+        assert kernel["splitk"] >= 1
+        assert kernel["label"].startswith(f"algo{kernel['algo_id']} "), kernel
+        assert heuristic is not None
+
+
 def test_heating_while_verifiers_work_leaves_the_timing_no_heat_up_to_run(monkeypatch):
     import time
 

@@ -166,3 +166,54 @@ def test_a_report_with_both_layouts_summarises_each_layout_apart():
     nn_groups = report.summarize(only_nn)["device"]["baselines"]["cublaslt_autotune"]
     assert "NN" not in nn_groups
     assert nn_groups["all"]["geomean"] == pytest.approx(groups["NN"]["geomean"])
+
+
+def campaign_final_with_kernels(choice: str = "") -> dict:
+    """One shape's final: ours 1.0e-4 s, cuBLASLt-autotune 0.96e-4 s in TN, and what it ran."""
+    best = {"seconds": 0.96e-4, "layout": "tn", **({"choice": choice} if choice else {})}
+    return {
+        "final": {
+            "8192x8192x2048_nn": {
+                "protocols": {
+                    "device": {
+                        "seconds": {"ours": 1.0e-4},
+                        "speedups": {"ours": {}},
+                        "best_baselines": {"cublaslt_autotune": best},
+                        "rejected_while_timed": [],
+                    }
+                },
+                "cublaslt_kernels": {
+                    "cublaslt_autotune_nn": {"autotune": {"label": "algo1 128x128x64 c1x1 s4"}},
+                    "cublaslt_autotune_tn": {
+                        "autotune": {"label": "algo66 256x128x64 c1x2 s?"},
+                        "heuristic": {"label": "algo0 128x256x64 c2x1 s?"},
+                    },
+                },
+            }
+        }
+    }
+
+
+@pytest.mark.parametrize(
+    ("choice", "label"),
+    [("", "algo66 256x128x64 c1x2 s?"), ("heuristic", "algo0 128x256x64 c2x1 s?")],
+)
+def test_the_report_sets_our_kernel_beside_the_one_cublaslt_autotune_ran(tmp_path, choice, label):
+    """The kernel of the layout cuBLASLt-autotune was faster in; the heuristic's first choice
+    where that stood in for the autotuned pick (it was faster in the same run)."""
+    path = tmp_path / "campaign.json"
+    path.write_text(json.dumps(campaign_final_with_kernels(choice)))
+    results = report.load_results([path])
+    point = results["8192x8192x2048_nn"].points["device"]
+    assert point.cublaslt_kernel == label
+    lines = report.kernel_pair_lines(results)
+    assert f"| 8192x8192x2048_nn | 0.960 | `ours` | {label} |" in lines
+    assert (
+        report.to_json(results)["8192x8192x2048_nn"]["protocols"]["device"]["cublaslt_kernel"]
+        == label
+    )
+
+
+def test_a_report_without_cublaslts_kernels_has_no_such_section():
+    results = report.load_results([RUN1])
+    assert report.kernel_pair_lines(results) == []
