@@ -3,7 +3,7 @@
 # single call on the lent H200, writing JSON and logs under $OUT.
 #   usage (on the device): bash bench/gpu_run.sh
 #     [tests|bench|clock|all|checks|families|campaign|library|smoke|library2|library3|resume|
-#      stack|bundle|grid64|profile|splitk|raster|reduction|interference|warm]
+#      stack|bundle|grid64|profile|splitk|raster|reduction|cublaslt|interference|warm]
 #   [extra args]
 set -uo pipefail  # pipefail: a pipeline's status is its first failing command's
 stage=${1:-all}; shift || true
@@ -14,7 +14,7 @@ if ls .whl/*.whl >/dev/null 2>&1; then
   export PYTHONPATH=/tmp/site
 fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
-if [[ $stage == library* || $stage =~ ^(smoke|checks|stack|bundle|resume|grid64|profile|splitk|raster|reduction|interference|warm)$ ]]; then
+if [[ $stage == library* || $stage =~ ^(smoke|checks|stack|bundle|resume|grid64|profile|splitk|raster|reduction|cublaslt|interference|warm)$ ]]; then
   # inside the checkout (ignored): kept between calls while the lent machine stays warm
   export ENGINE_CACHE_DIR=$PWD/.cache/device
   mkdir -p "$ENGINE_CACHE_DIR/kernels"
@@ -195,10 +195,14 @@ if [[ $stage == grid64 ]]; then  # issue 11: the 64-shape campaign, resumed acro
   # per shape) on the N shapes furthest under cuBLASLt-autotune and the large ones under 0.98
   # (bench/grid64.py focus); the whole campaign's run after it then only gathers every shape's
   # finals, those of the unchanged shapes from the saved ones
+  # GRID64_PROPOSERS with mirror: cuBLASLt's kernels from the cublaslt stage (or CUBLASLT_KERNELS)
+  mirror_args=()
+  [[ ${GRID64_PROPOSERS:-} == *mirror* ]] \
+    && mirror_args=(--cublaslt-kernels "${CUBLASLT_KERNELS:-$ENGINE_CACHE_DIR/cublaslt-kernels.json}")
   grid64_optimize() {  # layout, shapes, budget, results file, then extra options
     local layout=$1 shapes=$2 budget=$3 out=$4; shift 4
     timeout -k 20 -s INT "$(( ${GRID64_SECONDS:-480} - SECONDS > 1 ? ${GRID64_SECONDS:-480} - SECONDS : 1 ))" \
-      python3 -m engine optimize --shapes "$shapes" --layout "$layout" "$@" \
+      python3 -m engine optimize --shapes "$shapes" --layout "$layout" "$@" "${mirror_args[@]}" \
       --budget "$budget" --batch 32 --proposers "${GRID64_PROPOSERS:-rl,evolve,transfer}" --space library \
       --verify-jobs "${GRID64_VERIFY_JOBS:-16}" --device-seconds 2 --heat-seconds 0.3 \
       --pretrain "${LIBRARY_RUN:-bench/results/2026-12-03-h200-run9/library3/library-run3.json}" \
@@ -256,6 +260,12 @@ fi
 if [[ $stage == raster ]]; then  # issue 11: raster orders and swizzles on the large NN shapes
   python3 bench/deep_splitk.py --set raster --db "${GRID64_DB:-bench/results/grid64/campaign.sqlite}" \
     --out "$OUT/raster.json" 2>&1 | tee "$OUT/raster.log" | tail -10 || status=1
+fi
+if [[ $stage == cublaslt ]]; then  # issue 11: the kernels cuBLASLt runs on the campaign's problems
+  python3 bench/cublaslt_kernels.py ${CUBLASLT_AUTOTUNE:+--autotune "$CUBLASLT_AUTOTUNE"} \
+    --out "$OUT/cublaslt-kernels.json" 2>&1 | tee "$OUT/cublaslt-kernels.log" | tail -12 || status=1
+  # kept while the machine stays warm: grid64 with GRID64_PROPOSERS=...,mirror reads it
+  cp "$OUT/cublaslt-kernels.json" "$ENGINE_CACHE_DIR/cublaslt-kernels.json" 2>/dev/null
 fi
 if [[ $stage == reduction ]]; then  # issue 11: fused split-K reductions (PDL, cluster), GPU tests first
   python3 -m pytest -q -o addopts="" -p no:cacheprovider -m gpu tests/engine/test_gpu_split_reductions.py \

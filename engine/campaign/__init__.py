@@ -4,6 +4,7 @@ space.py      the valid configs a campaign may propose for one problem
 executor.py   GpuExecutor protocol; LocalGpuExecutor (this GPU) and ReplayExecutor (recorded)
 storage.py    CampaignStorage protocol; SqliteStorage for the CLI
 proposers.py  random, evolutionary, learned-policy and transfer proposers, mixed per campaign
+mirror.py     the mirror proposer: our configs nearest to the kernels cuBLASLt runs
 policy.py     the torch policy (REINFORCE, persisted per GPU arch)
 loop.py       the rounds, budgets, early stops, pipelined compiles, results JSON
 replay.py     the replay benchmark: every strategy against a recorded table, on the CPU
@@ -12,6 +13,7 @@ replay.py     the replay benchmark: every strategy against a recorded table, on 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from engine.campaign.executor import (
     CompiledCandidate,
@@ -29,6 +31,7 @@ from engine.campaign.loop import (
     campaign_report,
     reward_of,
 )
+from engine.campaign.mirror import MirrorProposer
 from engine.campaign.policy import Policy, policy_path
 from engine.campaign.proposers import (
     EvolveProposer,
@@ -45,6 +48,8 @@ from engine.campaign.storage import CampaignStorage, CandidateRecord, SqliteStor
 from engine.problem import Problem
 
 PROPOSER_NAMES = ("rl", "evolve", "random", "transfer")
+# Proposers that need inputs a campaign launched from the dashboard does not have (the CLI's).
+INPUT_PROPOSER_NAMES = ("mirror",)
 
 
 def make_proposers(
@@ -53,9 +58,11 @@ def make_proposers(
     policy: Policy | None = None,
     seed: int = 0,
     known: Sequence[tuple[Problem, CandidateRecord]] = (),
+    mirror_targets: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
 ) -> dict[str, Proposer]:
     """The proposers a mix names ("rl" needs ``policy``; "transfer" starts from ``known``
-    results of other problems)."""
+    results of other problems; "mirror" from ``mirror_targets``, cuBLASLt's kernels per
+    problem, engine.campaign.mirror.load_targets)."""
     out: dict[str, Proposer] = {}
     for name in mix:
         if name == "random":
@@ -64,16 +71,24 @@ def make_proposers(
             out[name] = EvolveProposer()
         elif name == "transfer":
             out[name] = TransferProposer(known)
+        elif name == "mirror":
+            if mirror_targets is None:
+                raise ValueError(
+                    "the mirror proposer needs cuBLASLt's kernels (--cublaslt-kernels)"
+                )
+            out[name] = MirrorProposer(mirror_targets)
         elif name == "rl":
             if policy is None:
                 raise ValueError("the rl proposer needs a policy")
             out[name] = PolicyProposer(policy, seed=seed)
         else:
-            raise ValueError(f"unknown proposer {name!r}: expected one of {PROPOSER_NAMES}")
+            expected = (*PROPOSER_NAMES, *INPUT_PROPOSER_NAMES)
+            raise ValueError(f"unknown proposer {name!r}: expected one of {expected}")
     return out
 
 
 __all__ = [
+    "INPUT_PROPOSER_NAMES",
     "PROPOSER_NAMES",
     "Campaign",
     "CampaignSettings",

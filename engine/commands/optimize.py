@@ -14,8 +14,10 @@ import math
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from engine.campaign import (
+    INPUT_PROPOSER_NAMES,
     PROPOSER_NAMES,
     Campaign,
     CampaignSettings,
@@ -34,10 +36,11 @@ from engine.campaign import (
 )
 from engine.campaign.final import SavedFinals, final_measurements
 from engine.campaign.loop import compile_configs
+from engine.campaign.mirror import MirrorFileError, load_targets
 from engine.config import load as load_config
 from engine.problem import Layout, Problem, ProblemError
 
-CLI_PROPOSERS = (*PROPOSER_NAMES, "llm")
+CLI_PROPOSERS = (*PROPOSER_NAMES, *INPUT_PROPOSER_NAMES, "llm")
 
 # Called after each stored candidate; tests use it to interrupt a campaign part-way.
 after_record_hook: Callable[[CandidateRecord], None] | None = None
@@ -58,6 +61,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help=f"from {','.join(CLI_PROPOSERS)}",
     )
     parser.add_argument("--mix", help="weights, e.g. rl=0.5,evolve=0.3,random=0.2")
+    parser.add_argument(
+        "--cublaslt-kernels",
+        type=Path,
+        help="--proposers mirror: the kernels cuBLASLt runs per problem (bench/cublaslt_kernels.py "
+        "JSON, or a campaign's results JSON whose finals recorded them)",
+    )
     llm = parser.add_argument_group("LLM proposer (--proposers llm; GPU runs only)")
     llm.add_argument("--llm-backend", choices=("local", "openai"), default="local")
     llm.add_argument("--llm-model", help="local: path, hub id or checkpoint; openai: model name")
@@ -134,6 +143,19 @@ def parse_mix(proposers: str, mix: str | None) -> dict[str, float]:
     if unknown or not out:
         raise SystemExit(f"error: proposers must be from {list(CLI_PROPOSERS)}, got {unknown}")
     return out
+
+
+def mirror_targets(args: argparse.Namespace, problems: list[Problem]) -> dict[str, Any]:
+    """cuBLASLt's kernels per problem for the mirror proposer, from --cublaslt-kernels."""
+    if args.cublaslt_kernels is None:
+        raise SystemExit("error: --proposers mirror needs --cublaslt-kernels FILE")
+    try:
+        targets = load_targets(args.cublaslt_kernels)
+    except MirrorFileError as exc:
+        raise SystemExit(f"error: {exc}") from None
+    named = sum(p.key in targets for p in problems)
+    print(f"mirror: cuBLASLt's kernels for {named} of {len(problems)} problems", flush=True)
+    return targets
 
 
 def run(args: argparse.Namespace) -> int:
@@ -235,7 +257,11 @@ def run(args: argparse.Namespace) -> int:
     if "transfer" in mix:
         print(f"transfer: {len(known)} measured candidates in {db}", flush=True)
     proposers = make_proposers(
-        {k: v for k, v in mix.items() if k != "llm"}, policy=policy, seed=args.seed, known=known
+        {k: v for k, v in mix.items() if k != "llm"},
+        policy=policy,
+        seed=args.seed,
+        known=known,
+        mirror_targets=mirror_targets(args, problems) if "mirror" in mix else None,
     )
     compiler = compile_family
     if "llm" in mix:

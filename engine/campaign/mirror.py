@@ -1,0 +1,154 @@
+"""The mirror proposer: start where cuBLASLt is, with our own kernels.
+
+cuBLASLt-autotune is the baseline to beat, and what it runs on a problem is known
+(engine.cublaslt_kernels: tile, tile K and stages, cluster, split-K, recorded by every
+measurement's autotuning and by bench/cublaslt_kernels.py). The sm90 configs nearest to that
+kernel are a strong first guess: the same tile and cluster with CUTLASS's schedules, then their
+neighbours. The proposer ranks the search space's sm90 members by :func:`mirror_distance` to
+each of the problem's cuBLASLt kernels (the autotuned pick first, then the heuristic's choices),
+and proposes the nearest untried ones, never beyond ``MAX_DISTANCE``: past that its share of a
+batch goes to the other proposers.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from engine.campaign.proposers import Proposal
+from engine.campaign.space import SearchSpace
+from engine.campaign.storage import CandidateRecord
+from engine.families import KernelConfig
+from engine.problem import Problem
+
+MAX_DISTANCE = 6.0
+# Weights of a mismatch: the tile decides the most, then K per stage, cluster and split-K.
+TILE_WEIGHT = 3.0
+TILE_K_WEIGHT = 1.5
+CLUSTER_WEIGHT = 1.5
+SPLIT_WEIGHT = 2.0
+STAGES_WEIGHT = 0.5
+# Knobs cuBLASLt's configuration says nothing about: the scheduler's defaults first.
+DEFAULTS_WEIGHT = 0.1
+
+Kernel = Mapping[str, Any]  # engine.cublaslt_kernels.LtKernel.to_dict()
+
+
+class MirrorFileError(ValueError):
+    """A --cublaslt-kernels file that is neither bench/cublaslt_kernels.py's nor a campaign's."""
+
+
+def mirror_distance(config: KernelConfig, kernel: Kernel) -> float:
+    """How far an sm90 config is from a cuBLASLt kernel (0: the same tile, tile K, cluster,
+    stages and split-K, with the scheduler's defaults). Fields cuBLASLt left open cost nothing."""
+    knobs = config.knobs()
+
+    def differs(knob: str, field: str) -> bool:
+        wanted = kernel.get(field)
+        return wanted is not None and knobs[knob] != wanted
+
+    distance = TILE_WEIGHT * (differs("tile_m", "tile_m") + differs("tile_n", "tile_n"))
+    distance += TILE_K_WEIGHT * differs("tile_k", "tile_k")
+    distance += CLUSTER_WEIGHT * (
+        differs("cluster_m", "cluster_m") + differs("cluster_n", "cluster_n")
+    )
+    distance += STAGES_WEIGHT * differs("stages", "stages")
+    splits = int(kernel.get("splitk") or 1)
+    ours = knobs["splits"] if knobs["decomposition"] == "splitk" else 1
+    distance += SPLIT_WEIGHT * (ours != splits)
+    distance += DEFAULTS_WEIGHT * sum(
+        (
+            knobs["scheduler"] != "persistent" and splits == 1,
+            knobs["epilogue"] != "tma",
+            knobs["raster"] != "heuristic",
+            knobs["swizzle"] != 1,
+        )
+    )
+    return distance
+
+
+class MirrorProposer:
+    """The untried sm90 configs nearest to the kernels cuBLASLt runs on the problem."""
+
+    name = "mirror"
+
+    def __init__(
+        self, targets: Mapping[str, Sequence[Kernel]], *, max_distance: float = MAX_DISTANCE
+    ) -> None:
+        self.targets = targets  # problem key → cuBLASLt kernels, the most telling first
+        self.max_distance = max_distance
+
+    def propose(
+        self,
+        problem: Problem,
+        space: SearchSpace,
+        n: int,
+        *,
+        history: Sequence[CandidateRecord],
+        exclude: set[str],
+        rng: random.Random,
+    ) -> list[Proposal]:
+        best: dict[str, tuple[float, int, str, Kernel]] = {}
+        for rank, kernel in enumerate(self.targets.get(problem.key, ())):
+            for config in space.configs:
+                if config.FAMILY != "sm90" or config.name in exclude:
+                    continue
+                distance = mirror_distance(config, kernel)
+                if distance > self.max_distance:
+                    continue
+                key = (distance, rank, config.name, kernel)
+                if config.name not in best or key[:3] < best[config.name][:3]:
+                    best[config.name] = key
+        chosen = sorted(best.values(), key=lambda entry: entry[:3])[:n]
+        return [
+            Proposal(
+                space.config(name),
+                self.name,
+                meta={"cublaslt_kernel": kernel.get("label"), "distance": round(distance, 2)},
+            )
+            for distance, _, name, kernel in chosen
+        ]
+
+    def observe(
+        self, problem: Problem, space: SearchSpace, records: Sequence[CandidateRecord]
+    ) -> None:
+        return None
+
+
+def load_targets(path: Path) -> dict[str, list[Kernel]]:
+    """Problem key → cuBLASLt kernels, the most telling first: this layout's autotuned pick, the
+    heuristic's choices, then the same for the shape's other layout. Reads
+    bench/cublaslt_kernels.py's JSON (``kernels``) or a campaign's results (``final``)."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise MirrorFileError(f"{path}: cannot read cuBLASLt's kernels: {exc}") from exc
+    by_layout: dict[str, dict[str, list[Kernel]]] = {}  # shape → layout → kernels
+    if isinstance(data.get("kernels"), dict):
+        for key, entry in data["kernels"].items():
+            kernels = [entry.get("autotune"), *entry.get("heuristic", ())]
+            _add(by_layout, key, [k for k in kernels if k])
+    elif isinstance(data.get("final"), dict):
+        for key, final in data["final"].items():
+            for runner, pair in final.get("cublaslt_kernels", {}).items():
+                layout = runner.rsplit("_", 1)[1]
+                kernels = [pair.get("autotune"), pair.get("heuristic")]
+                _add(by_layout, f"{key.rsplit('_', 1)[0]}_{layout}", [k for k in kernels if k])
+    else:
+        raise MirrorFileError(
+            f"{path}: no 'kernels' (bench/cublaslt_kernels.py) or 'final' (a campaign's results)"
+        )
+    targets: dict[str, list[Kernel]] = {}
+    for shape, layouts in by_layout.items():
+        for layout in layouts:
+            others = [k for other, ks in layouts.items() if other != layout for k in ks]
+            targets[f"{shape}_{layout}"] = [*layouts[layout], *others]
+    return targets
+
+
+def _add(by_layout: dict[str, dict[str, list[Kernel]]], key: str, kernels: list[Kernel]) -> None:
+    shape, layout = key.rsplit("_", 1)
+    by_layout.setdefault(shape, {}).setdefault(layout, []).extend(kernels)

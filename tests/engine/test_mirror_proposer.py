@@ -1,0 +1,225 @@
+"""The mirror proposer (engine.campaign.mirror): our sm90 configs nearest to the kernel
+cuBLASLt runs on the problem, never beyond its reach, read from bench/cublaslt_kernels.py's JSON
+or from a campaign's finals."""
+
+from __future__ import annotations
+
+import json
+import random
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from engine import cli
+from engine.campaign import make_proposers
+from engine.campaign.mirror import MirrorFileError, MirrorProposer, load_targets, mirror_distance
+from engine.campaign.space import SearchSpace
+from engine.families.sm90 import Sm90Config
+from engine.problem import Layout, Problem
+
+ROOT = Path(__file__).resolve().parents[2]
+RUN1 = ROOT / "bench/results/2026-12-02-h200-families/families-run1.json"
+PROBLEM = Problem(8192, 8192, 2048, Layout.NN)
+
+
+def lt_kernel(tile_m=128, tile_n=256, tile_k=64, cluster=(2, 1), stages=None, splitk=1) -> dict:
+    """A cuBLASLt kernel as engine.cublaslt_kernels names it (our orientation)."""
+    cluster_m, cluster_n = cluster if cluster else (None, None)
+    label = f"algo9 {tile_m}x{tile_n}x{tile_k}"
+    return {
+        "algo_id": 9,
+        "tile_m": tile_m,
+        "tile_n": tile_n,
+        "tile_k": tile_k,
+        "stages": stages,
+        "cluster_m": cluster_m,
+        "cluster_n": cluster_n,
+        "splitk": splitk,
+        "label": label,
+    }
+
+
+def sm90(**knobs) -> Sm90Config:
+    return Sm90Config(layout=Layout.NN, **knobs)
+
+
+SPACE = SearchSpace.from_configs(
+    PROBLEM,
+    [
+        sm90(tile_m=128, tile_n=256, cluster_m=2, schedule="coop"),
+        sm90(tile_m=128, tile_n=256, cluster_m=2, schedule="coop", raster="n", swizzle=8),
+        sm90(tile_m=128, tile_n=256, schedule="coop"),
+        sm90(tile_m=128, tile_n=128, cluster_m=2, schedule="pingpong"),
+        sm90(tile_m=256, tile_n=128, cluster_n=2, schedule="coop"),
+        sm90(
+            tile_m=128,
+            tile_n=256,
+            cluster_m=2,
+            scheduler="streamk",
+            decomposition="splitk",
+            splits=4,
+        ),
+        sm90(tile_m=64, tile_n=64, tile_k=128, schedule="pingpong"),
+    ],
+)
+
+
+def propose(targets, n=8, exclude=()):
+    proposals = MirrorProposer(targets).propose(
+        PROBLEM, SPACE, n, history=[], exclude=set(exclude), rng=random.Random(0)
+    )
+    return [p.config.name for p in proposals], proposals
+
+
+def test_cublaslts_own_tile_and_cluster_come_first_with_the_schedulers_defaults():
+    names, proposals = propose({PROBLEM.key: [lt_kernel()]}, n=3)
+    assert names == [
+        sm90(tile_m=128, tile_n=256, cluster_m=2, schedule="coop").name,
+        sm90(tile_m=128, tile_n=256, cluster_m=2, schedule="coop", raster="n", swizzle=8).name,
+        sm90(tile_m=128, tile_n=256, schedule="coop").name,  # the cluster differs
+    ]
+    assert proposals[0].proposer == "mirror"
+    assert proposals[0].meta == {"cublaslt_kernel": "algo9 128x256x64", "distance": 0.0}
+
+
+def test_a_split_k_kernel_is_mirrored_by_stream_k_split_k():
+    names, _ = propose({PROBLEM.key: [lt_kernel(splitk=4)]}, n=1)
+    assert names == [
+        sm90(
+            tile_m=128,
+            tile_n=256,
+            cluster_m=2,
+            scheduler="streamk",
+            decomposition="splitk",
+            splits=4,
+        ).name
+    ]
+
+
+def test_it_proposes_nothing_beyond_its_reach_and_nothing_for_an_unknown_problem():
+    far = lt_kernel(tile_m=8, tile_n=8, tile_k=16, cluster=(4, 4), splitk=3)
+    assert propose({PROBLEM.key: [far]})[0] == []
+    assert propose({"64x64x64_nn": [lt_kernel()]})[0] == []
+
+
+def test_what_was_tried_is_not_proposed_again():
+    first = sm90(tile_m=128, tile_n=256, cluster_m=2, schedule="coop").name
+    names, _ = propose({PROBLEM.key: [lt_kernel()]}, n=1, exclude={first})
+    assert names == [
+        sm90(tile_m=128, tile_n=256, cluster_m=2, schedule="coop", raster="n", swizzle=8).name
+    ]
+
+
+def test_fields_cublaslt_leaves_open_cost_nothing():
+    config = sm90(tile_m=128, tile_n=256, cluster_m=2, stages=4, schedule="coop")
+    assert mirror_distance(config, lt_kernel(stages=None, cluster=None)) == 0.0
+    assert mirror_distance(config, lt_kernel(stages=3)) == pytest.approx(0.5)
+
+
+def test_a_later_kernel_of_the_problem_adds_its_own_nearest_configs():
+    names, _ = propose(
+        {PROBLEM.key: [lt_kernel(), lt_kernel(tile_m=256, tile_n=128, cluster=(1, 2))]}
+    )
+    assert sm90(tile_m=256, tile_n=128, cluster_n=2, schedule="coop").name in names
+
+
+def test_targets_from_the_bench_json_put_the_layouts_own_kernels_first(tmp_path):
+    pick, first, second = lt_kernel(), lt_kernel(tile_n=128), lt_kernel(tile_m=256)
+    other = lt_kernel(tile_k=128)
+    path = tmp_path / "cublaslt-kernels.json"
+    path.write_text(
+        json.dumps(
+            {
+                "kernels": {
+                    "8192x8192x2048_nn": {"heuristic": [first, second], "autotune": pick},
+                    "8192x8192x2048_tn": {"heuristic": [other], "autotune": None},
+                }
+            }
+        )
+    )
+    targets = load_targets(path)
+    assert targets["8192x8192x2048_nn"] == [pick, first, second, other]
+    assert targets["8192x8192x2048_tn"] == [other, pick, first, second]
+
+
+def test_targets_from_a_campaigns_finals(tmp_path):
+    pick, heuristic = lt_kernel(), lt_kernel(tile_n=128)
+    path = tmp_path / "grid64-nn.json"
+    path.write_text(
+        json.dumps(
+            {
+                "final": {
+                    "8192x8192x2048_nn": {
+                        "protocols": {},
+                        "cublaslt_kernels": {
+                            "cublaslt_autotune_nn": {"autotune": pick, "heuristic": heuristic},
+                            "cublaslt_autotune_tn": {"autotune": heuristic, "heuristic": None},
+                        },
+                    }
+                }
+            }
+        )
+    )
+    targets = load_targets(path)
+    assert targets["8192x8192x2048_nn"] == [pick, heuristic, heuristic]
+    assert targets["8192x8192x2048_tn"] == [heuristic, pick, heuristic]
+
+
+@pytest.mark.parametrize("text", ["{not json", '{"problems": []}'])
+def test_a_file_that_names_no_kernels_is_refused_with_its_path(tmp_path, text):
+    path = tmp_path / "x.json"
+    path.write_text(text)
+    with pytest.raises(MirrorFileError, match=r"x\.json"):
+        load_targets(path)
+
+
+def test_the_mirror_proposer_needs_cublaslts_kernels():
+    with pytest.raises(ValueError, match="cublaslt-kernels"):
+        make_proposers({"mirror": 1.0})
+
+
+def optimize_argv(tmp_path: Path, *extra: str) -> list[str]:
+    return [
+        "optimize",
+        "--shapes",
+        "4096x4096x4096",
+        "--layout",
+        "tn",
+        "--budget",
+        "2",
+        "--batch",
+        "2",
+        "--proposers",
+        "mirror",
+        "--db",
+        str(tmp_path / "c.sqlite"),
+        "--replay",
+        str(RUN1),
+        "--out",
+        str(tmp_path / "results.json"),
+        *extra,
+    ]
+
+
+def test_a_replayed_campaign_starts_from_cublaslts_kernel(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("ENGINE_CACHE_DIR", str(tmp_path / "cache"))
+    kernels = tmp_path / "cublaslt-kernels.json"
+    kernel = lt_kernel(tile_m=256, tile_n=128, cluster=(2, 1), stages=3)
+    kernels.write_text(
+        json.dumps({"kernels": {"4096x4096x4096_tn": {"heuristic": [], "autotune": kernel}}})
+    )
+    assert cli.main(optimize_argv(tmp_path, "--cublaslt-kernels", str(kernels))) == 0
+    assert "mirror: cuBLASLt's kernels for 1 of 1 problems" in capsys.readouterr().out
+    with sqlite3.connect(tmp_path / "c.sqlite") as db:
+        rows = db.execute("SELECT name, proposer FROM candidates ORDER BY id").fetchall()
+    assert rows[0] == ("hgemm_sm90_256x128x64_c2x1x1_s3_tn_coop_epitma_persistent_rn_sw8", "mirror")
+
+
+def test_the_command_asks_for_the_kernels_file(tmp_path):
+    with pytest.raises(SystemExit) as info:
+        cli.main(optimize_argv(tmp_path))
+    assert "--cublaslt-kernels" in str(info.value.code)
+    with pytest.raises(SystemExit) as info:
+        cli.main(optimize_argv(tmp_path, "--cublaslt-kernels", str(RUN1)))
+    assert "families-run1.json" in str(info.value.code)
