@@ -22,6 +22,7 @@ from engine.campaign.proposers import Proposal
 from engine.campaign.space import SearchSpace
 from engine.campaign.storage import CandidateRecord
 from engine.families import KernelConfig
+from engine.families.sm90 import Sm90Config
 from engine.problem import Problem
 
 MAX_DISTANCE = 6.0
@@ -68,6 +69,54 @@ def mirror_distance(config: KernelConfig, kernel: Kernel) -> float:
         )
     )
     return distance
+
+
+def exact_mirrors(
+    problem: Problem, kernels: Sequence[Kernel], arch: str | None = "sm_90a"
+) -> list[Sm90Config]:
+    """Per cuBLASLt kernel, the sm90 configs that copy it as closely as the family allows: its
+    tile (when the family has it), tile K, cluster (at most 2 a side), stages and split-K, with
+    the cooperative and the ping-pong schedule, the TMA epilogue and the scheduler's defaults;
+    the valid ones for ``problem``, each once. A library-space campaign adds them to its space
+    (they may be outside the curated library: ``engine prebuild --mirror`` builds them)."""
+    space = Sm90Config.SPACE
+    out: dict[str, Sm90Config] = {}
+    for kernel in kernels:
+        tile_m, tile_n = kernel.get("tile_m"), kernel.get("tile_n")
+        if tile_m not in space["tile_m"] or tile_n not in space["tile_n"]:
+            continue
+        tile_k = kernel.get("tile_k")
+        stages = kernel.get("stages")
+        splits = int(kernel.get("splitk") or 1)
+        split_knobs: dict[str, Any] = {}
+        if splits > 1:
+            offered = [s for s in space["splits"] if 1 < s <= splits]
+            split_knobs = {
+                "scheduler": "streamk",
+                "decomposition": "splitk",
+                "splits": max(offered, default=2),
+            }
+        for schedule in ("coop", "pingpong"):
+            config = Sm90Config(
+                layout=problem.layout,
+                tile_m=tile_m,
+                tile_n=tile_n,
+                tile_k=tile_k if tile_k in space["tile_k"] else 64,
+                cluster_m=min(int(kernel.get("cluster_m") or 1), 2),
+                cluster_n=min(int(kernel.get("cluster_n") or 1), 2),
+                schedule=schedule,
+                stages=stages if stages in space["stages"] else 0,
+                **split_knobs,
+            )
+            if config.is_valid(problem, arch):
+                out.setdefault(config.name, config)
+    return list(out.values())
+
+
+def with_exact_mirrors(space: SearchSpace, kernels: Sequence[Kernel]) -> SearchSpace:
+    """``space`` (a curated library's) with the exact mirrors of ``kernels`` it lacks."""
+    extra = [c for c in exact_mirrors(space.problem, kernels) if c.name not in space]
+    return SearchSpace.from_configs(space.problem, [*space.configs, *extra]) if extra else space
 
 
 class MirrorProposer:

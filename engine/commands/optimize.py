@@ -36,7 +36,7 @@ from engine.campaign import (
 )
 from engine.campaign.final import SavedFinals, final_measurements
 from engine.campaign.loop import compile_configs
-from engine.campaign.mirror import MirrorFileError, load_targets
+from engine.campaign.mirror import MirrorFileError, load_targets, with_exact_mirrors
 from engine.config import load as load_config
 from engine.problem import Layout, Problem, ProblemError
 
@@ -167,6 +167,7 @@ def run(args: argparse.Namespace) -> int:
     if not problems:
         raise SystemExit("error: --shapes names no shape")
     mix = parse_mix(args.proposers, args.mix)
+    targets = mirror_targets(args, problems) if "mirror" in mix else None
     config = load_config()
     name = args.name or default_name(problems, replay=bool(args.replay))
     try:
@@ -210,7 +211,11 @@ def run(args: argparse.Namespace) -> int:
         if args.space == "library":
 
             def space_for(problem: Problem) -> SearchSpace:
-                return SearchSpace.library(problem, families=families)
+                space = SearchSpace.library(problem, families=families)
+                if not targets or "sm90" not in families:
+                    return space
+                # the exact copies of cuBLASLt's kernels join the library (built on demand)
+                return with_exact_mirrors(space, targets.get(problem.key, ()))
 
         else:
 
@@ -261,7 +266,7 @@ def run(args: argparse.Namespace) -> int:
         policy=policy,
         seed=args.seed,
         known=known,
-        mirror_targets=mirror_targets(args, problems) if "mirror" in mix else None,
+        mirror_targets=targets,
     )
     compiler = compile_family
     if "llm" in mix:

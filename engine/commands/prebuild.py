@@ -6,10 +6,12 @@ import argparse
 import sys
 import threading
 import time
+from pathlib import Path
 
+from engine.campaign.mirror import MirrorFileError, exact_mirrors, load_targets
 from engine.compile import CompileResult, compile_many
 from engine.config import load as load_config
-from engine.families import FAMILIES, get_family
+from engine.families import FAMILIES, KernelConfig, get_family
 from engine.families.library import library
 from engine.problem import Layout, Problem, ProblemError
 
@@ -30,10 +32,39 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "with --limit, that many of it, spread over the library",
     )
     parser.add_argument(
+        "--mirror",
+        type=Path,
+        metavar="KERNELS_JSON",
+        help="sm90: the exact copies of the kernels cuBLASLt runs on each problem of this "
+        "--cublaslt-kernels file in --layout (engine.campaign.mirror.exact_mirrors), for a "
+        "library-space campaign with --proposers mirror",
+    )
+    parser.add_argument(
         "--arch", help="build only the SASS this GPU runs, e.g. sm_90 (default: every family arch)"
     )
     parser.add_argument("--jobs", type=int, help="parallel nvcc processes (ENGINE_COMPILE_JOBS)")
     parser.set_defaults(func=run)
+
+
+def mirror_configs(
+    path: Path, family: str, layout: Layout, problem: Problem | None
+) -> list[KernelConfig]:
+    """The exact mirrors of cuBLASLt's kernels on the file's problems in ``layout`` (only
+    ``problem`` when given), each once."""
+    if family != "sm90":
+        raise SystemExit("error: --mirror copies cuBLASLt's Hopper kernels: use --family sm90")
+    try:
+        targets = load_targets(path)
+    except MirrorFileError as exc:
+        raise SystemExit(f"error: {exc}") from None
+    configs: dict[str, KernelConfig] = {}
+    for key, kernels in targets.items():
+        shape, key_layout = key.rsplit("_", 1)
+        if key_layout != layout.value or (problem is not None and key != problem.key):
+            continue
+        for config in exact_mirrors(Problem.parse(shape, layout), kernels):
+            configs.setdefault(config.name, config)
+    return list(configs.values())
 
 
 def run(args: argparse.Namespace) -> int:
@@ -45,7 +76,9 @@ def run(args: argparse.Namespace) -> int:
             problem = Problem.parse(args.shape, layout)
         except ProblemError as exc:
             raise SystemExit(f"error: {exc}") from None
-    if args.library:
+    if args.mirror:
+        configs = mirror_configs(args.mirror, family.FAMILY, layout, problem)
+    elif args.library:
         configs = [c for c in library(family.FAMILY, layout, args.limit) if c.is_valid(problem)]
     else:
         configs = family.sample(args.limit or 8, problem, layout=layout, seed=args.seed)

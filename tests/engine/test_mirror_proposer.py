@@ -223,3 +223,65 @@ def test_the_command_asks_for_the_kernels_file(tmp_path):
     with pytest.raises(SystemExit) as info:
         cli.main(optimize_argv(tmp_path, "--cublaslt-kernels", str(RUN1)))
     assert "families-run1.json" in str(info.value.code)
+
+
+def test_the_exact_mirrors_copy_tile_cluster_stages_and_split_k_in_both_schedules():
+    from engine.campaign.mirror import exact_mirrors
+
+    mirrors = exact_mirrors(PROBLEM, [lt_kernel(stages=4)])
+    assert [(c.schedule, c.tile_m, c.tile_n, c.cluster_m, c.stages) for c in mirrors] == [
+        ("coop", 128, 256, 2, 4)  # ping-pong would hold 256 accumulators a thread: invalid
+    ]
+    square = exact_mirrors(PROBLEM, [lt_kernel(tile_n=128, cluster=(4, 1))])
+    assert {(c.schedule, c.cluster_m) for c in square} == {("coop", 2), ("pingpong", 2)}
+    split = exact_mirrors(PROBLEM, [lt_kernel(tile_n=128, splitk=6)])
+    assert [(c.schedule, c.decomposition, c.splits) for c in split] == [("coop", "splitk", 4)]
+    assert exact_mirrors(PROBLEM, [lt_kernel(tile_n=192)]) == []  # no such tile in the family
+    assert exact_mirrors(PROBLEM, [lt_kernel(), lt_kernel(stages=None)]) == exact_mirrors(
+        PROBLEM, [lt_kernel()]
+    )
+
+
+def test_prebuild_builds_the_exact_mirrors_of_the_files_problems_in_its_layout(tmp_path, capsys):
+    from unittest import mock
+
+    from engine.commands import prebuild
+
+    path = tmp_path / "cublaslt-kernels.json"
+    path.write_text(
+        json.dumps(
+            {
+                "kernels": {
+                    "8192x8192x2048_nn": {"heuristic": [lt_kernel(tile_n=128)], "autotune": None},
+                    "4096x4096x4096_tn": {"heuristic": [lt_kernel()], "autotune": None},
+                }
+            }
+        )
+    )
+    built = []
+
+    def fake_compile_many(sources, *, jobs, archs, config, progress):
+        built.extend(sources)
+        return []
+
+    with mock.patch.object(prebuild, "compile_many", side_effect=fake_compile_many):
+        cli.main(["prebuild", "--family", "sm90", "--mirror", str(path), "--layout", "nn"])
+    assert len(built) == 2  # 128x128 c2x1, cooperative and ping-pong
+    assert all("_nn_" in source.split("\n", 1)[0] for source in built)
+    assert "compiling 2 variants" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="--family sm90"):
+        cli.main(["prebuild", "--family", "sm80", "--mirror", str(path)])
+
+
+def test_a_library_space_gains_the_exact_mirrors_it_lacks():
+    from engine.campaign.mirror import exact_mirrors, with_exact_mirrors
+
+    library = SearchSpace.library(PROBLEM, families=("sm90", "sm80"))
+    kernel = lt_kernel(tile_m=256, tile_n=128, cluster=(2, 2), stages=4)
+    mirrors = exact_mirrors(PROBLEM, [kernel])
+    assert mirrors
+    assert not any(c.name in library for c in mirrors)  # 2x2 at 4 stages: not curated
+    grown = with_exact_mirrors(library, [kernel])
+    assert len(grown) == len(library) + len(mirrors)
+    assert all(c.name in grown for c in mirrors)
+    assert with_exact_mirrors(library, []) is library
