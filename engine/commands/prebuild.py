@@ -24,6 +24,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--limit", type=int, help="number of variants (default 8; --library: all)")
     parser.add_argument("--layout", default="tn", choices=[x.value for x in Layout])
     parser.add_argument("--shape", help="only variants valid for this MxNxK problem")
+    parser.add_argument("--shapes", help="--mirror: only these comma-separated MxNxK problems")
     parser.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
     parser.add_argument(
         "--library",
@@ -47,10 +48,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def mirror_configs(
-    path: Path, family: str, layout: Layout, problem: Problem | None
+    path: Path, family: str, layout: Layout, shapes: list[str]
 ) -> list[KernelConfig]:
-    """The exact mirrors of cuBLASLt's kernels on the file's problems in ``layout`` (only
-    ``problem`` when given), each once."""
+    """The exact mirrors of cuBLASLt's kernels on the file's problems in ``layout`` (only those
+    of ``shapes`` when given), each once."""
     if family != "sm90":
         raise SystemExit("error: --mirror copies cuBLASLt's Hopper kernels: use --family sm90")
     try:
@@ -60,7 +61,7 @@ def mirror_configs(
     configs: dict[str, KernelConfig] = {}
     for key, kernels in targets.items():
         shape, key_layout = key.rsplit("_", 1)
-        if key_layout != layout.value or (problem is not None and key != problem.key):
+        if key_layout != layout.value or (shapes and shape not in shapes):
             continue
         for config in exact_mirrors(Problem.parse(shape, layout), kernels):
             configs.setdefault(config.name, config)
@@ -77,7 +78,8 @@ def run(args: argparse.Namespace) -> int:
         except ProblemError as exc:
             raise SystemExit(f"error: {exc}") from None
     if args.mirror:
-        configs = mirror_configs(args.mirror, family.FAMILY, layout, problem)
+        shapes = [s.strip() for s in (args.shapes or args.shape or "").split(",") if s.strip()]
+        configs = mirror_configs(args.mirror, family.FAMILY, layout, shapes)
     elif args.library:
         configs = [c for c in library(family.FAMILY, layout, args.limit) if c.is_valid(problem)]
     else:

@@ -269,6 +269,11 @@ def test_prebuild_builds_the_exact_mirrors_of_the_files_problems_in_its_layout(t
     assert len(built) == 2  # 128x128 c2x1, cooperative and ping-pong
     assert all("_nn_" in source.split("\n", 1)[0] for source in built)
     assert "compiling 2 variants" in capsys.readouterr().out
+    built.clear()
+    with mock.patch.object(prebuild, "compile_many", side_effect=fake_compile_many):
+        argv = ["prebuild", "--family", "sm90", "--mirror", str(path), "--layout", "nn"]
+        cli.main([*argv, "--shapes", "4096x4096x4096,64x64x64"])
+    assert built == []  # 8192x8192x2048 is not among the shapes asked for
     with pytest.raises(SystemExit, match="--family sm90"):
         cli.main(["prebuild", "--family", "sm80", "--mirror", str(path)])
 
