@@ -390,6 +390,29 @@ def deficit_lines(d: dict[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
+def fill_cublaslt_kernels(results: dict[str, ShapeResult], path: Path) -> int:
+    """Where a shape's device point does not say what cuBLASLt-autotune ran, the kernel
+    bench/cublaslt_kernels.py named for the problem: its autotuned pick where it tuned it, else
+    the heuristic's first choice, marked so. Returns how many points it filled."""
+    kernels = json.loads(Path(path).read_text()).get("kernels")
+    if not isinstance(kernels, dict):
+        raise ValueError(f"{path}: no 'kernels' (bench/cublaslt_kernels.py's JSON)")
+    filled = 0
+    for key, result in results.items():
+        point = result.points.get("device")
+        entry = kernels.get(key) or {}
+        if point is None or point.cublaslt_kernel:
+            continue
+        if entry.get("autotune"):
+            point.cublaslt_kernel = f"{entry['autotune']['label']} (tuned apart)"
+        elif entry.get("heuristic") and entry["heuristic"][0]:
+            point.cublaslt_kernel = f"{entry['heuristic'][0]['label']} (heuristic's first)"
+        else:
+            continue
+        filled += 1
+    return filled
+
+
 def kernel_pair_lines(results: dict[str, ShapeResult]) -> list[str]:
     """Our best kernel beside the one cuBLASLt-autotune ran, per shape (device protocol), where
     the run recorded cuBLASLt's choice."""

@@ -23,6 +23,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=DEFAULT_ANCHORS,
         help="CUDA-L2's published CSVs (default: ../shared/anchors beside the checkout)",
     )
+    parser.add_argument(
+        "--cublaslt-kernels",
+        type=Path,
+        help="bench/cublaslt_kernels.py's JSON: what cuBLASLt runs, for the shapes whose results "
+        "do not record it",
+    )
     parser.set_defaults(func=run)
 
 
@@ -36,6 +42,12 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit(f"error: {exc}") from None
     if not results:
         raise SystemExit("error: the files hold no timed shape")
+    if args.cublaslt_kernels:
+        try:
+            filled = report.fill_cublaslt_kernels(results, args.cublaslt_kernels)
+        except (OSError, ValueError) as exc:
+            raise SystemExit(f"error: {exc}") from None
+        print(f"cuBLASLt's kernels: {filled} shapes named from {args.cublaslt_kernels}")
     summary = report.summarize(results)
     anchors = report.load_anchors(args.anchors) if args.anchors.is_dir() else {}
     comparison = report.anchor_comparison(results, anchors)

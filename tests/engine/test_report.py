@@ -217,3 +217,33 @@ def test_the_report_sets_our_kernel_beside_the_one_cublaslt_autotune_ran(tmp_pat
 def test_a_report_without_cublaslts_kernels_has_no_such_section():
     results = report.load_results([RUN1])
     assert report.kernel_pair_lines(results) == []
+
+
+def test_shapes_whose_results_do_not_say_take_cublaslts_kernel_from_the_bench_file(tmp_path):
+    kernels = tmp_path / "cublaslt-kernels.json"
+    heuristic = {"label": "algo0 128x256x64 c2x1 s?"}
+    tuned = {"label": "algo66 256x128x64 c1x2 s4"}
+    kernels.write_text(
+        json.dumps(
+            {
+                "kernels": {
+                    "4096x4096x4096_nn": {"heuristic": [heuristic], "autotune": None},
+                    "4096x4096x4096_tn": {"heuristic": [heuristic], "autotune": tuned},
+                    "8192x8192x2048_nn": {"heuristic": [heuristic], "autotune": None},
+                }
+            }
+        )
+    )
+    campaign = tmp_path / "campaign.json"
+    campaign.write_text(json.dumps(campaign_final_with_kernels()))
+    results = report.load_results([RUN1, campaign])
+    assert report.fill_cublaslt_kernels(results, kernels) == 2  # 8192x8192x2048 already says
+    points = {key: r.points["device"].cublaslt_kernel for key, r in results.items()}
+    assert points["4096x4096x4096_nn"] == "algo0 128x256x64 c2x1 s? (heuristic's first)"
+    assert points["4096x4096x4096_tn"] == "algo66 256x128x64 c1x2 s4 (tuned apart)"
+    assert points["8192x8192x2048_nn"] == "algo66 256x128x64 c1x2 s?"
+
+
+def test_the_command_refuses_a_kernels_file_that_is_not_one(tmp_path):
+    with pytest.raises(SystemExit, match="no 'kernels'"):
+        cli.main(["report", str(RUN1), "--out", str(tmp_path), "--cublaslt-kernels", str(RUN1)])

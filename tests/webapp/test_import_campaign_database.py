@@ -100,8 +100,9 @@ def engine_db(tmp_path) -> Path:
     return path
 
 
-def final_report(path: Path) -> None:
-    """The engine's --out file beside the database, with a final re-measurement of SQUARE."""
+def final_report(path: Path, cublaslt_kernels: dict | None = None) -> None:
+    """The engine's --out file beside the database, with a final re-measurement of SQUARE (and
+    what cuBLASLt ran, as engine.campaign.final records it)."""
     first, second = (c.name for c in library_configs(SQUARE, 2))
     seconds = {f"{b}_nn": t for b, t in BASELINES.items()}
     seconds |= {f"{b}_tn": t + 1e-6 for b, t in BASELINES.items()}  # NN is the faster layout
@@ -114,6 +115,8 @@ def final_report(path: Path) -> None:
         "problems": [],
         "final": {SQUARE.key: {"protocols": protocols, "environment": ENVIRONMENT}},
     }
+    if cublaslt_kernels:
+        report["final"][SQUARE.key]["cublaslt_kernels"] = cublaslt_kernels
     (path.parent / "campaign.json").write_text(json.dumps(report))
 
 
@@ -268,6 +271,44 @@ def test_the_final_report_beside_the_database_gives_baselines_and_the_gpu(client
     page = client.get(reverse("candidate-detail", args=[first.id])).content.decode()
     assert "×0.864" in page  # device: autotune's 1.9e-5 s (NN) over the search's 2.2e-5 s
     assert "×0.633" in page  # offline: 1.9e-5 s over the final 3.0e-5 s
+
+
+def test_the_shape_page_names_the_kernel_cublaslt_ran_where_the_finals_recorded_it(
+    client, engine_db, alice
+):
+    pick = {"algo_id": 66, "label": "algo66 256x128x64 c1x2 s4"}
+    heuristic = {"algo_id": 0, "label": "algo0 128x256x64 c2x1 s?"}
+    final_report(
+        engine_db,
+        {
+            "cublaslt_autotune_nn": {"autotune": pick, "heuristic": heuristic},
+            "cublaslt_autotune_tn": {"autotune": None, "heuristic": None},
+        },
+    )
+    call_command("import_results", str(engine_db), owner="alice")
+    rows = BaselineResult.objects.filter(m=1024, n=1024, k=1024, layout="nn")
+    assert (
+        rows.get(baseline="cublaslt_autotune", variant="nn").timings["device"]["kernel"]
+        == (pick["label"])
+    )
+    assert (
+        rows.get(baseline="cublaslt_heuristic", variant="nn").timings["offline"]["kernel"]
+        == (heuristic["label"])
+    )
+    assert "kernel" not in rows.get(baseline="cublaslt_autotune", variant="tn").timings["device"]
+    assert "kernel" not in rows.get(baseline="cublas", variant="nn").timings["device"]
+    square = Problem.objects.get(m=1024, n=1024, k=1024)
+    page = client.get(reverse("problem-detail", args=[square.id])).content.decode()
+    assert pick["label"] in page  # NN, the faster layout, is the one shown
+    assert "the kernel it ran where a re-measurement recorded it" in page
+
+
+def test_without_recorded_kernels_the_shape_page_names_none(client, engine_db, alice):
+    final_report(engine_db)
+    call_command("import_results", str(engine_db), owner="alice")
+    square = Problem.objects.get(m=1024, n=1024, k=1024)
+    page = client.get(reverse("problem-detail", args=[square.id])).content.decode()
+    assert "re-measurement recorded it" not in page
 
 
 def test_every_page_renders_for_an_imported_campaign(client, engine_db, alice):

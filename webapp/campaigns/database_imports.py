@@ -235,7 +235,12 @@ def import_final(*, campaign: Campaign, final: Mapping[str, Any]) -> int:
             seconds = dict(result.get("seconds") or {})
             statistic = result.get("statistic", "median")
             count += import_baselines(
-                problem, seconds, environment, protocol=protocol, statistic=statistic
+                problem,
+                seconds,
+                environment,
+                protocol=protocol,
+                kernels=cublaslt_kernel_labels(section),
+                statistic=statistic,
             )
             kernels = {n: s for n, s in seconds.items() if n not in BASELINE_KEYS}
             for candidate in Candidate.objects.filter(problem=problem, name__in=kernels):
@@ -249,3 +254,21 @@ def import_final(*, campaign: Campaign, final: Mapping[str, Any]) -> int:
                 candidate.timings = {**candidate.timings, protocol: entry}
                 candidate.save(update_fields=["timings"])
     return count
+
+
+def cublaslt_kernel_labels(section: Mapping[str, Any]) -> dict[str, str]:
+    """``cublaslt_autotune_<layout>`` and ``cublaslt_heuristic_<layout>`` → the label of the
+    kernel it ran, from a final's ``cublaslt_kernels`` (engine.campaign.final)."""
+    labels: dict[str, str] = {}
+    for runner, pair in (section.get("cublaslt_kernels") or {}).items():
+        if not isinstance(pair, Mapping) or not runner.startswith("cublaslt_autotune_"):
+            continue
+        layout = runner.removeprefix("cublaslt_autotune_")
+        for which, baseline in (
+            ("autotune", "cublaslt_autotune"),
+            ("heuristic", "cublaslt_heuristic"),
+        ):
+            kernel = pair.get(which)
+            if isinstance(kernel, Mapping) and kernel.get("label"):
+                labels[f"{baseline}_{layout}"] = str(kernel["label"])
+    return labels

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -218,10 +219,12 @@ def import_baselines(
     environment: GpuEnvironment,
     *,
     protocol: str = IMPORT_PROTOCOL,
+    kernels: Mapping[str, str] | None = None,
     **details: Any,
 ) -> int:
     """Stores each ``<baseline>_<variant>`` time of ``seconds`` as the baseline's ``protocol``
-    timing on ``environment`` (other protocols' timings of the row are kept)."""
+    timing on ``environment`` (other protocols' timings of the row are kept), with the kernel
+    the library ran where ``kernels`` names it (``cublaslt_autotune_nn`` → its label)."""
     count = 0
     for baseline in BASELINES:
         for variant in ("nn", "tn"):
@@ -237,7 +240,10 @@ def import_baselines(
                 variant=variant,
                 gpu_environment=environment,
             )
-            row.timings = {**row.timings, protocol: {"median_s": seconds[key], **details}}
+            timing = {"median_s": seconds[key], **details}
+            if kernels and kernels.get(key):
+                timing["kernel"] = kernels[key]
+            row.timings = {**row.timings, protocol: timing}
             row.save(update_fields=["timings"])
             count += 1
     return count

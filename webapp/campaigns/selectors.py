@@ -159,6 +159,18 @@ def baseline_best_seconds(*, problem: Problem, protocol: str) -> dict[str, float
     return best
 
 
+def baseline_best_kernels(*, problem: Problem, protocol: str) -> dict[str, str]:
+    """Baseline → the kernel its fastest variant ran in ``protocol``, where a final
+    re-measurement recorded it (cuBLASLt's algorithm: tile, cluster, stages, split-K)."""
+    best: dict[str, tuple[float, str]] = {}
+    for row in baseline_results(problem=problem):
+        timing = row.timings.get(protocol) or {}
+        median, kernel = timing.get("median_s"), timing.get("kernel")
+        if median and kernel and median < best.get(row.baseline, (float("inf"), ""))[0]:
+            best[row.baseline] = (median, kernel)
+    return {baseline: kernel for baseline, (_, kernel) in best.items()}
+
+
 def speedups(*, seconds: float | None, baselines: dict[str, float]) -> dict[str, float]:
     if not seconds:
         return {}

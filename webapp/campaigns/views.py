@@ -139,6 +139,7 @@ def problem_detail(request, problem_id: int):
     query.pop("page", None)
     protocol = problem.campaign.reward_protocol
     baselines = selectors.baseline_best_seconds(problem=problem, protocol=protocol)
+    kernels = selectors.baseline_best_kernels(problem=problem, protocol=protocol)
     best = selectors.candidates_best_first(problem=problem).only("id", "name", "reward").first()
     return render(
         request,
@@ -151,8 +152,10 @@ def problem_detail(request, problem_id: int):
             "query": query.urlencode(),
             "best": best,
             "baselines": [
-                (selectors.BASELINE_LABELS[b], baselines.get(b)) for b in selectors.BASELINES
+                (selectors.BASELINE_LABELS[b], baselines.get(b), kernels.get(b))
+                for b in selectors.BASELINES
             ],
+            "baseline_kernels": bool(kernels),
             "protocol": protocol,
         },
     )
