@@ -9,7 +9,10 @@ Legality (``is_valid``) is conservative: combinations CUTLASS rejects statically
 ping-pong or basic warp-specialized kernels), that spill by construction (more than 128 fp32
 accumulators per consumer thread) or that do not fit shared memory are invalid; so are ones we have
 not convinced ourselves of (tile M 256 outside cooperative, cluster dims above 2, N tiles other than
-64/128/256).
+64/128/192/256). Tile N 192 is one of cuBLASLt's tiles (its "192x128" is our 128×192); it fits
+128×192 cooperative and 64×192 ping-pong (96 accumulators a thread). Both compile for sm_90a
+without spills in NN and TN, TMA and direct-store epilogues, persistent and stream-K split-K
+(168 registers).
 """
 
 from __future__ import annotations
@@ -48,7 +51,7 @@ class Sm90Config(KernelConfig):
     TEMPLATE: ClassVar[str] = "sm90.cu.tmpl"
     SPACE: ClassVar[dict[str, tuple[object, ...]]] = {
         "tile_m": (64, 128, 256),
-        "tile_n": (64, 128, 256),
+        "tile_n": (64, 128, 192, 256),
         "tile_k": (32, 64, 128),
         "cluster_m": (1, 2),
         "cluster_n": (1, 2),

@@ -106,6 +106,13 @@ def test_the_extreme_configs_are_valid():
         assert config.is_valid(), (config.name, config.is_valid().reason)
 
 
+def test_cublaslts_192_wide_tile_is_offered_where_its_accumulators_fit():
+    """128×192 cooperative and 64×192 ping-pong: 96 fp32 accumulators a consumer thread."""
+    for layout in (NN, TN):
+        assert Sm90Config(layout=layout, tile_m=128, tile_n=192, schedule="coop").is_valid()
+        assert Sm90Config(layout=layout, tile_m=64, tile_n=192, schedule="pingpong").is_valid()
+
+
 def test_the_extremes_cover_every_knob_value_at_its_ends():
     for family, configs in ((Sm90Config, SM90_EXTREMES), (Sm80Config, SM80_EXTREMES)):
         for knob, values in family.SPACE.items():
@@ -122,6 +129,8 @@ def test_the_extremes_cover_every_knob_value_at_its_ends():
         (Sm90Config(layout=TN, tile_m=64, schedule="coop"), "cooperative"),
         (Sm90Config(layout=TN, tile_m=256, tile_n=256, schedule="coop"), "spill"),
         (Sm90Config(layout=TN, tile_m=128, tile_n=256, schedule="pingpong"), "spill"),
+        (Sm90Config(layout=NN, tile_m=128, tile_n=192, schedule="pingpong"), "spill"),
+        (Sm90Config(layout=NN, tile_m=256, tile_n=192, schedule="coop"), "spill"),
         (Sm90Config(layout=TN, tile_m=256, schedule="pingpong"), "cooperative schedule"),
         (Sm90Config(layout=TN, schedule="pingpong", scheduler="streamk"), "stream-K"),
         (Sm90Config(layout=TN, decomposition="splitk", splits=2), "stream-K scheduler only"),

@@ -236,7 +236,10 @@ def test_the_exact_mirrors_copy_tile_cluster_stages_and_split_k_in_both_schedule
     assert {(c.schedule, c.cluster_m) for c in square} == {("coop", 2), ("pingpong", 2)}
     split = exact_mirrors(PROBLEM, [lt_kernel(tile_n=128, splitk=6)])
     assert [(c.schedule, c.decomposition, c.splits) for c in split] == [("coop", "splitk", 4)]
-    assert exact_mirrors(PROBLEM, [lt_kernel(tile_n=192)]) == []  # no such tile in the family
+    assert [c.name for c in exact_mirrors(PROBLEM, [lt_kernel(tile_n=192)])] == [
+        "hgemm_sm90_128x192x64_c2x1x1_sauto_nn_coop_epitma_persistent_rheuristic_sw1"
+    ]
+    assert exact_mirrors(PROBLEM, [lt_kernel(tile_n=96)]) == []  # no such tile in the family
     assert exact_mirrors(PROBLEM, [lt_kernel(), lt_kernel(stages=None)]) == exact_mirrors(
         PROBLEM, [lt_kernel()]
     )
