@@ -2,10 +2,11 @@
 
 cuBLASLt-autotune is the baseline to beat, and what it runs on a problem is known
 (engine.cublaslt_kernels: tile, tile K and stages, cluster, split-K, recorded by every
-measurement's autotuning and by bench/cublaslt_kernels.py). The sm90 configs nearest to that
-kernel are a strong first guess: the same tile and cluster with CUTLASS's schedules, then their
-neighbours. The proposer ranks the search space's sm90 members by :func:`mirror_distance` to
-each of the problem's cuBLASLt kernels (the autotuned pick first, then the heuristic's choices),
+measurement's autotuning and by bench/cublaslt_kernels.py). The configs nearest to that kernel
+are a strong first guess: the same tile and cluster with CUTLASS's Hopper schedules, then their
+neighbours; on the small, long-K shapes also the sm80 family's split-K tiles. The proposer ranks
+the search space's sm90 and sm80 members by :func:`mirror_distance` to each of the problem's
+cuBLASLt kernels (the autotuned pick first, then the heuristic's choices),
 and proposes the nearest untried ones, never beyond ``MAX_DISTANCE``: past that its share of a
 batch goes to the other proposers.
 """
@@ -34,6 +35,8 @@ SPLIT_WEIGHT = 2.0
 STAGES_WEIGHT = 0.5
 # Knobs cuBLASLt's configuration says nothing about: the scheduler's defaults first.
 DEFAULTS_WEIGHT = 0.1
+MIRRORED_FAMILIES = ("sm90", "sm80")
+OTHER_ISA_DISTANCE = 0.5  # sm80's mma.sync kernels, beside cuBLASLt's wgmma ones
 
 Kernel = Mapping[str, Any]  # engine.cublaslt_kernels.LtKernel.to_dict()
 
@@ -43,31 +46,36 @@ class MirrorFileError(ValueError):
 
 
 def mirror_distance(config: KernelConfig, kernel: Kernel) -> float:
-    """How far an sm90 config is from a cuBLASLt kernel (0: the same tile, tile K, cluster,
-    stages and split-K, with the scheduler's defaults). Fields cuBLASLt left open cost nothing."""
+    """How far a config is from a cuBLASLt kernel (0: an sm90 config with the same tile, tile
+    K, cluster, stages and split-K, and the scheduler's defaults). Fields cuBLASLt left open cost
+    nothing. An sm80 config (no cluster: one CTA a side) is ``OTHER_ISA_DISTANCE`` further: its
+    mma.sync kernels are not what cuBLASLt runs on Hopper, but its small split-K tiles are the
+    nearest to cuBLASLt's on the small, long-K shapes."""
     knobs = config.knobs()
 
-    def differs(knob: str, field: str) -> bool:
-        wanted = kernel.get(field)
-        return wanted is not None and knobs[knob] != wanted
+    def differs(knob: str) -> bool:
+        wanted = kernel.get(knob)
+        return wanted is not None and knobs.get(knob, 1) != wanted
 
-    distance = TILE_WEIGHT * (differs("tile_m", "tile_m") + differs("tile_n", "tile_n"))
-    distance += TILE_K_WEIGHT * differs("tile_k", "tile_k")
-    distance += CLUSTER_WEIGHT * (
-        differs("cluster_m", "cluster_m") + differs("cluster_n", "cluster_n")
-    )
-    distance += STAGES_WEIGHT * differs("stages", "stages")
+    distance = TILE_WEIGHT * (differs("tile_m") + differs("tile_n"))
+    distance += TILE_K_WEIGHT * differs("tile_k")
+    distance += CLUSTER_WEIGHT * (differs("cluster_m") + differs("cluster_n"))
+    distance += STAGES_WEIGHT * differs("stages")
     splits = int(kernel.get("splitk") or 1)
-    ours = knobs["splits"] if knobs["decomposition"] == "splitk" else 1
-    distance += SPLIT_WEIGHT * (ours != splits)
-    distance += DEFAULTS_WEIGHT * sum(
-        (
+    if config.FAMILY == "sm90":
+        ours = knobs["splits"] if knobs["decomposition"] == "splitk" else 1
+        defaults = (
             knobs["scheduler"] != "persistent" and splits == 1,
             knobs["epilogue"] != "tma",
             knobs["raster"] != "heuristic",
             knobs["swizzle"] != 1,
         )
-    )
+    else:
+        ours = knobs["splits"]
+        defaults = (knobs["swizzle"] != 1,)
+        distance += OTHER_ISA_DISTANCE
+    distance += SPLIT_WEIGHT * (ours != splits)
+    distance += DEFAULTS_WEIGHT * sum(defaults)
     return distance
 
 
@@ -120,7 +128,8 @@ def with_exact_mirrors(space: SearchSpace, kernels: Sequence[Kernel]) -> SearchS
 
 
 class MirrorProposer:
-    """The untried sm90 configs nearest to the kernels cuBLASLt runs on the problem."""
+    """The untried sm90 and sm80 configs nearest to the kernels cuBLASLt runs on the
+    problem."""
 
     name = "mirror"
 
@@ -143,7 +152,7 @@ class MirrorProposer:
         best: dict[str, tuple[float, int, str, Kernel]] = {}
         for rank, kernel in enumerate(self.targets.get(problem.key, ())):
             for config in space.configs:
-                if config.FAMILY != "sm90" or config.name in exclude:
+                if config.FAMILY not in MIRRORED_FAMILIES or config.name in exclude:
                     continue
                 distance = mirror_distance(config, kernel)
                 if distance > self.max_distance:

@@ -293,3 +293,31 @@ def test_a_library_space_gains_the_exact_mirrors_it_lacks():
     assert len(grown) == len(library) + len(mirrors)
     assert all(c.name in grown for c in mirrors)
     assert with_exact_mirrors(library, []) is library
+
+
+def test_a_small_split_k_kernel_is_mirrored_by_the_sm80_split_k_tile_hopper_lacks():
+    """A 64×64 split-K kernel has no Hopper copy in our families (stream-K needs the
+    cooperative kernel's 128 rows); the sm80 family's 64×64 tile with as many splits is next."""
+    from engine.families.sm80 import Sm80Config
+
+    problem = Problem(128, 128, 16384, Layout.NN)
+    sm80 = Sm80Config(layout=Layout.NN, tile_m=64, tile_n=64, tile_k=64, stages=4, splits=8)
+    hopper = Sm90Config(
+        layout=Layout.NN,
+        tile_m=128,
+        tile_n=64,
+        scheduler="streamk",
+        decomposition="splitk",
+        splits=8,
+    )
+    space = SearchSpace.from_configs(problem, [hopper, sm80])
+    kernel = lt_kernel(tile_m=64, tile_n=64, cluster=(1, 1), stages=4, splitk=8)
+    proposals = MirrorProposer({problem.key: [kernel]}).propose(
+        problem, space, 2, history=[], exclude=set(), rng=random.Random(0)
+    )
+    assert [p.config.name for p in proposals] == [sm80.name, hopper.name]
+    assert mirror_distance(sm80, kernel) == pytest.approx(0.5)  # only the other instruction set
+    same_tile = lt_kernel(tile_m=128, tile_n=64, cluster=(1, 1), splitk=8)
+    assert mirror_distance(hopper, same_tile) < mirror_distance(
+        Sm80Config(layout=Layout.NN, tile_m=128, tile_n=64, tile_k=64, splits=8), same_tile
+    )
