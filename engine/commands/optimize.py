@@ -64,8 +64,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--cublaslt-kernels",
         type=Path,
-        help="--proposers mirror: the kernels cuBLASLt runs per problem (bench/cublaslt_kernels.py "
-        "JSON, or a campaign's results JSON whose finals recorded them)",
+        help="--proposers mirror (and the llm's prompts): the kernels cuBLASLt runs per problem "
+        "(bench/cublaslt_kernels.py JSON, or a campaign's results JSON whose finals recorded them)",
     )
     llm = parser.add_argument_group("LLM proposer (--proposers llm; GPU runs only)")
     llm.add_argument("--llm-backend", choices=("local", "openai"), default="local")
@@ -167,7 +167,8 @@ def run(args: argparse.Namespace) -> int:
     if not problems:
         raise SystemExit("error: --shapes names no shape")
     mix = parse_mix(args.proposers, args.mix)
-    targets = mirror_targets(args, problems) if "mirror" in mix else None
+    wants_kernels = "mirror" in mix or (args.cublaslt_kernels and "llm" in mix)
+    targets = mirror_targets(args, problems) if wants_kernels else None
     config = load_config()
     name = args.name or default_name(problems, replay=bool(args.replay))
     try:
@@ -270,7 +271,7 @@ def run(args: argparse.Namespace) -> int:
     )
     compiler = compile_family
     if "llm" in mix:
-        proposers["llm"], compiler = llm_proposer(args, compile_family)
+        proposers["llm"], compiler = llm_proposer(args, compile_family, targets)
     campaign = Campaign(
         problems,
         settings=settings,
@@ -320,8 +321,9 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def llm_proposer(args: argparse.Namespace, compile_family):
-    """(LLMProposer, its SourceCompiler) for the backend the arguments name."""
+def llm_proposer(args: argparse.Namespace, compile_family, cublaslt_kernels=None):
+    """(LLMProposer, its SourceCompiler) for the backend the arguments name; its prompts say
+    what cuBLASLt runs on each problem where ``cublaslt_kernels`` knows it."""
     from engine.llm.backends import BackendSpec, make_backend
     from engine.llm.evaluate import SourceCompiler
     from engine.llm.proposer import LLMProposer
@@ -338,7 +340,9 @@ def llm_proposer(args: argparse.Namespace, compile_family):
     except (OSError, ValueError) as exc:
         raise SystemExit(f"error: cannot load the LLM backend: {exc}") from None
     compiler = SourceCompiler(family_compiler=compile_family, jobs=args.jobs)
-    proposer = LLMProposer(backend, compiler=compiler, max_turns=args.llm_turns)
+    proposer = LLMProposer(
+        backend, compiler=compiler, max_turns=args.llm_turns, cublaslt_kernels=cublaslt_kernels
+    )
     print(f"llm: {spec.kind} backend {spec.model or spec.base_url}", flush=True)
     return proposer, compiler
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import itertools
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,6 +66,7 @@ class LLMProposer:
         top_k: int = 4,
         max_turns: int = 3,
         notes: str = "",
+        cublaslt_kernels: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
     ) -> None:
         if max_turns < 1:
             raise ValueError("max_turns must be at least 1")
@@ -76,6 +77,8 @@ class LLMProposer:
         self.top_k = top_k
         self.max_turns = max_turns
         self.notes = notes
+        # problem key → the kernels cuBLASLt runs on it (engine.campaign.mirror.load_targets)
+        self.cublaslt_kernels = cublaslt_kernels or {}
         self.threads: dict[str, _Thread] = {}  # candidate name → its conversation
         self.repairs: dict[str, list[tuple[str, str]]] = {}  # problem key → [(name, error)]
         self._counter = itertools.count()
@@ -146,8 +149,20 @@ class LLMProposer:
             best=best,
             examples=examples,
             last_error=last_error,
-            notes=self.notes,
+            notes=self.notes_for(problem),
         )
+
+    def notes_for(self, problem: Problem) -> str:
+        """The campaign's notes, and what cuBLASLt runs on the problem where that is known."""
+        kernels = self.cublaslt_kernels.get(problem.key, ())
+        if not kernels or not kernels[0].get("label"):
+            return self.notes
+        line = (
+            f"cuBLASLt, the baseline to beat, runs this kernel here: {kernels[0]['label']} "
+            "(its algorithm id; tile M x N x K of C; thread-block cluster M x N; pipeline "
+            "stages, s? = its own choice; split-K where it splits)."
+        )
+        return "\n".join(part for part in (self.notes, line) if part)
 
     def example(self, record: CandidateRecord, *, with_source: bool) -> KernelExample:
         source = record.source if with_source else None

@@ -178,3 +178,15 @@ def test_train_llm_is_a_command():
     )
     assert args.func.__module__ == "engine.commands.train_llm"
     assert (args.steps, args.generations, args.layout) == (1, 8, "tn")
+
+
+def test_the_prompt_names_the_kernel_cublaslt_runs_on_the_problem_when_known():
+    kernel = {"algo_id": 66, "label": "algo66 256x128x64 c1x2 s4"}
+    proposer = LLMProposer(
+        ScriptedBackend([]), notes="be brief", cublaslt_kernels={PROBLEM.key: [kernel]}
+    )
+    (_, user) = build_messages(proposer.context(PROBLEM, []))
+    assert "## Notes\nbe brief\ncuBLASLt, the baseline to beat" in user["content"]
+    assert "algo66 256x128x64 c1x2 s4" in user["content"]
+    other = Problem.parse("1024x1024x1024", "tn")
+    assert proposer.context(other, []).notes == "be brief"
