@@ -196,9 +196,15 @@ if [[ $stage == grid64 ]]; then  # issue 11: the 64-shape campaign, resumed acro
   # (bench/grid64.py focus); the whole campaign's run after it then only gathers every shape's
   # finals, those of the unchanged shapes from the saved ones
   # GRID64_PROPOSERS with mirror: cuBLASLt's kernels from the cublaslt stage (or CUBLASLT_KERNELS)
+  # (named first here, without timing, when neither exists)
   mirror_args=()
-  [[ ${GRID64_PROPOSERS:-} == *mirror* ]] \
-    && mirror_args=(--cublaslt-kernels "${CUBLASLT_KERNELS:-$ENGINE_CACHE_DIR/cublaslt-kernels.json}")
+  if [[ ${GRID64_PROPOSERS:-} == *mirror* ]]; then
+    kernels=${CUBLASLT_KERNELS:-$ENGINE_CACHE_DIR/cublaslt-kernels.json}
+    [[ -f $kernels ]] || python3 bench/cublaslt_kernels.py --out "$kernels" 2>&1 \
+      | tee "$OUT/cublaslt-kernels.log" | tail -3
+    cp "$kernels" "$OUT/cublaslt-kernels.json" 2>/dev/null
+    mirror_args=(--cublaslt-kernels "$kernels")
+  fi
   grid64_optimize() {  # layout, shapes, budget, results file, then extra options
     local layout=$1 shapes=$2 budget=$3 out=$4; shift 4
     timeout -k 20 -s INT "$(( ${GRID64_SECONDS:-480} - SECONDS > 1 ? ${GRID64_SECONDS:-480} - SECONDS : 1 ))" \
