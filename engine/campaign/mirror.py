@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import random
+import weakref
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -69,6 +70,7 @@ def mirror_distance(config: KernelConfig, kernel: Kernel) -> float:
             knobs["epilogue"] != "tma",
             knobs["raster"] != "heuristic",
             knobs["swizzle"] != 1,
+            kernel.get("stages") is None and knobs["stages"] != 0,  # its choice: ours too
         )
     else:
         ours = knobs["splits"]
@@ -138,6 +140,9 @@ class MirrorProposer:
     ) -> None:
         self.targets = targets  # problem key → cuBLASLt kernels, the most telling first
         self.max_distance = max_distance
+        self._rankings: weakref.WeakKeyDictionary[SearchSpace, list[Any]] = (
+            weakref.WeakKeyDictionary()
+        )
 
     def propose(
         self,
@@ -149,18 +154,7 @@ class MirrorProposer:
         exclude: set[str],
         rng: random.Random,
     ) -> list[Proposal]:
-        best: dict[str, tuple[float, int, str, Kernel]] = {}
-        for rank, kernel in enumerate(self.targets.get(problem.key, ())):
-            for config in space.configs:
-                if config.FAMILY not in MIRRORED_FAMILIES or config.name in exclude:
-                    continue
-                distance = mirror_distance(config, kernel)
-                if distance > self.max_distance:
-                    continue
-                key = (distance, rank, config.name, kernel)
-                if config.name not in best or key[:3] < best[config.name][:3]:
-                    best[config.name] = key
-        chosen = sorted(best.values(), key=lambda entry: entry[:3])[:n]
+        chosen = [entry for entry in self.ranking(problem, space) if entry[2] not in exclude][:n]
         return [
             Proposal(
                 space.config(name),
@@ -169,6 +163,27 @@ class MirrorProposer:
             )
             for distance, _, name, kernel in chosen
         ]
+
+    def ranking(self, problem: Problem, space: SearchSpace) -> list[tuple[float, int, str, Kernel]]:
+        """The space's configs within reach, nearest first: (distance, the rank of the cuBLASLt
+        kernel it is nearest to, name, that kernel). Kept per space: a full space holds 10⁵
+        configs."""
+        if (cached := self._rankings.get(space)) is not None:
+            return cached
+        best: dict[str, tuple[float, int, str, Kernel]] = {}
+        for rank, kernel in enumerate(self.targets.get(problem.key, ())):
+            for config in space.configs:
+                if config.FAMILY not in MIRRORED_FAMILIES:
+                    continue
+                distance = mirror_distance(config, kernel)
+                if distance > self.max_distance:
+                    continue
+                entry = (distance, rank, config.name, kernel)
+                if config.name not in best or entry[:3] < best[config.name][:3]:
+                    best[config.name] = entry
+        ranking = sorted(best.values(), key=lambda entry: entry[:3])
+        self._rankings[space] = ranking
+        return ranking
 
     def observe(
         self, problem: Problem, space: SearchSpace, records: Sequence[CandidateRecord]

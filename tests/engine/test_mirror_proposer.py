@@ -111,9 +111,10 @@ def test_what_was_tried_is_not_proposed_again():
     ]
 
 
-def test_fields_cublaslt_leaves_open_cost_nothing():
+def test_fields_cublaslt_leaves_open_cost_nothing_but_a_tie_break():
     config = sm90(tile_m=128, tile_n=256, cluster_m=2, stages=4, schedule="coop")
-    assert mirror_distance(config, lt_kernel(stages=None, cluster=None)) == 0.0
+    assert mirror_distance(config, lt_kernel(stages=None, cluster=None)) == pytest.approx(0.1)
+    assert mirror_distance(config, lt_kernel(stages=4, cluster=None)) == 0.0
     assert mirror_distance(config, lt_kernel(stages=3)) == pytest.approx(0.5)
 
 
@@ -321,3 +322,20 @@ def test_a_small_split_k_kernel_is_mirrored_by_the_sm80_split_k_tile_hopper_lack
     assert mirror_distance(hopper, same_tile) < mirror_distance(
         Sm80Config(layout=Layout.NN, tile_m=128, tile_n=64, tile_k=64, splits=8), same_tile
     )
+
+
+def test_stages_left_to_cublaslt_are_left_to_cutlass_first():
+    auto = sm90(tile_m=128, tile_n=256, cluster_m=2, schedule="coop")
+    four = sm90(tile_m=128, tile_n=256, cluster_m=2, schedule="coop", stages=4)
+    assert mirror_distance(auto, lt_kernel(stages=None)) < mirror_distance(
+        four, lt_kernel(stages=None)
+    )
+    assert mirror_distance(four, lt_kernel(stages=4)) < mirror_distance(auto, lt_kernel(stages=4))
+
+
+def test_the_ranking_of_a_space_is_made_once():
+    proposer = MirrorProposer({PROBLEM.key: [lt_kernel()]})
+    first = proposer.ranking(PROBLEM, SPACE)
+    assert proposer.ranking(PROBLEM, SPACE) is first
+    names, _ = propose({PROBLEM.key: [lt_kernel()]}, n=2)
+    assert names == [entry[2] for entry in first[:2]]
