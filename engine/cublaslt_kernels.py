@@ -159,3 +159,26 @@ def describe(values: Sequence[int], enums: LtEnums | None) -> LtKernel:
         inner_shape=inner,
         raw=raw,
     )
+
+
+def from_record(record: Mapping[str, Any]) -> dict[str, Any]:
+    """Per cuBLASLt-autotune runner of a measurement record (``cublaslt_autotune_nn``, …), what
+    its autotuned pick and the heuristic's first choice run (engine.baselines.with_kernels),
+    where the shim said."""
+    return {
+        runner: {"autotune": report.get("kernel"), "heuristic": report.get("heuristic_kernel")}
+        for runner, report in (record.get("autotune") or {}).items()
+        if report.get("kernel") or report.get("heuristic_kernel")
+    }
+
+
+def by_layout(kernels: Mapping[str, Any], layout: str) -> list[dict[str, Any]]:
+    """:func:`from_record`'s kernels as a list, the most telling first: ``layout``'s autotuned
+    pick and heuristic choice, then the other layout's."""
+    ordered = sorted(kernels.items(), key=lambda item: not item[0].endswith(f"_{layout}"))
+    return [
+        kernel
+        for _, pair in ordered
+        for kernel in (pair.get("autotune"), pair.get("heuristic"))
+        if kernel
+    ]

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from engine import cublaslt_kernels
 from engine.families import KernelConfig, get_family
 from engine.phases import Phases
 from engine.problem import Problem
@@ -48,7 +49,9 @@ class Outcome:
     ``seconds`` is the candidate's time in the executor's primary protocol (None on failure);
     ``baselines`` maps each baseline (best of both layouts) to its time in the same session;
     ``timings`` holds every protocol's numbers for storage; ``gpu_seconds`` is this candidate's
-    share of the GPU wall time (verification and timing).
+    share of the GPU wall time (verification and timing); ``cublaslt_kernels``, what cuBLASLt
+    ran beside it (engine.cublaslt_kernels.from_record: the same for the whole batch, not stored
+    with the candidate; proposers that copy cuBLASLt learn it).
     """
 
     name: str
@@ -59,6 +62,7 @@ class Outcome:
     baselines: Mapping[str, float] = field(default_factory=dict)
     timings: Mapping[str, Any] = field(default_factory=dict)
     gpu_seconds: float = 0.0
+    cublaslt_kernels: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -299,6 +303,7 @@ def outcome_from_record(name: str, record: Mapping[str, Any], protocols: Sequenc
         seconds=primary["seconds"][name],
         baselines=timings[protocols[0]]["baselines"],
         timings=timings,
+        cublaslt_kernels=cublaslt_kernels.from_record(record),
     )
 
 

@@ -19,7 +19,7 @@ from concurrent.futures import wait as futures_wait
 from pathlib import Path
 from typing import Any
 
-from engine import sandbox, toolchain
+from engine import cublaslt_kernels, sandbox, toolchain
 from engine.campaign.executor import STATUS_OK
 from engine.campaign.storage import CandidateRecord
 from engine.compile import CompileResult
@@ -194,19 +194,9 @@ def final_summary(record: dict[str, Any]) -> dict[str, Any]:
     summary = {"protocols": out, "environment": record["environment"]}
     if "sandbox" in record:
         summary["sandbox"] = record["sandbox"]
-    if kernels := cublaslt_kernels(record):
+    if kernels := cublaslt_kernels.from_record(record):
         summary["cublaslt_kernels"] = kernels
     return summary
-
-
-def cublaslt_kernels(record: dict[str, Any]) -> dict[str, Any]:
-    """Per cuBLASLt-autotune runner (``cublaslt_autotune_nn``, …), what its autotuned pick and
-    the heuristic's first choice run (engine.baselines.with_kernels), where the shim said."""
-    return {
-        runner: {"autotune": report.get("kernel"), "heuristic": report.get("heuristic_kernel")}
-        for runner, report in record.get("autotune", {}).items()
-        if report.get("kernel") or report.get("heuristic_kernel")
-    }
 
 
 Sanitizer = Callable[[Path], Any]  # library → a result with .ok and .to_dict()

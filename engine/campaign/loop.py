@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import random
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -35,7 +35,7 @@ from engine.campaign.executor import (
     Outcome,
 )
 from engine.campaign.policy import Policy
-from engine.campaign.proposers import Proposal, Proposer, propose_batch
+from engine.campaign.proposers import LearnsCublasLtKernels, Proposal, Proposer, propose_batch
 from engine.campaign.space import SearchSpace
 from engine.campaign.storage import CampaignStorage, CandidateRecord
 from engine.compile import CompileResult, compile_configs
@@ -205,6 +205,7 @@ class Campaign:
                 tried.update(r.name for r in records)
                 executed += len(records)
                 self._learn(problem, space, records)
+                self._learn_cublaslt_kernels(problem, outcomes.values())
                 round_best = max(
                     (r.reward for r in records if r.status == STATUS_OK), default=-math.inf
                 )
@@ -334,6 +335,15 @@ class Campaign:
         self.campaign_done += len(records)
         self.executed += len(records)
         return records
+
+    def _learn_cublaslt_kernels(self, problem: Problem, outcomes: Iterable[Outcome]) -> None:
+        """What cuBLASLt ran beside the batch, to the proposers that copy it."""
+        kernels = next((o.cublaslt_kernels for o in outcomes if o.cublaslt_kernels), None)
+        if not kernels:
+            return
+        for proposer in self.proposers.values():
+            if isinstance(proposer, LearnsCublasLtKernels):
+                proposer.learn_cublaslt_kernels(problem, kernels)
 
     def _learn(self, problem: Problem, space: SearchSpace, records: list[CandidateRecord]) -> None:
         """Every proposer sees every result (the policy learns from all of them, off-policy

@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from engine import cublaslt_kernels
 from engine.campaign.proposers import Proposal
 from engine.campaign.space import SearchSpace
 from engine.campaign.storage import CandidateRecord
@@ -138,7 +139,8 @@ class MirrorProposer:
     def __init__(
         self, targets: Mapping[str, Sequence[Kernel]], *, max_distance: float = MAX_DISTANCE
     ) -> None:
-        self.targets = targets  # problem key → cuBLASLt kernels, the most telling first
+        # problem key → cuBLASLt kernels, the most telling first
+        self.targets: dict[str, list[Kernel]] = {k: list(v) for k, v in targets.items()}
         self.max_distance = max_distance
         self._rankings: weakref.WeakKeyDictionary[SearchSpace, list[Any]] = (
             weakref.WeakKeyDictionary()
@@ -189,6 +191,22 @@ class MirrorProposer:
         self, problem: Problem, space: SearchSpace, records: Sequence[CandidateRecord]
     ) -> None:
         return None
+
+    def learn_cublaslt_kernels(self, problem: Problem, kernels: Mapping[str, Any]) -> None:
+        """What a GPU step measured cuBLASLt running on ``problem`` goes first (its autotuned
+        pick beats any heuristic list read from a file); the ranking is made again."""
+        known = self.targets.get(problem.key, [])
+        merged = merge_kernels(cublaslt_kernels.by_layout(kernels, problem.layout.value), known)
+        if merged != known:
+            self.targets[problem.key] = merged
+            self._rankings = weakref.WeakKeyDictionary()
+
+
+def merge_kernels(first: Sequence[Kernel], then: Sequence[Kernel]) -> list[Kernel]:
+    """``first``, then those of ``then`` not among them, in order."""
+    out = list(first)
+    out += [k for k in then if k not in out]
+    return out
 
 
 def load_targets(path: Path) -> dict[str, list[Kernel]]:

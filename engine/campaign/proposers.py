@@ -12,7 +12,7 @@ import math
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 
@@ -53,6 +53,15 @@ class Proposer(Protocol):
         self, problem: Problem, space: SearchSpace, records: Sequence[CandidateRecord]
     ) -> None:
         """Learn from a batch of results (only the learned policy does)."""
+        ...
+
+
+@runtime_checkable
+class LearnsCublasLtKernels(Protocol):
+    """A proposer that uses what cuBLASLt runs on a problem, learned from the GPU steps."""
+
+    def learn_cublaslt_kernels(self, problem: Problem, kernels: Mapping[str, Any]) -> None:
+        """``kernels``: engine.cublaslt_kernels.from_record of a measurement of ``problem``."""
         ...
 
 

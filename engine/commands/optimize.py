@@ -148,7 +148,13 @@ def parse_mix(proposers: str, mix: str | None) -> dict[str, float]:
 def mirror_targets(args: argparse.Namespace, problems: list[Problem]) -> dict[str, Any]:
     """cuBLASLt's kernels per problem for the mirror proposer, from --cublaslt-kernels."""
     if args.cublaslt_kernels is None:
-        raise SystemExit("error: --proposers mirror needs --cublaslt-kernels FILE")
+        if args.replay:
+            raise SystemExit(
+                "error: --proposers mirror needs --cublaslt-kernels FILE with --replay "
+                "(a replayed campaign measures no cuBLASLt kernel to learn from)"
+            )
+        print("mirror: learns cuBLASLt's kernels from each problem's GPU steps", flush=True)
+        return {}
     try:
         targets = load_targets(args.cublaslt_kernels)
     except MirrorFileError as exc:

@@ -22,7 +22,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from engine import cublaslt_kernels
 from engine.campaign.executor import STATUS_COMPILE_ERROR, STATUS_OK
+from engine.campaign.mirror import merge_kernels
 from engine.campaign.proposers import Proposal
 from engine.campaign.space import SearchSpace
 from engine.campaign.storage import CandidateRecord
@@ -78,7 +80,7 @@ class LLMProposer:
         self.max_turns = max_turns
         self.notes = notes
         # problem key → the kernels cuBLASLt runs on it (engine.campaign.mirror.load_targets)
-        self.cublaslt_kernels = cublaslt_kernels or {}
+        self.cublaslt_kernels = {k: list(v) for k, v in (cublaslt_kernels or {}).items()}
         self.threads: dict[str, _Thread] = {}  # candidate name → its conversation
         self.repairs: dict[str, list[tuple[str, str]]] = {}  # problem key → [(name, error)]
         self._counter = itertools.count()
@@ -124,6 +126,12 @@ class LLMProposer:
                 self.threads.pop(record.name, None)
                 continue
             queue.append((record.name, self.error_text(record)))
+
+    def learn_cublaslt_kernels(self, problem: Problem, kernels: Mapping[str, Any]) -> None:
+        """What a GPU step measured cuBLASLt running on ``problem``, for the next prompts."""
+        learned = cublaslt_kernels.by_layout(kernels, problem.layout.value)
+        known = self.cublaslt_kernels.get(problem.key, [])
+        self.cublaslt_kernels[problem.key] = merge_kernels(learned, known)
 
     # -- prompts -------------------------------------------------------------------------------
     def context(self, problem: Problem, history: Sequence[CandidateRecord]) -> PromptContext:

@@ -190,3 +190,13 @@ def test_the_prompt_names_the_kernel_cublaslt_runs_on_the_problem_when_known():
     assert "algo66 256x128x64 c1x2 s4" in user["content"]
     other = Problem.parse("1024x1024x1024", "tn")
     assert proposer.context(other, []).notes == "be brief"
+
+
+def test_the_prompt_learns_what_cublaslt_ran_from_a_gpu_step():
+    proposer = LLMProposer(ScriptedBackend([]))
+    assert proposer.context(PROBLEM, []).notes == ""
+    measured = {"algo_id": 3, "label": "algo3 128x256x64 c2x1 s?"}
+    proposer.learn_cublaslt_kernels(
+        PROBLEM, {"cublaslt_autotune_tn": {"autotune": measured, "heuristic": None}}
+    )
+    assert "algo3 128x256x64 c2x1 s?" in proposer.context(PROBLEM, []).notes

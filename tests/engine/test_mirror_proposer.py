@@ -339,3 +339,69 @@ def test_the_ranking_of_a_space_is_made_once():
     assert proposer.ranking(PROBLEM, SPACE) is first
     names, _ = propose({PROBLEM.key: [lt_kernel()]}, n=2)
     assert names == [entry[2] for entry in first[:2]]
+
+
+def test_kernels_a_gpu_step_measured_go_first_and_remake_the_ranking():
+    proposer = MirrorProposer({PROBLEM.key: [lt_kernel(tile_n=128)]})
+    before = proposer.ranking(PROBLEM, SPACE)
+    measured = lt_kernel()  # the autotuned pick: 128x256 c2x1
+    kernels = {"cublaslt_autotune_nn": {"autotune": measured, "heuristic": None}}
+    proposer.learn_cublaslt_kernels(PROBLEM, kernels)
+    assert proposer.targets[PROBLEM.key] == [measured, lt_kernel(tile_n=128)]
+    after = proposer.ranking(PROBLEM, SPACE)
+    assert after is not before
+    assert after[0][2] == sm90(tile_m=128, tile_n=256, cluster_m=2, schedule="coop").name
+    proposer.learn_cublaslt_kernels(PROBLEM, kernels)  # the same again: nothing to remake
+    assert proposer.ranking(PROBLEM, SPACE) is after
+
+
+def test_a_campaign_teaches_the_mirror_what_cublaslt_ran_beside_its_first_batch(tmp_path):
+    """No file: the first batches go to the other proposers; once a GPU step has measured
+    cuBLASLt, the mirror proposes the copy of its kernel."""
+    from dataclasses import replace
+
+    from engine.campaign import (
+        Campaign,
+        CampaignSettings,
+        ReplayExecutor,
+        ReplayTable,
+        SqliteStorage,
+    )
+
+    problem = Problem.parse("4096x4096x4096", "tn")
+    table = ReplayTable.load([RUN1])
+    kernel = lt_kernel(tile_m=256, tile_n=128, cluster=(2, 1), stages=3)
+
+    class MeasuringCublasLt(ReplayExecutor):
+        def execute(self, problem, batch):
+            kernels = {"cublaslt_autotune_tn": {"autotune": kernel, "heuristic": None}}
+            return [replace(o, cublaslt_kernels=kernels) for o in super().execute(problem, batch)]
+
+    mix = {"mirror": 0.5, "random": 0.5}
+    storage = SqliteStorage(tmp_path / "c.sqlite")
+    campaign = Campaign(
+        [problem],
+        settings=CampaignSettings(mix=mix, budget=12, batch_size=4, seed=3),
+        executor=MeasuringCublasLt(table),
+        storage=storage,
+        proposers=make_proposers(mix, mirror_targets={}),
+        space_for=lambda p: SearchSpace.from_configs(p, table.configs_for(p)),
+    )
+    campaign.run()
+    records = storage.candidates(campaign.settings.name, problem.key)
+    mirrored = [r for r in records if r.proposer == "mirror"]
+    assert mirrored, [r.proposer for r in records]
+    assert min(r.round for r in mirrored) >= 1  # nothing known before the first GPU step
+    assert mirrored[0].name == "hgemm_sm90_256x128x64_c2x1x1_s3_tn_coop_epitma_persistent_rn_sw8"
+    assert mirrored[0].meta["distance"] == pytest.approx(0.2)
+    storage.close()
+
+
+def test_a_gpu_campaign_may_start_the_mirror_without_a_file(tmp_path, capsys):
+    import argparse
+
+    from engine.commands.optimize import mirror_targets
+
+    args = argparse.Namespace(cublaslt_kernels=None, replay=None)
+    assert mirror_targets(args, [PROBLEM]) == {}
+    assert "learns cuBLASLt's kernels from each problem's GPU steps" in capsys.readouterr().out
