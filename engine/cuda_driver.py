@@ -1,4 +1,5 @@
-"""The CUDA driver through ctypes, without torch: this GPU's arch, and a tiny health probe.
+"""The CUDA driver through ctypes, without torch: this GPU's arch, and a tiny health probe
+(also resident: ``cuda_driver.py serve``, with NVML's view of the GPU).
 
 Importing torch and creating its CUDA context takes seconds; libcuda alone takes a fraction of
 one. engine.gpu_step asks for the arch here so that it can start its verification children
@@ -168,42 +169,136 @@ def local_arch(default: str = "sm_90") -> str:
     return default
 
 
-def probe(index: int = 0) -> str:
-    """A context on the device, a kernel launched (JIT from PTX), its output copied back and
-    checked. Returns a line for the log; raises DriverError on any failure."""
-    cu = Driver()
-    device = cu.device(index)
-    context = ctypes.c_void_p()
-    cu("cuDevicePrimaryCtxRetain", ctypes.byref(context), device)
-    cu("cuCtxSetCurrent", context)
-    module, function = ctypes.c_void_p(), ctypes.c_void_p()
-    cu("cuModuleLoadData", ctypes.byref(module), PROBE_PTX)
-    cu("cuModuleGetFunction", ctypes.byref(function), module, b"gemmforge_probe")
-    size = PROBE_ELEMENTS * 4
-    pointer = ctypes.c_uint64()
-    cu("cuMemAlloc_v2", ctypes.byref(pointer), size)
-    try:
-        cu("cuMemsetD32_v2", pointer, 0xFFFFFFFF, PROBE_ELEMENTS)
+class ProbeSession:
+    """A context on visible device ``index`` with the probe kernel loaded and its buffer
+    allocated, once; :meth:`run` launches the kernel, copies its output back and checks it
+    (raises DriverError on any failure)."""
+
+    def __init__(self, index: int = 0) -> None:
+        cu = self.cu = Driver()
+        self.device = cu.device(index)
+        self.arch = cu.arch(index)
+        context = ctypes.c_void_p()
+        cu("cuDevicePrimaryCtxRetain", ctypes.byref(context), self.device)
+        cu("cuCtxSetCurrent", context)
+        module, self.function = ctypes.c_void_p(), ctypes.c_void_p()
+        cu("cuModuleLoadData", ctypes.byref(module), PROBE_PTX)
+        cu("cuModuleGetFunction", ctypes.byref(self.function), module, b"gemmforge_probe")
+        self.pointer = ctypes.c_uint64()
+        cu("cuMemAlloc_v2", ctypes.byref(self.pointer), PROBE_ELEMENTS * 4)
+
+    def run(self) -> str:
+        cu = self.cu
+        cu("cuMemsetD32_v2", self.pointer, 0xFFFFFFFF, PROBE_ELEMENTS)
         count, offset = ctypes.c_uint32(PROBE_ELEMENTS), ctypes.c_uint32(PROBE_OFFSET)
         params = (ctypes.c_void_p * 3)(
-            ctypes.addressof(pointer), ctypes.addressof(count), ctypes.addressof(offset)
+            ctypes.addressof(self.pointer), ctypes.addressof(count), ctypes.addressof(offset)
         )
         threads = 256
         blocks = (PROBE_ELEMENTS + threads - 1) // threads
-        cu("cuLaunchKernel", function, blocks, 1, 1, threads, 1, 1, 0, None, params, None)
+        cu("cuLaunchKernel", self.function, blocks, 1, 1, threads, 1, 1, 0, None, params, None)
         cu("cuCtxSynchronize")
         host = (ctypes.c_uint32 * PROBE_ELEMENTS)()
-        cu("cuMemcpyDtoH_v2", ctypes.addressof(host), pointer, size)
+        cu("cuMemcpyDtoH_v2", ctypes.addressof(host), self.pointer, PROBE_ELEMENTS * 4)
+        wrong = sum(host[i] != i + PROBE_OFFSET for i in range(PROBE_ELEMENTS))
+        if wrong:
+            raise DriverError(f"the probe kernel wrote wrong values at {wrong} elements")
+        return f"probe kernel ok on {self.arch}"
+
+    def close(self) -> None:
+        self.cu("cuMemFree_v2", self.pointer)
+
+    def pci_bus_id(self) -> bytes:
+        if not hasattr(self, "_bus_id_declared"):
+            self.cu._sig("cuDeviceGetPCIBusId", ctypes.c_char_p, ctypes.c_int, ctypes.c_int)
+            self._bus_id_declared = True
+        text = ctypes.create_string_buffer(32)
+        self.cu("cuDeviceGetPCIBusId", text, len(text), self.device)
+        return text.value
+
+
+def probe(index: int = 0) -> str:
+    """A context on the device, a kernel launched (JIT from PTX), its output copied back and
+    checked. Returns a line for the log; raises DriverError on any failure."""
+    session = ProbeSession(index)
+    try:
+        return session.run()
     finally:
-        cu("cuMemFree_v2", pointer)
-    wrong = [i for i in range(PROBE_ELEMENTS) if host[i] != i + PROBE_OFFSET]
-    if wrong:
-        raise DriverError(f"the probe kernel wrote wrong values at {len(wrong)} elements")
-    return f"probe kernel ok on {cu.arch(index)}"
+        session.close()
+
+
+class _Utilization(ctypes.Structure):
+    _fields_ = [("gpu", ctypes.c_uint), ("memory", ctypes.c_uint)]
+
+
+class _Memory(ctypes.Structure):
+    _fields_ = [("total", ctypes.c_ulonglong), ("free", ctypes.c_ulonglong),
+                ("used", ctypes.c_ulonglong)]  # fmt: skip
+
+
+class Nvml:
+    """NVML (what nvidia-smi asks) for one device, found by its PCI bus id: NVML numbers the
+    GPUs without regard to CUDA_VISIBLE_DEVICES."""
+
+    def __init__(self, pci_bus_id: bytes, path: str = "libnvidia-ml.so.1") -> None:
+        try:
+            self.lib = ctypes.CDLL(path)
+        except OSError as exc:
+            raise DriverError(f"cannot load {path}: {exc}") from None
+        self.lib.nvmlErrorString.restype = ctypes.c_char_p
+        self("nvmlInit_v2")
+        self.handle = ctypes.c_void_p()
+        self("nvmlDeviceGetHandleByPciBusId_v2", ctypes.c_char_p(pci_bus_id),
+             ctypes.byref(self.handle))  # fmt: skip
+
+    def __call__(self, name: str, *args: object) -> None:
+        status = getattr(self.lib, name)(*args)
+        if status != 0:
+            why = self.lib.nvmlErrorString(status) or b"unknown error"
+            raise DriverError(f"{name} failed: {why.decode(errors='replace')} ({status})")
+
+    def line(self) -> str:
+        """nvidia-smi's ``--query-gpu=name,temperature.gpu,utilization.gpu,memory.used,
+        memory.total --format=csv,noheader`` line."""
+        name = ctypes.create_string_buffer(96)
+        self("nvmlDeviceGetName", self.handle, name, ctypes.c_uint(len(name)))
+        temperature = ctypes.c_uint()
+        self("nvmlDeviceGetTemperature", self.handle, 0, ctypes.byref(temperature))
+        utilization, memory = _Utilization(), _Memory()
+        self("nvmlDeviceGetUtilizationRates", self.handle, ctypes.byref(utilization))
+        self("nvmlDeviceGetMemoryInfo", self.handle, ctypes.byref(memory))
+        used, total = memory.used >> 20, memory.total >> 20
+        return (
+            f"{name.value.decode(errors='replace')}, {temperature.value}, "
+            f"{utilization.gpu} %, {used} MiB, {total} MiB"
+        )
+
+
+def serve(index: int = 0) -> int:
+    """The resident probe (engine.gpu_health.ResidentProbe): set up once, then one answer line
+    per request line on stdin, ``ok <nvidia-smi's line>`` or ``error <why>``; ends at the end of
+    its input (its parent gone). A failed set-up is the first answer, then it exits."""
+    try:
+        session = ProbeSession(index)
+        nvml = Nvml(session.pci_bus_id())
+    except DriverError as exc:
+        sys.stdin.readline()
+        print(f"error {exc}", flush=True)
+        return 1
+    while sys.stdin.readline():
+        try:
+            session.run()
+            answer = f"ok {nvml.line()}"
+        except DriverError as exc:
+            answer = f"error {exc}"
+        print(" ".join(answer.split()), flush=True)  # one line, whatever the message holds
+    return 0
 
 
 def main(argv: Sequence[str]) -> int:
     command = argv[0] if argv else "probe"
+    if command == "serve":
+        return serve()
     try:
         print(probe() if command == "probe" else device_arch())
     except DriverError as exc:

@@ -4,9 +4,11 @@ path costs time but never stops a healthy GPU's queue. engine.cuda_driver withou
 
 from __future__ import annotations
 
+import functools
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -76,6 +78,118 @@ def test_without_nvidia_smi_nothing_is_started(calls, monkeypatch):
     assert calls == []
 
 
+# -- the resident probe (gpu_health.check) -----------------------------------------------------
+def fake_server(*answers: str) -> list[str]:
+    """A resident probe that gives ``answers`` in turn, one per request line (``sleep`` hangs)."""
+    script = (
+        "import sys, time\n"
+        f"answers = {list(answers)!r}\n"
+        "for answer in answers:\n"
+        "    if not sys.stdin.readline(): break\n"
+        "    if answer == 'sleep': time.sleep(60)\n"
+        "    print(answer, flush=True)\n"
+    )
+    return [sys.executable, "-c", script]
+
+
+@pytest.fixture
+def fresh(monkeypatch) -> list[bool]:
+    """The fresh probe, healthy through libcuda, counted; no resident probe left behind."""
+    ran: list[bool] = []
+
+    def probe(device, *, timeout=60.0):
+        ran.append(True)
+        return gpu_health.Health(True, "NVIDIA H200, 30, 0 %", "driver")
+
+    monkeypatch.setattr(gpu_health, "probe", probe)
+    gpu_health.resident_close()
+    yield ran
+    gpu_health.resident_close()
+
+
+def serve(monkeypatch, *answers: str) -> None:
+    argv = fake_server(*answers)
+    monkeypatch.setattr(
+        gpu_health, "ResidentProbe", functools.partial(gpu_health.ResidentProbe, argv=argv)
+    )
+
+
+def test_after_a_healthy_fresh_probe_the_resident_probe_answers(fresh, monkeypatch):
+    serve(monkeypatch, "ok NVIDIA H200, 31, 0 %, 600 MiB, 143771 MiB", "ok NVIDIA H200, 32, 0 %")
+    assert gpu_health.check("0").call == "driver"
+    second, third = gpu_health.check("0"), gpu_health.check("0")
+    assert (second.ok, second.call, second.message) == (
+        True, "resident", "NVIDIA H200, 31, 0 %, 600 MiB, 143771 MiB"
+    )  # fmt: skip
+    assert (third.ok, third.call) == (True, "resident")
+    assert fresh == [True]  # one fresh probe for three checks
+
+
+def test_a_resident_probe_that_reports_a_fault_hands_the_verdict_to_a_fresh_probe(
+    fresh, monkeypatch
+):
+    serve(monkeypatch, "error cuCtxSynchronize failed: an illegal memory access (700)")
+    gpu_health.check("0")
+    health = gpu_health.check("0")
+    assert fresh == [True, True]
+    assert health.ok  # the fresh probe decided: a new context works
+    assert "illegal memory access" in health.call
+    assert gpu_health._resident is None  # a doubted GPU gets fresh probes until one is clean
+    gpu_health.check("0")
+    assert fresh == [True, True, True]
+
+
+def test_a_resident_probe_that_hangs_is_killed_after_its_timeout(fresh, monkeypatch):
+    serve(monkeypatch, "sleep")
+    gpu_health.check("0")
+    resident = gpu_health._resident
+    started = time.perf_counter()
+    health = gpu_health.check("0", timeout=0.5)
+    assert time.perf_counter() - started < 5
+    assert "did not answer in 0.5 s" in health.call
+    assert resident.proc.poll() is not None
+    assert fresh == [True, True]
+
+
+def test_a_resident_probe_that_died_is_replaced_by_a_fresh_probe(fresh, monkeypatch):
+    serve(monkeypatch)  # answers nothing: exits at once
+    gpu_health.check("0")
+    gpu_health._resident.proc.wait(timeout=30)
+    health = gpu_health.check("0")
+    assert health.ok
+    assert "resident probe" in health.call
+    assert fresh == [True, True]
+
+
+def test_after_a_crashed_or_timed_out_step_only_a_fresh_probe_decides(fresh, monkeypatch):
+    serve(monkeypatch, "ok NVIDIA H200")
+    gpu_health.check("0")
+    resident = gpu_health._resident
+    assert gpu_health.check("0", fresh=True).call == "driver"
+    assert resident.proc.poll() is not None
+    assert gpu_health._resident is None
+    assert fresh == [True, True]
+
+
+def test_a_probe_of_another_gpu_does_not_ask_this_ones_resident_probe(fresh, monkeypatch):
+    serve(monkeypatch, "ok NVIDIA H200", "ok NVIDIA H200")
+    gpu_health.check("0")
+    gpu_health.check("1")
+    assert fresh == [True, True]
+    assert gpu_health._resident.device == "1"
+
+
+def test_the_real_resident_probe_without_a_gpu_says_why_and_exits():
+    resident = gpu_health.ResidentProbe("")  # CUDA_VISIBLE_DEVICES="": no device anywhere
+    try:
+        health = resident.ask(timeout=60)
+        assert not health.ok
+        assert health.message
+        assert resident.proc.wait(timeout=30) == 1
+    finally:
+        resident.close()
+
+
 def test_the_driver_probe_runs_as_a_script_of_the_standard_library_alone():
     """``python -I cuda_driver.py``: no engine import, no torch; without libcuda it says so."""
     source = Path(cuda_driver.__file__).read_text()
@@ -133,3 +247,25 @@ def test_on_a_real_gpu_the_driver_probe_decides_and_agrees_with_torch_on_the_arc
     assert health.call == "driver"
     major, minor = torch.cuda.get_device_capability(0)
     assert cuda_driver.device_arch(0) == f"sm_{major}{minor}"
+
+
+@pytest.mark.gpu
+def test_on_a_real_gpu_the_resident_probe_answers_in_milliseconds_with_nvidia_smis_line():
+    gpu_health.resident_close()
+    try:
+        first = gpu_health.check("0")
+        assert (first.ok, first.call) == (True, "driver"), first
+        gpu_health.check("0")  # waits for the resident probe's set-up
+        started = time.perf_counter()
+        health = gpu_health.check("0")
+        took = time.perf_counter() - started
+        assert (health.ok, health.call) == (True, "resident"), health
+        name, temperature, utilization, used, total = health.message.split(", ")
+        assert name == first.message.split(", ")[0]  # nvidia-smi's name for the GPU
+        assert int(temperature) > 0
+        assert utilization.endswith(" %")
+        assert used.endswith(" MiB")
+        assert total.endswith(" MiB")
+        assert took < 0.1, took
+    finally:
+        gpu_health.resident_close()

@@ -111,7 +111,9 @@ def gpu_child(monkeypatch, configs):
         ]
 
     monkeypatch.setattr(runner, "run_gpu_child", child)
-    monkeypatch.setattr(gpu_health, "probe", lambda device: gpu_health.Health(True, "H200", "x"))
+    monkeypatch.setattr(
+        gpu_health, "check", lambda device, fresh=False: gpu_health.Health(True, "H200", "x")
+    )
     return seen
 
 

@@ -103,12 +103,12 @@ def test_a_local_step_books_the_childs_phases_and_its_own(gpu_item, monkeypatch)
         time.sleep(0.02)  # the child exiting
         return toolchain.ProcessResult("python -m engine.gpu_step", 0, "", "", 0.07, False)
 
-    def probe(device):
+    def check(device, *, fresh=False):
         time.sleep(0.03)
-        return gpu_health.Health(True, "NVIDIA H200", "driver")
+        return gpu_health.Health(True, "NVIDIA H200", "resident")
 
     monkeypatch.setattr(runner.toolchain, "run", child)
-    monkeypatch.setattr(gpu_health, "probe", probe)
+    monkeypatch.setattr(gpu_health, "check", check)
     started = time.perf_counter()
     result = runner.gpu_step(item_id=item.id, token=token)
     wall = time.perf_counter() - started
@@ -122,7 +122,7 @@ def test_a_local_step_books_the_childs_phases_and_its_own(gpu_item, monkeypatch)
     assert result["info"] == {
         "autotune_cached": True,
         "verification_children": 2,
-        "health_probe": "driver",
+        "health_probe": "resident",
         "mps": "off",  # ENGINE_VERIFY_MPS (engine.mps): whether verifiers shared an MPS server
     }
     item.refresh_from_db()
@@ -144,3 +144,50 @@ def test_an_older_child_without_phases_still_gives_its_outcomes(settings):
         outcomes = runner.run_gpu_child("4096x4096x4096_tn", [row], phases=phases)
     assert outcomes == [{"name": "k", "status": "rejected"}]
     assert phases.seconds == {}
+
+
+def crashing_child(argv, **_kwargs):
+    return toolchain.ProcessResult(
+        "python -m engine.gpu_step", -11, "", "Segmentation fault", 1, False
+    )
+
+
+@pytest.mark.parametrize("healthy", [True, False])
+def test_a_crashed_step_is_followed_by_a_fresh_probe_that_decides_what_it_was(
+    gpu_item, monkeypatch, healthy
+):
+    item, token = gpu_item
+    checks = []
+
+    def check(device, *, fresh=False):
+        checks.append(fresh)
+        return gpu_health.Health(healthy, "NVIDIA H200" if healthy else "Xid 79", "driver")
+
+    monkeypatch.setattr(runner.toolchain, "run", crashing_child)
+    monkeypatch.setattr(gpu_health, "check", check)
+    expected = runner.StepCrashed if healthy else runner.GpuUnhealthy
+    with pytest.raises(expected) as raised:
+        runner.gpu_step(item_id=item.id, token=token)
+    assert checks == [True]  # a new context must work, not only the resident probe's
+    if not healthy:
+        assert isinstance(raised.value.__cause__, runner.StepCrashed)
+    assert not Candidate.objects.filter(outcome__isnull=False).exists()
+
+
+def test_a_step_killed_on_its_timeout_is_followed_by_a_fresh_probe(gpu_item, monkeypatch, settings):
+    item, token = gpu_item
+    checks = []
+
+    def hung_child(argv, **_kwargs):
+        return toolchain.ProcessResult("python -m engine.gpu_step", -9, "", "", 1, True)
+
+    def check(device, *, fresh=False):
+        checks.append(fresh)
+        return gpu_health.Health(True, "NVIDIA H200", "driver")
+
+    monkeypatch.setattr(runner.toolchain, "run", hung_child)
+    monkeypatch.setattr(gpu_health, "check", check)
+    result = runner.gpu_step(item_id=item.id, token=token)
+    assert checks == [True]
+    assert result["measured"] == 2
+    assert set(Candidate.objects.values_list("outcome__status", flat=True)) == {"timeout"}

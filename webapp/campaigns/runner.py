@@ -5,10 +5,10 @@ render and compile it, store the candidates; then a GPU step (queue ``gpu.<arch>
 or, when nothing is left to run, the problem's stop reason. GPU step: run the batch in a child
 process (``python -m engine.gpu_step`` in the candidate sandbox of engine.sandbox: allow-listed
 environment, CUDA_VISIBLE_DEVICES pinned, the GPU children's limits, its process group killed on
-timeout; the worker never initialises CUDA), probe the GPU's health, record the outcomes through
-DjangoStorage and queue the next round's compile step. Each step commits only while it holds
-its work item's lease, so a step that lost its lease (its worker was presumed dead) changes
-nothing, and a candidate is recorded once.
+timeout; the worker never initialises CUDA), probe the GPU's health (engine.gpu_health.check),
+record the outcomes through DjangoStorage and queue the next round's compile step. Each step
+commits only while it holds its work item's lease, so a step that lost its lease (its worker was
+presumed dead) changes nothing, and a candidate is recorded once.
 """
 
 from __future__ import annotations
@@ -308,15 +308,12 @@ def gpu_step(*, item_id: int, token: str) -> dict[str, Any]:
         phases.info["mps"] = mps.ensure_for_verification(
             load_engine_config().verify_mps, gpu=settings.GEMMFORGE_GPU_DEVICE
         )
-    outcomes = run_gpu_child(key, rows, phases=phases) if rows else []
-    if executor_spec() == "local":
-        from engine import gpu_health
-
-        with phases("health_probe"):
-            health = gpu_health.probe(settings.GEMMFORGE_GPU_DEVICE)
-        phases.info["health_probe"] = health.call
-        if not health.ok:
-            raise GpuUnhealthy(health.message)
+    try:
+        outcomes = run_gpu_child(key, rows, phases=phases) if rows else []
+    except StepCrashed as crash:
+        health_check(phases, fresh=True, after=crash)
+        raise
+    health_check(phases, fresh=any(o.get("reason") == "gpu_timeout" for o in outcomes))
     recording = time.perf_counter()
     by_id = {r.name: r for r in rows}
     records = []
@@ -357,6 +354,21 @@ def gpu_step(*, item_id: int, token: str) -> dict[str, Any]:
         }
         work_item_done(item, result=result)
     return result
+
+
+def health_check(phases: Phases, *, fresh: bool, after: Exception | None = None) -> None:
+    """Every local GPU step is followed by a health probe (engine.gpu_health.check: the
+    resident probe, or fresh processes after a step that timed out or crashed); a failed one
+    raises GpuUnhealthy, and the step's results are not recorded."""
+    if executor_spec() != "local":
+        return
+    from engine import gpu_health
+
+    with phases("health_probe"):
+        health = gpu_health.check(settings.GEMMFORGE_GPU_DEVICE, fresh=fresh)
+    phases.info["health_probe"] = health.call
+    if not health.ok:
+        raise GpuUnhealthy(health.message) from after
 
 
 def step_args(spec: str, problem_key: str, workdir: Path) -> list[str]:
@@ -447,11 +459,12 @@ atexit.register(standby_discard)
 
 @worker_process_shutdown.connect(weak=False, dispatch_uid="gemmforge-gpu-children")
 def on_worker_process_shutdown(**_kwargs: Any) -> None:
-    """A Celery pool process ends without running atexit: its standby step child and the MPS
-    daemon it started for verification (engine.mps) end here."""
-    from engine import mps
+    """A Celery pool process ends without running atexit: its standby step child, its resident
+    health probe and the MPS daemon it started for verification (engine.mps) end here."""
+    from engine import gpu_health, mps
 
     standby_discard()
+    gpu_health.resident_close()
     mps.stop_started()
 
 
