@@ -29,6 +29,14 @@ SMEM_LIMIT = 232448  # bytes of shared memory per block on H100/H200 (227 KiB)
 SMEM_RESERVED = 1024  # pipeline barriers, tile-scheduler storage
 EPILOGUE_SMEM = {"tma": 32768, "nosmem": 0}  # upper bound of the epilogue's smem (fp16 D, no C)
 MAX_ACCUMULATORS = 128  # fp32 accumulator registers per consumer thread
+# CUTLASS offers the wgmma atoms of these N only with CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED;
+# without it a 176-wide tile is eleven 64x16x16 instructions per k-step instead of one 64x176x16.
+# Defined only where needed: every other kernel's source, and so its cache key, is unchanged.
+EXTENDED_MMA_TILE_N = frozenset({176})
+EXTENDED_MMA_DEFINE = (
+    "// tile N 176: CUTLASS selects its 64x176x16 wgmma only with the extended shapes\n"
+    "#define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED\n"
+)
 
 KERNEL_SCHEDULES = {
     "ws": "cutlass::gemm::KernelTmaWarpSpecialized",
@@ -51,7 +59,7 @@ class Sm90Config(KernelConfig):
     TEMPLATE: ClassVar[str] = "sm90.cu.tmpl"
     SPACE: ClassVar[dict[str, tuple[object, ...]]] = {
         "tile_m": (64, 128, 256),
-        "tile_n": (64, 128, 192, 256),
+        "tile_n": (64, 128, 176, 192, 256),
         "tile_k": (32, 64, 128),
         "cluster_m": (1, 2),
         "cluster_n": (1, 2),
@@ -202,6 +210,7 @@ class Sm90Config(KernelConfig):
             ]
         nn = self.layout is Layout.NN
         return {
+            "extended_mma": EXTENDED_MMA_DEFINE if self.tile_n in EXTENDED_MMA_TILE_N else "",
             "b_desc": "KxN row-major (N-major)" if nn else "NxK row-major (K-major)",
             "layout_b": "cutlass::layout::RowMajor" if nn else "cutlass::layout::ColumnMajor",
             "b_stride_n": "Int<1>{}" if nn else "int64_t(K)",

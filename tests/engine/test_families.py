@@ -113,6 +113,19 @@ def test_cublaslts_192_wide_tile_is_offered_where_its_accumulators_fit():
         assert Sm90Config(layout=layout, tile_m=64, tile_n=192, schedule="pingpong").is_valid()
 
 
+def test_cublaslts_176_wide_tile_is_offered_cooperative_with_cutlass_extended_wgmma_shapes():
+    """cuBLASLt-autotune's pick on 5 large grid problems (run 14's finals): 128×176, 2×1."""
+    wide = Sm90Config(layout=NN, tile_m=128, tile_n=176, cluster_m=2, schedule="coop")
+    assert wide.is_valid()
+    assert not Sm90Config(layout=NN, tile_m=128, tile_n=176, schedule="pingpong").is_valid()
+    source = wide.render()
+    define = source.index("#define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED")
+    assert define < source.index('#include "cute/tensor.hpp"')
+    for tile_n in (64, 128, 192, 256):  # their sources, and so their cache keys, are unchanged
+        config = Sm90Config(layout=TN, tile_m=64, tile_n=tile_n, schedule="pingpong")
+        assert "EXTENDED_MMA" not in config.render()
+
+
 def test_the_extremes_cover_every_knob_value_at_its_ends():
     for family, configs in ((Sm90Config, SM90_EXTREMES), (Sm80Config, SM80_EXTREMES)):
         for knob, values in family.SPACE.items():
@@ -291,3 +304,17 @@ def test_the_knob_extremes_compile_without_spills(engine_config):
             assert {r.arch for r in result.resources} == set(family.ARCHS), config.name
             assert not result.spills, config.name
             assert "C7510" not in result.log, config.name
+
+
+@pytest.mark.nvcc
+@pytest.mark.slow
+def test_a_176_wide_tile_compiles_to_one_64x176_wgmma_per_k_step(engine_config):
+    """Without CUTLASS's extended shapes the builder falls back to eleven 64x16x16 wgmmas."""
+    config = Sm90Config(layout=NN, tile_m=128, tile_n=176, cluster_m=2, schedule="coop")
+    [result] = comp.compile_many(
+        [config.render()], jobs=1, archs=config.ARCHS, config=engine_config
+    )
+    assert result.ok, (result.error, result.log[-3000:])
+    assert not result.spills
+    [kernel] = result.resources
+    assert "MMA_64x176x16_F32F16F16" in kernel.name

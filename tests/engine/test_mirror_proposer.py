@@ -240,6 +240,9 @@ def test_the_exact_mirrors_copy_tile_cluster_stages_and_split_k_in_both_schedule
     assert [c.name for c in exact_mirrors(PROBLEM, [lt_kernel(tile_n=192)])] == [
         "hgemm_sm90_128x192x64_c2x1x1_sauto_nn_coop_epitma_persistent_rheuristic_sw1"
     ]
+    assert [c.name for c in exact_mirrors(PROBLEM, [lt_kernel(tile_n=176)])] == [
+        "hgemm_sm90_128x176x64_c2x1x1_sauto_nn_coop_epitma_persistent_rheuristic_sw1"
+    ]  # cuBLASLt-autotune's pick on 12288x12288x1024 and 4096x12288x8192 (run 14)
     assert exact_mirrors(PROBLEM, [lt_kernel(tile_n=96)]) == []  # no such tile in the family
     assert exact_mirrors(PROBLEM, [lt_kernel(), lt_kernel(stages=None)]) == exact_mirrors(
         PROBLEM, [lt_kernel()]
