@@ -195,15 +195,19 @@ if [[ $stage == grid64 ]]; then  # issue 11: the 64-shape campaign, resumed acro
   # per shape) on the N shapes furthest under cuBLASLt-autotune and the large ones under 0.98
   # (bench/grid64.py focus); the whole campaign's run after it then only gathers every shape's
   # finals, those of the unchanged shapes from the saved ones
-  # GRID64_PROPOSERS with mirror: cuBLASLt's kernels from the cublaslt stage (or CUBLASLT_KERNELS)
-  # (named first here, without timing, when neither exists)
+  # GRID64_PROPOSERS with mirror: cuBLASLt's kernels from the cublaslt stage (or CUBLASLT_KERNELS,
+  # files separated by ':', merged) (named first here, without timing, when neither exists)
   mirror_args=()
   if [[ ${GRID64_PROPOSERS:-} == *mirror* ]]; then
-    kernels=${CUBLASLT_KERNELS:-$ENGINE_CACHE_DIR/cublaslt-kernels.json}
-    [[ -f $kernels ]] || python3 bench/cublaslt_kernels.py --out "$kernels" 2>&1 \
-      | tee "$OUT/cublaslt-kernels.log" | tail -3
-    cp "$kernels" "$OUT/cublaslt-kernels.json" 2>/dev/null
-    mirror_args=(--cublaslt-kernels "$kernels")
+    if [[ -n ${CUBLASLT_KERNELS:-} ]]; then
+      IFS=: read -ra kernel_files <<<"$CUBLASLT_KERNELS"
+    else
+      kernel_files=("$ENGINE_CACHE_DIR/cublaslt-kernels.json")
+      [[ -f ${kernel_files[0]} ]] || python3 bench/cublaslt_kernels.py --out "${kernel_files[0]}" \
+        2>&1 | tee "$OUT/cublaslt-kernels.log" | tail -3
+      cp "${kernel_files[0]}" "$OUT/cublaslt-kernels.json" 2>/dev/null
+    fi
+    for file in "${kernel_files[@]}"; do mirror_args+=(--cublaslt-kernels "$file"); done
   fi
   grid64_optimize() {  # layout, shapes, budget, results file, then extra options
     local layout=$1 shapes=$2 budget=$3 out=$4; shift 4

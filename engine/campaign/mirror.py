@@ -209,10 +209,19 @@ def merge_kernels(first: Sequence[Kernel], then: Sequence[Kernel]) -> list[Kerne
     return out
 
 
-def load_targets(path: Path) -> dict[str, list[Kernel]]:
+def load_targets(*paths: Path) -> dict[str, list[Kernel]]:
     """Problem key → cuBLASLt kernels, the most telling first: this layout's autotuned pick, the
     heuristic's choices, then the same for the shape's other layout. Reads
-    bench/cublaslt_kernels.py's JSON (``kernels``) or a campaign's results (``final``)."""
+    bench/cublaslt_kernels.py's JSON (``kernels``) or a campaign's results (``final``); of
+    several files, each problem's kernels in the files' order, each once."""
+    targets: dict[str, list[Kernel]] = {}
+    for path in paths:
+        for key, kernels in _load_targets(path).items():
+            targets[key] = merge_kernels(targets.get(key, []), kernels)
+    return targets
+
+
+def _load_targets(path: Path) -> dict[str, list[Kernel]]:
     try:
         data = json.loads(Path(path).read_text())
     except (OSError, ValueError) as exc:

@@ -64,8 +64,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--cublaslt-kernels",
         type=Path,
+        action="append",
         help="--proposers mirror (and the llm's prompts): the kernels cuBLASLt runs per problem "
-        "(bench/cublaslt_kernels.py JSON, or a campaign's results JSON whose finals recorded them)",
+        "(bench/cublaslt_kernels.py JSON, or a campaign's results JSON whose finals recorded "
+        "them); repeat it to merge files",
     )
     llm = parser.add_argument_group("LLM proposer (--proposers llm; GPU runs only)")
     llm.add_argument("--llm-backend", choices=("local", "openai"), default="local")
@@ -156,7 +158,7 @@ def mirror_targets(args: argparse.Namespace, problems: list[Problem]) -> dict[st
         print("mirror: learns cuBLASLt's kernels from each problem's GPU steps", flush=True)
         return {}
     try:
-        targets = load_targets(args.cublaslt_kernels)
+        targets = load_targets(*args.cublaslt_kernels)
     except MirrorFileError as exc:
         raise SystemExit(f"error: {exc}") from None
     named = sum(p.key in targets for p in problems)

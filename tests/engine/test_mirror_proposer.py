@@ -167,6 +167,38 @@ def test_targets_from_a_campaigns_finals(tmp_path):
     assert targets["8192x8192x2048_tn"] == [heuristic, pick, heuristic]
 
 
+def test_targets_of_several_files_merge_each_problems_kernels_in_the_files_order(tmp_path):
+    """Run 14: the cublaslt stage named the heuristic's picks on all 80 problems, the finals
+    named autotune's on those they re-measured; a campaign reads both."""
+    bench_pick, final_pick = lt_kernel(tile_n=128), lt_kernel(tile_n=176)
+    bench = tmp_path / "cublaslt-kernels.json"
+    bench.write_text(
+        json.dumps(
+            {
+                "kernels": {
+                    "8192x8192x2048_nn": {"heuristic": [bench_pick], "autotune": None},
+                    "4096x4096x4096_nn": {"heuristic": [bench_pick], "autotune": None},
+                }
+            }
+        )
+    )
+    finals = tmp_path / "grid64-nn.json"
+    pair = {"autotune": final_pick, "heuristic": bench_pick}
+    finals.write_text(
+        json.dumps(
+            {
+                "final": {
+                    "8192x8192x2048_nn": {"cublaslt_kernels": {"cublaslt_autotune_nn": pair}},
+                }
+            }
+        )
+    )
+    targets = load_targets(bench, finals)
+    assert targets["8192x8192x2048_nn"] == [bench_pick, final_pick]
+    assert targets["4096x4096x4096_nn"] == [bench_pick]
+    assert load_targets(finals, bench)["8192x8192x2048_nn"] == [final_pick, bench_pick]
+
+
 @pytest.mark.parametrize("text", ["{not json", '{"problems": []}'])
 def test_a_file_that_names_no_kernels_is_refused_with_its_path(tmp_path, text):
     path = tmp_path / "x.json"
@@ -215,6 +247,21 @@ def test_a_replayed_campaign_starts_from_cublaslts_kernel(tmp_path, monkeypatch,
     with sqlite3.connect(tmp_path / "c.sqlite") as db:
         rows = db.execute("SELECT name, proposer FROM candidates ORDER BY id").fetchall()
     assert rows[0] == ("hgemm_sm90_256x128x64_c2x1x1_s3_tn_coop_epitma_persistent_rn_sw8", "mirror")
+
+
+def test_the_command_merges_several_kernels_files(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("ENGINE_CACHE_DIR", str(tmp_path / "cache"))
+    empty, named = tmp_path / "empty.json", tmp_path / "named.json"
+    empty.write_text(json.dumps({"kernels": {}}))
+    kernel = lt_kernel(tile_m=256, tile_n=128, cluster=(2, 1), stages=3)
+    named.write_text(
+        json.dumps({"kernels": {"4096x4096x4096_tn": {"heuristic": [kernel], "autotune": None}}})
+    )
+    argv = optimize_argv(
+        tmp_path, "--cublaslt-kernels", str(empty), "--cublaslt-kernels", str(named)
+    )
+    assert cli.main(argv) == 0
+    assert "mirror: cuBLASLt's kernels for 1 of 1 problems" in capsys.readouterr().out
 
 
 def test_the_command_asks_for_the_kernels_file(tmp_path):
