@@ -312,7 +312,10 @@ def main(
         "started_at": started_at,
         "finished_at": time.time(),
     }
-    args.out.write_text(json.dumps(result))
+    # renamed into place whole: the worker goes on as soon as the file exists (toolchain's done)
+    partial = args.out.with_name(args.out.name + ".partial")
+    partial.write_text(json.dumps(result))
+    os.replace(partial, args.out)
     return 0
 
 

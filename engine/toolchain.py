@@ -13,6 +13,7 @@ import os
 import shlex
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -24,6 +25,10 @@ from engine.sandbox import Applied, Policy
 
 OUTPUT_LIMIT = 64 * 1024
 MEMORY_POLL_SECONDS = 0.5
+DONE_POLL_SECONDS = 0.02  # how often a wait with ``done`` asks it
+EXIT_GRACE_SECONDS = (
+    30.0  # a child done early may take this long to exit before its group is killed
+)
 # a child that dies of these signals was stopped by one of its sandbox limits
 LIMIT_SIGNALS = {signal.SIGXCPU: "cpu_time", signal.SIGXFSZ: "file_size"}
 
@@ -49,10 +54,14 @@ class ProcessResult:
     # "cpu_time" / "file_size" (its own rlimit's signal); None when it ended by itself
     killed_for: str | None = None
     sandbox: Applied | None = None  # None: run without a sandbox policy
+    # returned once the caller's ``done`` said the child's work was complete, before it exited
+    # (returncode None, its output unread); it is reaped in the background
+    early: bool = False
 
     @property
     def ok(self) -> bool:
-        return self.returncode == 0 and not self.timed_out and self.killed_for is None
+        ended_well = self.returncode == 0 or self.early
+        return ended_well and not self.timed_out and self.killed_for is None
 
 
 def run(
@@ -63,14 +72,17 @@ def run(
     env: Mapping[str, str] | None = None,
     stdin: str | None = None,
     policy: Policy | None = None,
+    done: Callable[[], bool] | None = None,
 ) -> ProcessResult:
     """Run ``argv``; never raises for the child's failure or timeout (that is in the result).
 
     With ``policy``, the child runs under it (engine.sandbox) and the result says what was
-    applied; a child over its resident-memory limit is killed like one over its time."""
+    applied; a child over its resident-memory limit is killed like one over its time. With
+    ``done``, asked every DONE_POLL_SECONDS: the result comes as soon as it says the child's
+    work is complete (``early``), while the child still exits."""
     args = [os.fspath(a) for a in argv]
     proc, applied = _start(args, cwd=cwd, env=env, stdin=stdin, policy=policy)
-    return Running(args, proc, applied, policy).finish(stdin=stdin, timeout=timeout)
+    return Running(args, proc, applied, policy).finish(stdin=stdin, timeout=timeout, done=done)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,23 +98,30 @@ class Running:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
-    def finish(self, *, stdin: str | None, timeout: float) -> ProcessResult:
+    def finish(
+        self, *, stdin: str | None, timeout: float, done: Callable[[], bool] | None = None
+    ) -> ProcessResult:
         started = time.monotonic()
         proc = self.proc
         resident_limit = self.policy.limits.resident_bytes if self.policy is not None else None
-        out, err, killed_for = _wait(proc, stdin, started + timeout, resident_limit)
-        if killed_for is None and proc.returncode is not None and proc.returncode < 0:
+        out, err, killed_for = _wait(proc, stdin, started + timeout, resident_limit, done)
+        early = killed_for == "done"
+        if early:
+            killed_for = None
+            _reap_later(proc, EXIT_GRACE_SECONDS)
+        elif killed_for is None and proc.returncode is not None and proc.returncode < 0:
             killed_for = LIMIT_SIGNALS.get(-proc.returncode)
         killed_here = killed_for in ("timeout", "memory")
         return ProcessResult(
             command=shlex.join(self.args),
-            returncode=None if killed_here else proc.returncode,
+            returncode=None if killed_here or early else proc.returncode,
             stdout=truncate(out),
             stderr=truncate(err),
             seconds=time.monotonic() - started,
             timed_out=killed_for == "timeout",
             killed_for=killed_for,
             sandbox=self.sandbox,
+            early=early,
         )
 
     def discard(self, grace: float = 5.0) -> None:
@@ -202,13 +221,19 @@ def _popen(
 
 
 def _wait(
-    proc: subprocess.Popen[str], stdin: str | None, deadline: float, resident_limit: int | None
+    proc: subprocess.Popen[str],
+    stdin: str | None,
+    deadline: float,
+    resident_limit: int | None,
+    done: Callable[[], bool] | None = None,
 ) -> tuple[str, str, str | None]:
-    """The child's output and why it was killed (None: it ended by itself)."""
+    """The child's output and why it was killed (None: it ended by itself; "done": ``done``
+    said its work is complete, and it has not been waited for)."""
     pending_input = stdin
     while True:
         remaining = max(0.0, deadline - time.monotonic())
         wait = remaining if resident_limit is None else min(remaining, MEMORY_POLL_SECONDS)
+        wait = wait if done is None else min(wait, DONE_POLL_SECONDS)
         try:
             out, err = proc.communicate(pending_input, timeout=wait)
             return out, err, None
@@ -217,6 +242,8 @@ def _wait(
         except BaseException:  # KeyboardInterrupt: no child outlives the caller's wait
             kill_group(proc, grace=2.0)
             raise
+        if done is not None and done():
+            return "", "", "done"
         if time.monotonic() >= deadline:
             killed_for = "timeout"
         elif resident_limit is not None and sandbox.group_resident_bytes(proc.pid) > resident_limit:
@@ -227,6 +254,20 @@ def _wait(
         kill_group(proc, grace=0.0 if killed_for == "memory" else 2.0)
         out, err = proc.communicate()
         return out, err, killed_for
+
+
+def _reap_later(proc: subprocess.Popen[str], grace: float) -> None:
+    """Waits for a child that is done but still exiting (its CUDA context torn down, say) in
+    a daemon thread; its group is killed if it is not gone ``grace`` seconds later."""
+
+    def reap() -> None:
+        try:
+            proc.communicate(timeout=grace)
+        except subprocess.TimeoutExpired:
+            kill_group(proc, grace=0.0)
+            proc.communicate()
+
+    threading.Thread(target=reap, name=f"reap-{proc.pid}", daemon=True).start()
 
 
 def kill_group(proc: subprocess.Popen[str], grace: float = 2.0) -> None:

@@ -169,3 +169,57 @@ def test_undecodable_output_is_replaced_not_raised():
     assert result.ok
     assert result.stdout.startswith("ok")
     assert "\ufffd" in result.stdout
+
+
+def reaped(pid: int, seconds: float) -> bool:
+    """True once ``pid`` is gone and waited for (no zombie left)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if not Path(f"/proc/{pid}").exists():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def done_then(tmp_path: Path, linger: float) -> tuple[list[str], Path, Path]:
+    """A child that writes its pid, then its result file, then lingers ``linger`` seconds."""
+    pid_file, result = tmp_path / "pid", tmp_path / "result"
+    code = (
+        "import os, sys, time; from pathlib import Path\n"
+        f"Path({str(pid_file)!r}).write_text(str(os.getpid()))\n"
+        f"Path({str(result)!r}).write_text('done')\n"
+        f"time.sleep({linger})\n"
+    )
+    return [sys.executable, "-c", code], pid_file, result
+
+
+def test_a_child_whose_work_is_done_is_returned_before_it_exits_and_reaped_after(tmp_path):
+    argv, pid_file, result = done_then(tmp_path, linger=2.0)
+    started = time.monotonic()
+    ran = run(argv, timeout=30, done=result.exists)
+    assert time.monotonic() - started < 1.5
+    assert ran.early
+    assert ran.ok
+    assert ran.returncode is None  # not known yet
+    assert reaped(read_pid(pid_file), seconds=10)
+
+
+def test_a_done_child_that_does_not_exit_is_killed_after_the_grace(tmp_path, monkeypatch):
+    from engine import toolchain
+
+    monkeypatch.setattr(toolchain, "EXIT_GRACE_SECONDS", 0.3)
+    argv, pid_file, result = done_then(tmp_path, linger=60)
+    ran = run(argv, timeout=30, done=result.exists)
+    assert ran.early
+    assert reaped(read_pid(pid_file), seconds=10)
+
+
+def test_a_child_that_never_says_done_is_waited_for_and_timed_out_as_before(tmp_path):
+    argv, _, _ = done_then(tmp_path, linger=0.1)
+    ran = run(argv, timeout=30, done=lambda: False)
+    assert (ran.ok, ran.early, ran.returncode) == (True, False, 0)
+    ran = run(
+        [sys.executable, "-c", "import time; time.sleep(30)"], timeout=0.5, done=lambda: False
+    )
+    assert ran.timed_out
+    assert not ran.early
