@@ -72,6 +72,7 @@ class Driver:
         self._sig("cuDeviceGet", c_int_p, ctypes.c_int)
         self._sig("cuDeviceGetAttribute", c_int_p, ctypes.c_int, ctypes.c_int)
         self._sig("cuDeviceTotalMem_v2", ctypes.POINTER(ctypes.c_size_t), ctypes.c_int)
+        self._sig("cuDeviceGetPCIBusId", ctypes.c_char_p, ctypes.c_int, ctypes.c_int)
         self._sig("cuDevicePrimaryCtxRetain", c_void_pp, ctypes.c_int)
         self._sig("cuCtxSetCurrent", ctypes.c_void_p)
         self._sig("cuCtxSynchronize")
@@ -209,9 +210,6 @@ class ProbeSession:
         self.cu("cuMemFree_v2", self.pointer)
 
     def pci_bus_id(self) -> bytes:
-        if not hasattr(self, "_bus_id_declared"):
-            self.cu._sig("cuDeviceGetPCIBusId", ctypes.c_char_p, ctypes.c_int, ctypes.c_int)
-            self._bus_id_declared = True
         text = ctypes.create_string_buffer(32)
         self.cu("cuDeviceGetPCIBusId", text, len(text), self.device)
         return text.value

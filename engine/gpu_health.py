@@ -6,9 +6,9 @@ second); only when that fails does a torch child (seconds: torch's import and co
 so a fault in the fast path costs time, never a healthy GPU's queue.
 
 :func:`check`, the worker's per-step probe, asks a resident probe first: a child that keeps its
-context, its probe kernel and NVML open (``cuda_driver.py serve``) and answers in milliseconds
-where the fresh processes take ≈ 0.75 s while the next step's verifiers create their contexts
-(run 14). Whatever it cannot answer, the fresh probe decides."""
+context, its probe kernel and NVML open (``cuda_driver.py serve``) and answers without a process
+start or a context, which is what the fresh processes spend ≈ 0.75 s on while the next step's
+verifiers create their contexts (run 14). Whatever it cannot answer, the fresh probe decides."""
 
 from __future__ import annotations
 
