@@ -72,6 +72,7 @@ def mirror_distance(config: KernelConfig, kernel: Kernel) -> float:
             knobs["raster"] != "heuristic",
             knobs["swizzle"] != 1,
             kernel.get("stages") is None and knobs["stages"] != 0,  # its choice: ours too
+            knobs["warpgroups"] != "m",
         )
     else:
         ours = knobs["splits"]
@@ -87,7 +88,8 @@ def exact_mirrors(
 ) -> list[Sm90Config]:
     """Per cuBLASLt kernel, the sm90 configs that copy it as closely as the family allows: its
     tile (when the family has it), tile K, cluster (at most 2 a side), stages and split-K, with
-    the cooperative and the ping-pong schedule, the TMA epilogue and the scheduler's defaults;
+    the cooperative and the ping-pong schedule (the cooperative one with its warpgroups split
+    along N where only that takes the tile), the TMA epilogue and the scheduler's defaults;
     the valid ones for ``problem``, each once. A library-space campaign adds them to its space
     (they may be outside the curated library: ``engine prebuild --mirror`` builds them)."""
     space = Sm90Config.SPACE
@@ -107,8 +109,8 @@ def exact_mirrors(
                 "decomposition": "splitk",
                 "splits": max(offered, default=2),
             }
-        for schedule in ("coop", "pingpong"):
-            config = Sm90Config(
+        copies = [
+            Sm90Config(
                 layout=problem.layout,
                 tile_m=tile_m,
                 tile_n=tile_n,
@@ -117,10 +119,18 @@ def exact_mirrors(
                 cluster_n=min(int(kernel.get("cluster_n") or 1), 2),
                 schedule=schedule,
                 stages=stages if stages in space["stages"] else 0,
+                warpgroups=warpgroups,
                 **split_knobs,
             )
-            if config.is_valid(problem, arch):
-                out.setdefault(config.name, config)
+            for schedule, warpgroups in (("coop", "m"), ("pingpong", "m"), ("coop", "n"))
+        ]
+        valid = [c for c in copies if c.is_valid(problem, arch)]
+        # Warpgroups split along N only where the builder's split along M cannot take the tile
+        # (192×192): cuBLASLt's configuration does not say how its warpgroups share a tile.
+        if any(not c.split_n for c in valid):
+            valid = [c for c in valid if not c.split_n]
+        for config in valid:
+            out.setdefault(config.name, config)
     return list(out.values())
 
 

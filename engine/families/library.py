@@ -41,6 +41,10 @@ SM90_PINGPONG_SWIZZLES = (2, 4, 8)
 # the reduction; CUTLASS's stream-K scheduler reduces in the kernel (bench/NOTES.md §15).
 SM90_DEEP_SPLIT_TILES = ((128, 64, 64), (128, 128, 64))
 SM90_DEEP_SPLITS = (4, 8, 16)
+# Warpgroups split along N (the cooperative kernel): cuBLASLt-autotune's 192×192 tile on
+# 16384×12288×512, the worst of the large shapes (0.875×, run 14), where our best was a 128×128
+# ping-pong; and 128×256, the tile cuBLASLt runs on the short-K wide shapes, split the other way.
+SM90_SPLIT_N_TILES = ((192, 192, 64), (128, 256, 64))
 
 SM80_TILES = (
     # tile M, N, K, warps M, N
@@ -131,6 +135,8 @@ def sm90_library(layout: Layout) -> list[Sm90Config]:
                 splits=splits,
             )
         )
+    for tile, cluster in itertools.product(SM90_SPLIT_N_TILES, SM90_CLUSTERS):
+        configs.append(config(tile, cluster, "coop", "tma", warpgroups="n"))
     return [c for c in configs if c.is_valid()]
 
 

@@ -3,7 +3,9 @@
 Knobs: CTA tile M×N×K, cluster shape, kernel schedule (``ws`` TMA warp-specialized, ``coop``
 cooperative, ``pingpong``), epilogue (``tma`` warp-specialized TMA store, ``nosmem`` direct
 stores), mainloop stages (0 = as many as fit), tile scheduler (``persistent`` or ``streamk`` with
-a decomposition mode and split count), raster order and max swizzle.
+a decomposition mode and split count), raster order, max swizzle, and how the cooperative
+schedule's two consumer warpgroups share the tile (``warpgroups``: ``m``, CUTLASS's builder, each
+takes half the rows; ``n``, each takes half the columns).
 
 Legality (``is_valid``) is conservative: combinations CUTLASS rejects statically (stream-K on
 ping-pong or basic warp-specialized kernels), that spill by construction (more than 128 fp32
@@ -13,6 +15,12 @@ not convinced ourselves of (tile M 256 outside cooperative, cluster dims above 2
 128×192 cooperative and 64×192 ping-pong (96 accumulators a thread). Both compile for sm_90a
 without spills in NN and TN, TMA and direct-store epilogues, persistent and stream-K split-K
 (168 registers).
+
+Split along N (``warpgroups="n"``), the cooperative kernel takes tiles CUTLASS's builder does not:
+cuBLASLt-autotune's 192×192 on 16384×12288×512 (each warpgroup 192×96: three 64×96 wgmma atoms,
+144 accumulators a thread; it compiles without spills). The builder still gives
+every part but the tiled MMA and the B and D swizzle atoms, which are chosen for a half's width
+(templates/sm90_mainloop_split_n.cu.tmpl and sm90_epilogue_split_n.cu.tmpl).
 """
 
 from __future__ import annotations
@@ -22,13 +30,19 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import ClassVar
 
-from engine.families.base import KernelConfig, Validity, invalid
+from engine.families.base import KernelConfig, Validity, invalid, load_template
 from engine.problem import Layout, Problem
 
 SMEM_LIMIT = 232448  # bytes of shared memory per block on H100/H200 (227 KiB)
 SMEM_RESERVED = 1024  # pipeline barriers, tile-scheduler storage
 EPILOGUE_SMEM = {"tma": 32768, "nosmem": 0}  # upper bound of the epilogue's smem (fp16 D, no C)
-MAX_ACCUMULATORS = 128  # fp32 accumulator registers per consumer thread
+# fp32 accumulator registers per consumer thread. The cooperative kernel gives its consumers 232
+# registers (setmaxnreg); 144 (192×192 split along N) compile for sm_90a without spills.
+MAX_ACCUMULATORS = 144
+# Tile N for warpgroups split along N: each half (64, 96, 128) is a wgmma N of CUTLASS's default
+# set and a whole number of the B operand's swizzle atoms.
+SPLIT_N_TILE_N = frozenset({128, 192, 256})
+EPILOGUE_TILE_M_SPLIT_N = 64  # rows of an epilogue tile when the warpgroups split N
 # CUTLASS offers the wgmma atoms of these N only with CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED;
 # without it a 176-wide tile is eleven 64x16x16 instructions per k-step instead of one 64x176x16.
 # Defined only where needed: every other kernel's source, and so its cache key, is unchanged.
@@ -58,7 +72,7 @@ class Sm90Config(KernelConfig):
     ARCHS: ClassVar[tuple[str, ...]] = ("sm_90a",)
     TEMPLATE: ClassVar[str] = "sm90.cu.tmpl"
     SPACE: ClassVar[dict[str, tuple[object, ...]]] = {
-        "tile_m": (64, 128, 256),
+        "tile_m": (64, 128, 192, 256),
         "tile_n": (64, 128, 176, 192, 256),
         "tile_k": (32, 64, 128),
         "cluster_m": (1, 2),
@@ -71,6 +85,7 @@ class Sm90Config(KernelConfig):
         "splits": (1, 2, 3, 4, 8, 16),
         "raster": ("heuristic", "m", "n"),
         "swizzle": (1, 2, 4, 8),
+        "warpgroups": ("m", "n"),
     }
 
     tile_m: int = 128
@@ -86,6 +101,7 @@ class Sm90Config(KernelConfig):
     splits: int = 1  # stream-K split-K only
     raster: str = "heuristic"
     swizzle: int = 1
+    warpgroups: str = "m"  # coop only: the consumer warpgroups split the tile along M or N
 
     @classmethod
     def candidates(cls, layout: Layout) -> Iterator[Sm90Config]:
@@ -112,7 +128,20 @@ class Sm90Config(KernelConfig):
         if arch is not None and arch not in ("sm_90a",):
             return invalid(f"sm90 kernels need sm_90a (wgmma, TMA), not {arch}")
         if self.schedule == "coop" and self.tile_m < 128:
-            return invalid("the cooperative schedule splits tile M over two warpgroups: needs ≥128")
+            return invalid("CUTLASS's cooperative kernel needs tile M ≥ 128")
+        if self.warpgroups == "n":
+            if self.schedule != "coop":
+                return invalid("only the cooperative schedule has two warpgroups to split N over")
+            if self.tile_n not in SPLIT_N_TILE_N:
+                return invalid(
+                    f"tile N {self.tile_n} split over two warpgroups: needs one of "
+                    f"{sorted(SPLIT_N_TILE_N)}"
+                )
+        elif self.schedule == "coop" and self.tile_m % 128:
+            return invalid(
+                "the cooperative schedule splits tile M over two warpgroups: needs a multiple of "
+                "128 (or warpgroups='n')"
+            )
         if self.schedule != "coop" and self.tile_m > 128:
             return invalid(f"tile M {self.tile_m} is only offered with the cooperative schedule")
         consumers = 256 if self.schedule == "coop" else 128
@@ -137,7 +166,7 @@ class Sm90Config(KernelConfig):
         if self.schedule == "ws" and (self.raster != "heuristic" or self.swizzle != 1):
             return invalid("the basic warp-specialized kernel is not persistent: no raster/swizzle")
         stage_bytes = self.stage_bytes
-        budget = SMEM_LIMIT - SMEM_RESERVED - EPILOGUE_SMEM[self.epilogue]
+        budget = SMEM_LIMIT - SMEM_RESERVED - self.epilogue_smem
         if self.stages == 0 and budget // stage_bytes < 2:
             return invalid(f"fewer than 2 stages of {stage_bytes} B fit in shared memory")
         if self.stages and self.stages * stage_bytes > budget:
@@ -150,6 +179,22 @@ class Sm90Config(KernelConfig):
     @property
     def stage_bytes(self) -> int:
         return (self.tile_m + self.tile_n) * self.tile_k * 2
+
+    @property
+    def split_n(self) -> bool:
+        return self.warpgroups == "n"
+
+    @property
+    def epilogue_tiles(self) -> int:
+        """Epilogue tiles a CTA tile is stored in, with warpgroups split along N."""
+        return self.tile_m // EPILOGUE_TILE_M_SPLIT_N
+
+    @property
+    def epilogue_smem(self) -> int:
+        """Upper bound of the epilogue's shared memory (bytes)."""
+        if self.split_n and self.epilogue == "tma":  # up to 2 stages of a 64-row, full-width tile
+            return min(self.epilogue_tiles, 2) * EPILOGUE_TILE_M_SPLIT_N * self.tile_n * 2
+        return EPILOGUE_SMEM[self.epilogue]
 
     def tile_mn(self) -> tuple[int, int]:
         return self.tile_m, self.tile_n
@@ -164,6 +209,7 @@ class Sm90Config(KernelConfig):
             f"s{self.stages}" if self.stages else "sauto",
             self.layout.value,
             self.schedule,
+            *(["wgn"] if self.split_n else []),
             f"epi{self.epilogue}",
         ]
         if self.scheduler == "streamk":
@@ -209,8 +255,30 @@ class Sm90Config(KernelConfig):
                 "  args.scheduler.reduction_mode = Reduction::Deterministic;",
             ]
         nn = self.layout is Layout.NN
+        collective = {
+            "tile_m": str(self.tile_m),
+            "tile_n": str(self.tile_n),
+            "tile_k": str(self.tile_k),
+            "half_n": str(self.tile_n // 2),
+            "atoms_m": str(self.tile_m // 64),
+            "epilogue_schedule": epilogue,
+            "kernel_schedule": KERNEL_SCHEDULES[self.schedule],
+            "stage_count": stage_count,
+            "epilogue_stages_c": str(min(self.epilogue_tiles, 4)),
+            "epilogue_stages_d": str(min(self.epilogue_tiles, 2)),
+            "epilogue_fragment": str(EPILOGUE_TILE_M_SPLIT_N * self.tile_n // 256),
+        }
+        split_epilogue = self.split_n and tma
+        parts = (
+            "sm90_epilogue_split_n.cu.tmpl" if split_epilogue else "sm90_epilogue_builder.cu.tmpl",
+            "sm90_mainloop_split_n.cu.tmpl" if self.split_n else "sm90_mainloop_builder.cu.tmpl",
+        )
+        collectives = "\n\n".join(
+            load_template(part).substitute(collective).rstrip("\n") for part in parts
+        )
         return {
             "extended_mma": EXTENDED_MMA_DEFINE if self.tile_n in EXTENDED_MMA_TILE_N else "",
+            "collectives": collectives,
             "b_desc": "KxN row-major (N-major)" if nn else "NxK row-major (K-major)",
             "layout_b": "cutlass::layout::RowMajor" if nn else "cutlass::layout::ColumnMajor",
             "b_stride_n": "Int<1>{}" if nn else "int64_t(K)",
@@ -223,9 +291,6 @@ class Sm90Config(KernelConfig):
             "tile_k": str(self.tile_k),
             "cluster_m": str(self.cluster_m),
             "cluster_n": str(self.cluster_n),
-            "epilogue_schedule": epilogue,
-            "kernel_schedule": KERNEL_SCHEDULES[self.schedule],
-            "stage_count": stage_count,
             "tile_scheduler": (
                 "cutlass::gemm::StreamKScheduler"
                 if streamk

@@ -51,6 +51,15 @@ SM90_EXTREMES = [
         epilogue="tma",
         stages=2,
     ),
+    # warpgroups split along N: cuBLASLt-autotune's 192×192, 144 accumulators a thread
+    Sm90Config(
+        layout=NN,
+        tile_m=192,
+        tile_n=192,
+        cluster_n=2,
+        schedule="coop",
+        warpgroups="n",
+    ),
 ]
 SM80_EXTREMES = [
     Sm80Config(
@@ -113,6 +122,36 @@ def test_cublaslts_192_wide_tile_is_offered_where_its_accumulators_fit():
         assert Sm90Config(layout=layout, tile_m=64, tile_n=192, schedule="pingpong").is_valid()
 
 
+def test_warpgroups_split_along_n_take_cublaslts_192x192_tile():
+    """cuBLASLt-autotune's tile on 16384×12288×512 (run 14): 144 accumulators a consumer thread;
+    the builder's split along M needs a tile M that is a multiple of 128."""
+    for layout in (NN, TN):
+        tile = {"layout": layout, "tile_m": 192, "tile_n": 192}
+        assert Sm90Config(schedule="coop", warpgroups="n", **tile).is_valid()
+        assert "multiple of 128" in Sm90Config(schedule="coop", **tile).is_valid().reason
+        assert not Sm90Config(schedule="pingpong", **tile).is_valid()
+
+
+def test_warpgroups_split_along_n_render_their_own_mma_and_swizzle_atoms():
+    config = Sm90Config(layout=NN, tile_m=192, tile_n=192, cluster_n=2, warpgroups="n")
+    assert config.name == (
+        "hgemm_sm90_192x192x64_c1x2x1_sauto_nn_coop_wgn_epitma_persistent_rheuristic_sw1"
+    )
+    source = config.render()
+    assert "Layout<Shape<_1, _2, _1>>" in source  # two warpgroups side by side along N
+    assert "Shape<Int<192>, Int<96>, Int<64>>" in source  # each one's share of the tile
+    assert "ElementB, Int<96>, Int<64>>()" in source  # B's swizzle atom fits a half
+    assert "cute::GMMA::Major::K, ElementD, _64, Int<96>>()" in source  # and so does D's
+    # 3 epilogue tiles of 64 rows: C stages, D stages, 64·192 / 256 values a thread
+    assert "Sm90TmaWarpSpecialized<\n    3, 2, 48, false, true>" in source
+    builder = Sm90Config(layout=NN, tile_m=128, tile_n=192, cluster_n=2).render()
+    assert "MainloopParts" not in builder
+    assert "EpilogueParts" not in builder
+    nosmem = dataclasses.replace(config, epilogue="nosmem").render()
+    assert "MainloopParts" in nosmem
+    assert "EpilogueParts" not in nosmem  # the builder's own direct-store epilogue
+
+
 def test_cublaslts_176_wide_tile_is_offered_cooperative_with_cutlass_extended_wgmma_shapes():
     """cuBLASLt-autotune's pick on 5 large grid problems (run 14's finals): 128×176, 2×1."""
     wide = Sm90Config(layout=NN, tile_m=128, tile_n=176, cluster_m=2, schedule="coop")
@@ -152,6 +191,14 @@ def test_the_extremes_cover_every_knob_value_at_its_ends():
         (Sm90Config(layout=TN, tile_m=128, tile_n=256, tile_k=128, stages=7), "shared-memory"),
         (Sm90Config(layout=TN, schedule="ws", tile_m=64, swizzle=2), "not persistent"),
         (Sm90Config(layout=TN, tile_k=16), "tile_k=16"),
+        (Sm90Config(layout=NN, schedule="pingpong", tile_m=64, warpgroups="n"), "only the coop"),
+        (Sm90Config(layout=NN, tile_n=176, warpgroups="n"), "split over two warpgroups"),
+        (Sm90Config(layout=NN, tile_m=64, tile_n=256, warpgroups="n"), "tile M ≥ 128"),
+        (Sm90Config(layout=NN, tile_m=192, tile_n=256, warpgroups="n"), "spill"),
+        (
+            Sm90Config(layout=NN, tile_m=192, tile_n=192, warpgroups="n", stages=4),
+            "shared-memory",
+        ),
         (Sm80Config(layout=NN, tile_m=32, warp_m=4), "warp tiles"),
         (Sm80Config(layout=NN, warp_m=4, warp_n=4), "warps per CTA"),
         (Sm80Config(layout=NN, tile_m=256, tile_n=256, warp_m=2, warp_n=2), "spill"),
