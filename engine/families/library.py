@@ -43,8 +43,9 @@ SM90_DEEP_SPLIT_TILES = ((128, 64, 64), (128, 128, 64))
 SM90_DEEP_SPLITS = (4, 8, 16)
 # Warpgroups split along N (the cooperative kernel): cuBLASLt-autotune's 192×192 tile on
 # 16384×12288×512, the worst of the large shapes (0.875×, run 14), where our best was a 128×128
-# ping-pong; and 128×256, the tile cuBLASLt runs on the short-K wide shapes, split the other way.
-SM90_SPLIT_N_TILES = ((192, 192, 64), (128, 256, 64))
+# ping-pong; the heuristic's 128×320 on 16384×4096×8192 (0.971×); and 128×256, the tile cuBLASLt
+# runs on the short-K wide shapes, split the other way.
+SM90_SPLIT_N_TILES = ((192, 192, 64), (128, 320, 64), (128, 256, 64))
 
 SM80_TILES = (
     # tile M, N, K, warps M, N

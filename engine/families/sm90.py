@@ -8,18 +8,19 @@ schedule's two consumer warpgroups share the tile (``warpgroups``: ``m``, CUTLAS
 takes half the rows; ``n``, each takes half the columns).
 
 Legality (``is_valid``) is conservative: combinations CUTLASS rejects statically (stream-K on
-ping-pong or basic warp-specialized kernels), that spill by construction (more than 128 fp32
+ping-pong or basic warp-specialized kernels), that spill by construction (more than 160 fp32
 accumulators per consumer thread) or that do not fit shared memory are invalid; so are ones we have
-not convinced ourselves of (tile M 256 outside cooperative, cluster dims above 2, N tiles other than
-64/128/192/256). Tile N 192 is one of cuBLASLt's tiles (its "192x128" is our 128×192); it fits
-128×192 cooperative and 64×192 ping-pong (96 accumulators a thread). Both compile for sm_90a
-without spills in NN and TN, TMA and direct-store epilogues, persistent and stream-K split-K
-(168 registers).
+not convinced ourselves of (tile M above 128 outside cooperative, cluster dims above 2, N tiles
+other than 64/128/176/192/256/320). Tile N 192 is one of cuBLASLt's tiles (its "192x128" is our
+128×192); it fits 128×192 cooperative and 64×192 ping-pong (96 accumulators a thread). Both
+compile for sm_90a without spills in NN and TN, TMA and direct-store epilogues, persistent and
+stream-K split-K (168 registers).
 
 Split along N (``warpgroups="n"``), the cooperative kernel takes tiles CUTLASS's builder does not:
 cuBLASLt-autotune's 192×192 on 16384×12288×512 (each warpgroup 192×96: three 64×96 wgmma atoms,
-144 accumulators a thread; it compiles without spills). The builder still gives
-every part but the tiled MMA and the B and D swizzle atoms, which are chosen for a half's width
+144 accumulators a thread) and the heuristic's 128×320 on 16384×4096×8192 (two 64×160 atoms, 160
+accumulators); both compile without spills. The builder still gives every part but the tiled MMA
+and the B and D swizzle atoms, which are chosen for a half's width
 (templates/sm90_mainloop_split_n.cu.tmpl and sm90_epilogue_split_n.cu.tmpl).
 """
 
@@ -28,6 +29,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
+from string import Template
 from typing import ClassVar
 
 from engine.families.base import KernelConfig, Validity, invalid, load_template
@@ -37,18 +39,20 @@ SMEM_LIMIT = 232448  # bytes of shared memory per block on H100/H200 (227 KiB)
 SMEM_RESERVED = 1024  # pipeline barriers, tile-scheduler storage
 EPILOGUE_SMEM = {"tma": 32768, "nosmem": 0}  # upper bound of the epilogue's smem (fp16 D, no C)
 # fp32 accumulator registers per consumer thread. The cooperative kernel gives its consumers 232
-# registers (setmaxnreg); 144 (192×192 split along N) compile for sm_90a without spills.
-MAX_ACCUMULATORS = 144
-# Tile N for warpgroups split along N: each half (64, 96, 128) is a wgmma N of CUTLASS's default
-# set and a whole number of the B operand's swizzle atoms.
-SPLIT_N_TILE_N = frozenset({128, 192, 256})
+# registers (setmaxnreg); 144 (192×192 split along N) and 160 (128×320) compile for sm_90a
+# without spills.
+MAX_ACCUMULATORS = 160
+# Tile N for warpgroups split along N: each half (64, 96, 128, 160) is a whole number of the B
+# operand's swizzle atoms (160: 5 of 32), and a wgmma N (160 with CUTLASS's extended shapes).
+SPLIT_N_TILE_N = frozenset({128, 192, 256, 320})
 EPILOGUE_TILE_M_SPLIT_N = 64  # rows of an epilogue tile when the warpgroups split N
-# CUTLASS offers the wgmma atoms of these N only with CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED;
-# without it a 176-wide tile is eleven 64x16x16 instructions per k-step instead of one 64x176x16.
-# Defined only where needed: every other kernel's source, and so its cache key, is unchanged.
-EXTENDED_MMA_TILE_N = frozenset({176})
+# The wgmma N that CUTLASS offers by default; the others (multiples of 8 up to 256) only with
+# CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED. Without it a 176-wide tile is eleven 64x16x16
+# instructions per k-step instead of one 64x176x16. Defined only where needed: every other
+# kernel's source, and so its cache key, is unchanged.
+DEFAULT_MMA_N = frozenset({8, 16, 32, 64, 96, 128, 192, 256})
 EXTENDED_MMA_DEFINE = (
-    "// tile N 176: CUTLASS selects its 64x176x16 wgmma only with the extended shapes\n"
+    "// tile N ${tile_n}: CUTLASS selects its 64x${mma_n}x16 wgmma only with the extended shapes\n"
     "#define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED\n"
 )
 
@@ -73,7 +77,7 @@ class Sm90Config(KernelConfig):
     TEMPLATE: ClassVar[str] = "sm90.cu.tmpl"
     SPACE: ClassVar[dict[str, tuple[object, ...]]] = {
         "tile_m": (64, 128, 192, 256),
-        "tile_n": (64, 128, 176, 192, 256),
+        "tile_n": (64, 128, 176, 192, 256, 320),
         "tile_k": (32, 64, 128),
         "cluster_m": (1, 2),
         "cluster_n": (1, 2),
@@ -144,6 +148,10 @@ class Sm90Config(KernelConfig):
             )
         if self.schedule != "coop" and self.tile_m > 128:
             return invalid(f"tile M {self.tile_m} is only offered with the cooperative schedule")
+        if self.mma_n > 256:
+            return invalid(
+                f"a wgmma is at most 256 wide: tile N {self.tile_n} needs warpgroups='n'"
+            )
         consumers = 256 if self.schedule == "coop" else 128
         accumulators = self.tile_m * self.tile_n // consumers
         if accumulators > MAX_ACCUMULATORS:
@@ -185,15 +193,29 @@ class Sm90Config(KernelConfig):
         return self.warpgroups == "n"
 
     @property
+    def mma_n(self) -> int:
+        """N of the wgmma instruction: a warpgroup's share of the tile's N."""
+        return self.tile_n // 2 if self.split_n else self.tile_n
+
+    @property
     def epilogue_tiles(self) -> int:
         """Epilogue tiles a CTA tile is stored in, with warpgroups split along N."""
         return self.tile_m // EPILOGUE_TILE_M_SPLIT_N
 
     @property
+    def epilogue_stages_d(self) -> int:
+        """D's stages in the split-N TMA epilogue: CUTLASS's 2 (at most one a tile), or 1 where
+        2 would leave the mainloop fewer than 3 stages (128×320: 80 KB for 2)."""
+        stages = min(self.epilogue_tiles, 2)
+        tile_bytes = EPILOGUE_TILE_M_SPLIT_N * self.tile_n * 2
+        mainloop = (SMEM_LIMIT - SMEM_RESERVED - stages * tile_bytes) // self.stage_bytes
+        return 1 if stages == 2 and mainloop < 3 else stages
+
+    @property
     def epilogue_smem(self) -> int:
         """Upper bound of the epilogue's shared memory (bytes)."""
-        if self.split_n and self.epilogue == "tma":  # up to 2 stages of a 64-row, full-width tile
-            return min(self.epilogue_tiles, 2) * EPILOGUE_TILE_M_SPLIT_N * self.tile_n * 2
+        if self.split_n and self.epilogue == "tma":  # D's stages of a 64-row, full-width tile
+            return self.epilogue_stages_d * EPILOGUE_TILE_M_SPLIT_N * self.tile_n * 2
         return EPILOGUE_SMEM[self.epilogue]
 
     def tile_mn(self) -> tuple[int, int]:
@@ -265,7 +287,7 @@ class Sm90Config(KernelConfig):
             "kernel_schedule": KERNEL_SCHEDULES[self.schedule],
             "stage_count": stage_count,
             "epilogue_stages_c": str(min(self.epilogue_tiles, 4)),
-            "epilogue_stages_d": str(min(self.epilogue_tiles, 2)),
+            "epilogue_stages_d": str(self.epilogue_stages_d),
             "epilogue_fragment": str(EPILOGUE_TILE_M_SPLIT_N * self.tile_n // 256),
         }
         split_epilogue = self.split_n and tma
@@ -277,7 +299,11 @@ class Sm90Config(KernelConfig):
             load_template(part).substitute(collective).rstrip("\n") for part in parts
         )
         return {
-            "extended_mma": EXTENDED_MMA_DEFINE if self.tile_n in EXTENDED_MMA_TILE_N else "",
+            "extended_mma": (
+                ""
+                if self.mma_n in DEFAULT_MMA_N
+                else Template(EXTENDED_MMA_DEFINE).substitute(tile_n=self.tile_n, mma_n=self.mma_n)
+            ),
             "collectives": collectives,
             "b_desc": "KxN row-major (N-major)" if nn else "NxK row-major (K-major)",
             "layout_b": "cutlass::layout::RowMajor" if nn else "cutlass::layout::ColumnMajor",

@@ -51,12 +51,20 @@ SM90_EXTREMES = [
         epilogue="tma",
         stages=2,
     ),
-    # warpgroups split along N: cuBLASLt-autotune's 192×192, 144 accumulators a thread
+    # warpgroups split along N: cuBLASLt's 192×192 and 128×320 (144 and 160 accumulators)
     Sm90Config(
         layout=NN,
         tile_m=192,
         tile_n=192,
         cluster_n=2,
+        schedule="coop",
+        warpgroups="n",
+    ),
+    Sm90Config(
+        layout=TN,
+        tile_m=128,
+        tile_n=320,
+        cluster_m=2,
         schedule="coop",
         warpgroups="n",
     ),
@@ -132,6 +140,21 @@ def test_warpgroups_split_along_n_take_cublaslts_192x192_tile():
         assert not Sm90Config(schedule="pingpong", **tile).is_valid()
 
 
+def test_cublaslts_128x320_tile_is_offered_split_along_n_with_extended_wgmma_shapes():
+    """The heuristic's first choice on 16384×4096×8192 (run 14): two 64×160 wgmmas a warpgroup,
+    160 accumulators a thread; one D stage, so that the mainloop keeps 3."""
+    wide = Sm90Config(layout=NN, tile_m=128, tile_n=320, cluster_m=2, warpgroups="n")
+    assert wide.is_valid()
+    assert "at most 256 wide" in dataclasses.replace(wide, warpgroups="m").is_valid().reason
+    assert wide.epilogue_stages_d == 1
+    source = wide.render()
+    assert "// tile N 320: CUTLASS selects its 64x160x16 wgmma" in source
+    assert "#define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED" in source
+    assert "Sm90TmaWarpSpecialized<\n    2, 1, 80, false, true>" in source
+    split_192 = Sm90Config(layout=NN, tile_m=192, tile_n=192, warpgroups="n").render()
+    assert "EXTENDED_MMA" not in split_192  # 96 is one of CUTLASS's default wgmma N
+
+
 def test_warpgroups_split_along_n_render_their_own_mma_and_swizzle_atoms():
     config = Sm90Config(layout=NN, tile_m=192, tile_n=192, cluster_n=2, warpgroups="n")
     assert config.name == (
@@ -195,6 +218,7 @@ def test_the_extremes_cover_every_knob_value_at_its_ends():
         (Sm90Config(layout=NN, tile_n=176, warpgroups="n"), "split over two warpgroups"),
         (Sm90Config(layout=NN, tile_m=64, tile_n=256, warpgroups="n"), "tile M ≥ 128"),
         (Sm90Config(layout=NN, tile_m=192, tile_n=256, warpgroups="n"), "spill"),
+        (Sm90Config(layout=NN, tile_m=64, tile_n=320, schedule="pingpong"), "at most 256"),
         (
             Sm90Config(layout=NN, tile_m=192, tile_n=192, warpgroups="n", stages=4),
             "shared-memory",

@@ -1,6 +1,6 @@
-"""The sm90 family's warpgroups split along N on a real GPU: cuBLASLt's 192×192 tile and a
-128×256 one, in both layouts, with the TMA and the direct-store epilogues and stream-K, pass the
-verifier, residues in M, N and K included. Skipped without a GPU."""
+"""The sm90 family's warpgroups split along N on a real GPU: cuBLASLt's 192×192 and 128×320
+tiles and a 128×256 one, in both layouts, with the TMA and the direct-store epilogues and
+stream-K, pass the verifier, residues in M, N and K included. Skipped without a GPU."""
 
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ CONFIGS = (
         warpgroups="n",
     ),
     Sm90Config(layout=Layout.TN, tile_m=128, tile_n=256, cluster_m=2, warpgroups="n"),
+    Sm90Config(layout=Layout.NN, tile_m=128, tile_n=320, cluster_m=2, warpgroups="n"),
 )
 SHAPES = ((1000, 1160, 520), (4096, 3072, 512))  # the first leaves a residue on every side
 

@@ -295,6 +295,9 @@ def test_the_exact_mirrors_copy_tile_cluster_stages_and_split_k_in_both_schedule
     assert [c.name for c in exact_mirrors(PROBLEM, [lt_kernel(192, 192, cluster=(1, 2))])] == [
         "hgemm_sm90_192x192x64_c1x2x1_sauto_nn_coop_wgn_epitma_persistent_rheuristic_sw1"
     ]
+    assert [c.name for c in exact_mirrors(PROBLEM, [lt_kernel(tile_n=320)])] == [
+        "hgemm_sm90_128x320x64_c2x1x1_sauto_nn_coop_wgn_epitma_persistent_rheuristic_sw1"
+    ]  # the heuristic's first choice on 16384x4096x8192 (run 14)
     assert exact_mirrors(PROBLEM, [lt_kernel(), lt_kernel(stages=None)]) == exact_mirrors(
         PROBLEM, [lt_kernel()]
     )
