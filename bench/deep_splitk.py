@@ -7,14 +7,18 @@ Two sets (``--set``):
   same kernel with the scheduler's defaults, on the large NN shapes under 0.98× (§17);
 - ``reduction``: the deep sm80 split-K tiles with each split reduction (a second kernel, the
   same launched with programmatic dependent launch, or inside a cluster), on the same shapes
-  as ``deep`` (§18).
+  as ``deep`` (§18);
+- ``splitn``: the cooperative kernels whose warpgroups split the tile along N (cuBLASLt's
+  192×192 and 128×320 tiles, and 128×256), beside the 128×256 split along M and the ping-pong
+  128×128 that won most large shapes, on the shapes where cuBLASLt runs those tiles (§22).
 
 For each shape: the set's configs that are valid for it are verified (the GPU step's own path,
 engine.verify.Verifications), then the verified ones are timed against every baseline in the
 device protocol by the campaign finals' child (engine.campaign.final, several shapes per
 child). Printed and written beside the campaign's search-time best for the shape.
 
-    python3 bench/deep_splitk.py --db CAMPAIGN.sqlite [--set deep|raster|reduction] [--shapes ...]
+    python3 bench/deep_splitk.py --db CAMPAIGN.sqlite [--set deep|raster|reduction|splitn]
+        [--shapes ...]
         [--verify-jobs N] [--out FILE]
 """
 
@@ -57,6 +61,9 @@ REDUCTION_SHAPES = f"{SHAPES},128x4096x2048,4096x64x1024"
 # report; the other five: 12288x4096x16384, 16384x16384x8192, 16384x4096x8192, 8192x12288x4096,
 # 8192x8192x8192)
 LARGE_SHAPES = "16384x12288x512,12288x12288x1024,8192x8192x2048,4096x12288x8192"
+# where cuBLASLt runs 192×192 (16384x12288x512), 128×320 (16384x4096x8192) and 128×256 with a
+# 2×1 cluster (the short-K wide shapes, 0.91–0.92× in run 14)
+SPLIT_N_SHAPES = "16384x12288x512,16384x4096x8192,8192x2048x128,2048x12288x128,4096x1024x512"
 
 
 def deep_configs() -> list[Any]:
@@ -100,6 +107,24 @@ def reduction_configs() -> list[Any]:
     ]
 
 
+def split_n_configs() -> list[Any]:
+    """The library's cooperative kernels with warpgroups split along N, the same 128×256 tiles
+    split along M, and the ping-pong 128×128×64 with the scheduler's defaults, each in every
+    cluster shape, TMA epilogue, persistent."""
+    return [
+        c
+        for c in library("sm90", Layout.NN)
+        if c.epilogue == "tma"
+        and c.scheduler == "persistent"
+        and c.raster == "heuristic"
+        and (
+            c.split_n
+            or (c.schedule, c.tile_m, c.tile_n, c.tile_k) == ("coop", 128, 256, 64)
+            or (c.schedule, c.tile_m, c.tile_n, c.tile_k) == ("pingpong", 128, 128, 64)
+        )
+    ]
+
+
 CONFIG_SETS = {  # --set: its configs, its default shapes, what it asks
     "deep": (deep_configs, SHAPES, "deep split-K configs on the small-M·N, long-K shapes"),
     "raster": (raster_configs, LARGE_SHAPES, "raster orders and swizzles on the large shapes"),
@@ -107,6 +132,11 @@ CONFIG_SETS = {  # --set: its configs, its default shapes, what it asks
         reduction_configs,
         REDUCTION_SHAPES,
         "split-K reductions on the small-M·N, long-K shapes",
+    ),
+    "splitn": (
+        split_n_configs,
+        SPLIT_N_SHAPES,
+        "warpgroups split along N on the shapes where cuBLASLt runs their tiles",
     ),
 }
 

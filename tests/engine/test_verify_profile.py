@@ -83,6 +83,22 @@ def test_the_reduction_run_sets_each_fused_reduction_beside_its_two_kernel_twin(
         assert script.valid_for(problem, configs) == fitting
 
 
+def test_the_split_n_run_sets_each_split_n_tile_beside_the_winners_and_its_m_split_twin():
+    script = bench_scripts.load("deep_splitk")
+    configs = script.split_n_configs()
+    tiles = {(c.tile_m, c.tile_n, c.schedule, c.warpgroups) for c in configs}
+    assert tiles == {
+        (192, 192, "coop", "n"),
+        (128, 320, "coop", "n"),
+        (128, 256, "coop", "n"),
+        (128, 256, "coop", "m"),
+        (128, 128, "pingpong", "m"),
+    }
+    assert len(configs) == 5 * 3  # every cluster shape
+    for shape in script.CONFIG_SETS["splitn"][1].split(","):
+        assert script.valid_for(Problem.parse(shape), configs) == configs
+
+
 def test_the_deep_split_k_run_verifies_both_families_at_a_long_k_shape():
     script = bench_scripts.load("deep_splitk")
     deep = script.deep_configs()
