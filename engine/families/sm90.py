@@ -26,13 +26,14 @@ and the B and D swizzle atoms, which are chosen for a half's width
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from string import Template
 from typing import ClassVar
 
-from engine.families.base import KernelConfig, Validity, invalid, load_template
+from engine.families.base import VALID, KernelConfig, Validity, invalid, load_template
 from engine.problem import Layout, Problem
 
 SMEM_LIMIT = 232448  # bytes of shared memory per block on H100/H200 (227 KiB)
@@ -109,13 +110,17 @@ class Sm90Config(KernelConfig):
 
     @classmethod
     def candidates(cls, layout: Layout) -> Iterator[Sm90Config]:
-        """SPACE without the scheduler combinations that are invalid for every config."""
+        """SPACE without the scheduler combinations that are invalid for every config, and
+        without the tiles that the schedule cannot take (in SPACE's order)."""
         schedulers = [("persistent", "heuristic", 1)]
         schedulers += [("streamk", d, 1) for d in ("heuristic", "dataparallel", "streamk")]
         schedulers += [("streamk", "splitk", s) for s in cls.SPACE["splits"] if s > 1]
         keys = [k for k in cls.SPACE if k not in ("scheduler", "decomposition", "splits")]
         for values in itertools.product(*(cls.SPACE[k] for k in keys)):
             knobs = dict(zip(keys, values, strict=True))
+            shape = (knobs["tile_m"], knobs["tile_n"], knobs["schedule"], knobs["warpgroups"])
+            if not tile_validity(*shape):
+                continue
             for scheduler, decomposition, splits in schedulers:
                 yield cls(
                     layout=layout,
@@ -131,34 +136,8 @@ class Sm90Config(KernelConfig):
             return in_space
         if arch is not None and arch not in ("sm_90a",):
             return invalid(f"sm90 kernels need sm_90a (wgmma, TMA), not {arch}")
-        if self.schedule == "coop" and self.tile_m < 128:
-            return invalid("CUTLASS's cooperative kernel needs tile M ≥ 128")
-        if self.warpgroups == "n":
-            if self.schedule != "coop":
-                return invalid("only the cooperative schedule has two warpgroups to split N over")
-            if self.tile_n not in SPLIT_N_TILE_N:
-                return invalid(
-                    f"tile N {self.tile_n} split over two warpgroups: needs one of "
-                    f"{sorted(SPLIT_N_TILE_N)}"
-                )
-        elif self.schedule == "coop" and self.tile_m % 128:
-            return invalid(
-                "the cooperative schedule splits tile M over two warpgroups: needs a multiple of "
-                "128 (or warpgroups='n')"
-            )
-        if self.schedule != "coop" and self.tile_m > 128:
-            return invalid(f"tile M {self.tile_m} is only offered with the cooperative schedule")
-        if self.mma_n > 256:
-            return invalid(
-                f"a wgmma is at most 256 wide: tile N {self.tile_n} needs warpgroups='n'"
-            )
-        consumers = 256 if self.schedule == "coop" else 128
-        accumulators = self.tile_m * self.tile_n // consumers
-        if accumulators > MAX_ACCUMULATORS:
-            return invalid(
-                f"{self.tile_m}x{self.tile_n} needs {accumulators} fp32 accumulators per consumer "
-                f"thread (> {MAX_ACCUMULATORS}): it would spill"
-            )
+        if not (shape := tile_validity(self.tile_m, self.tile_n, self.schedule, self.warpgroups)):
+            return shape
         if self.scheduler == "streamk" and self.schedule != "coop":
             return invalid(
                 "CUTLASS supports the stream-K scheduler only with the cooperative kernel"
@@ -325,3 +304,34 @@ class Sm90Config(KernelConfig):
             "scheduler_arguments": "\n".join(scheduler_lines),
             "needs_workspace_init": "true" if streamk else "false",
         }
+
+
+@functools.cache
+def tile_validity(tile_m: int, tile_n: int, schedule: str, warpgroups: str) -> Validity:
+    """Whether the kernel schedule and its warpgroups can take the tile (every other knob aside)."""
+    if schedule == "coop" and tile_m < 128:
+        return invalid("CUTLASS's cooperative kernel needs tile M ≥ 128")
+    if warpgroups == "n":
+        if schedule != "coop":
+            return invalid("only the cooperative schedule has two warpgroups to split N over")
+        if tile_n not in SPLIT_N_TILE_N:
+            return invalid(
+                f"tile N {tile_n} split over two warpgroups: needs one of {sorted(SPLIT_N_TILE_N)}"
+            )
+    elif schedule == "coop" and tile_m % 128:
+        return invalid(
+            "the cooperative schedule splits tile M over two warpgroups: needs a multiple of "
+            "128 (or warpgroups='n')"
+        )
+    if schedule != "coop" and tile_m > 128:
+        return invalid(f"tile M {tile_m} is only offered with the cooperative schedule")
+    if (tile_n // 2 if warpgroups == "n" else tile_n) > 256:
+        return invalid(f"a wgmma is at most 256 wide: tile N {tile_n} needs warpgroups='n'")
+    consumers = 256 if schedule == "coop" else 128
+    accumulators = tile_m * tile_n // consumers
+    if accumulators > MAX_ACCUMULATORS:
+        return invalid(
+            f"{tile_m}x{tile_n} needs {accumulators} fp32 accumulators per consumer "
+            f"thread (> {MAX_ACCUMULATORS}): it would spill"
+        )
+    return VALID
