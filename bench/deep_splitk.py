@@ -10,14 +10,17 @@ Two sets (``--set``):
   as ``deep`` (§18);
 - ``splitn``: the cooperative kernels whose warpgroups split the tile along N (cuBLASLt's
   192×192 and 128×320 tiles, and 128×256), beside the 128×256 split along M and the ping-pong
-  128×128 that won most large shapes, on the shapes where cuBLASLt runs those tiles (§22).
+  128×128 that won most large shapes, on the shapes where cuBLASLt runs those tiles (§22);
+- ``transposed``: the tiles M below 64 (the transposed problem) beside the sm80 kernels that
+  won there, on the small-M shapes where cuBLASLt runs 8- to 48-row tiles (§22).
 
 For each shape: the set's configs that are valid for it are verified (the GPU step's own path,
 engine.verify.Verifications), then the verified ones are timed against every baseline in the
 device protocol by the campaign finals' child (engine.campaign.final, several shapes per
 child). Printed and written beside the campaign's search-time best for the shape.
 
-    python3 bench/deep_splitk.py --db CAMPAIGN.sqlite [--set deep|raster|reduction|splitn]
+    python3 bench/deep_splitk.py --db CAMPAIGN.sqlite
+        [--set deep|raster|reduction|splitn|transposed]
         [--shapes ...]
         [--verify-jobs N] [--out FILE]
 """
@@ -64,6 +67,17 @@ LARGE_SHAPES = "16384x12288x512,12288x12288x1024,8192x8192x2048,4096x12288x8192"
 # where cuBLASLt runs 192×192 (16384x12288x512), 128×320 (16384x4096x8192) and 128×256 with a
 # 2×1 cluster (the short-K wide shapes, 0.91–0.92× in run 14)
 SPLIT_N_SHAPES = "16384x12288x512,16384x4096x8192,8192x2048x128,2048x12288x128,4096x1024x512"
+# where cuBLASLt-autotune runs 8- to 48-row tiles (run 14's finals), the long-K ones included
+TRANSPOSED_SHAPES = (
+    "2048x128x512,4096x64x1024,512x512x256,64x4096x16384,64x1024x12288,128x128x16384"
+)
+# the sm80 kernels that won those shapes in the 64-shape campaign (its report)
+TRANSPOSED_YARDSTICKS = (
+    "hgemm_sm80_32x64x64_w1x2_s4_nn_sw1_splitk1",
+    "hgemm_sm80_32x64x64_w1x2_s4_nn_sw1_splitk4",
+    "hgemm_sm80_64x64x64_w2x2_s4_nn_sw1_splitk16_pdl",
+    "hgemm_sm80_64x64x64_w2x2_s4_nn_sw1_splitk16_cluster",
+)
 
 
 def deep_configs() -> list[Any]:
@@ -125,6 +139,14 @@ def split_n_configs() -> list[Any]:
     ]
 
 
+def transposed_configs() -> list[Any]:
+    """The library's sm90 tiles M below 64 (the transposed problem), and the sm80 kernels that
+    won their shapes."""
+    sm90 = [c for c in library("sm90", Layout.NN) if c.swapped]
+    sm80 = [c for c in library("sm80", Layout.NN) if c.name in TRANSPOSED_YARDSTICKS]
+    return sm90 + sm80
+
+
 CONFIG_SETS = {  # --set: its configs, its default shapes, what it asks
     "deep": (deep_configs, SHAPES, "deep split-K configs on the small-M·N, long-K shapes"),
     "raster": (raster_configs, LARGE_SHAPES, "raster orders and swizzles on the large shapes"),
@@ -137,6 +159,11 @@ CONFIG_SETS = {  # --set: its configs, its default shapes, what it asks
         split_n_configs,
         SPLIT_N_SHAPES,
         "warpgroups split along N on the shapes where cuBLASLt runs their tiles",
+    ),
+    "transposed": (
+        transposed_configs,
+        TRANSPOSED_SHAPES,
+        "tiles M below 64 (the transposed problem) on the shapes where cuBLASLt runs them",
     ),
 }
 

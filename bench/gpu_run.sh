@@ -3,7 +3,7 @@
 # single call on the lent H200, writing JSON and logs under $OUT.
 #   usage (on the device): bash bench/gpu_run.sh
 #     [tests|bench|clock|all|checks|families|campaign|library|smoke|library2|library3|resume|
-#      stack|bundle|grid64|profile|splitk|raster|reduction|splitn|cublaslt|interference|warm]
+#      stack|bundle|grid64|profile|splitk|raster|reduction|tiles|cublaslt|interference|warm]
 #   [extra args]
 set -uo pipefail  # pipefail: a pipeline's status is its first failing command's
 stage=${1:-all}; shift || true
@@ -14,7 +14,7 @@ if ls .whl/*.whl >/dev/null 2>&1; then
   export PYTHONPATH=/tmp/site
 fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
-if [[ $stage == library* || $stage =~ ^(smoke|checks|stack|bundle|resume|grid64|profile|splitk|raster|reduction|splitn|cublaslt|interference|warm)$ ]]; then
+if [[ $stage == library* || $stage =~ ^(smoke|checks|stack|bundle|resume|grid64|profile|splitk|raster|reduction|tiles|cublaslt|interference|warm)$ ]]; then
   # inside the checkout (ignored): kept between calls while the lent machine stays warm
   export ENGINE_CACHE_DIR=$PWD/.cache/device
   mkdir -p "$ENGINE_CACHE_DIR/kernels"
@@ -285,13 +285,15 @@ if [[ $stage == reduction ]]; then  # issue 11: fused split-K reductions (PDL, c
     --db "${GRID64_DB:-bench/results/grid64/campaign.sqlite}" \
     --out "$OUT/reduction.json" 2>&1 | tee "$OUT/reduction.log" | tail -14 || status=1
 fi
-if [[ $stage == splitn ]]; then  # issue 11: warpgroups split along N (192x192, 128x320), GPU tests first
-  python3 -m pytest -q -o addopts="" -p no:cacheprovider -m gpu tests/engine/test_gpu_split_n.py \
-    2>&1 | tee "$OUT/splitn-tests.log" | tail -5 || status=1
-  python3 bench/deep_splitk.py --set splitn --verify-jobs 16 \
-    --device-seconds "${SPLITN_DEVICE_SECONDS:-1}" \
-    --db "${GRID64_DB:-bench/results/grid64/campaign.sqlite}" \
-    --out "$OUT/splitn.json" 2>&1 | tee "$OUT/splitn.log" | tail -14 || status=1
+if [[ $stage == tiles ]]; then  # issue 11: split-N (192x192, 128x320) and transposed tiles, GPU tests first
+  python3 -m pytest -q -o addopts="" -p no:cacheprovider -m gpu tests/engine/test_gpu_sm90_tiles.py \
+    2>&1 | tee "$OUT/tiles-tests.log" | tail -5 || status=1
+  for set in splitn transposed; do
+    python3 bench/deep_splitk.py --set "$set" --verify-jobs 16 \
+      --device-seconds "${TILES_DEVICE_SECONDS:-1}" \
+      --db "${GRID64_DB:-bench/results/grid64/campaign.sqlite}" \
+      --out "$OUT/$set.json" 2>&1 | tee "$OUT/$set.log" | tail -14 || status=1
+  done
 fi
 if [[ $stage == stack ]]; then  # issue 7: a campaign through web, Redis and Celery workers
   bash bench/stack_run.sh "$@" || status=1

@@ -46,6 +46,14 @@ SM90_DEEP_SPLITS = (4, 8, 16)
 # ping-pong; the heuristic's 128×320 on 16384×4096×8192 (0.971×); and 128×256, the tile cuBLASLt
 # runs on the short-K wide shapes, split the other way.
 SM90_SPLIT_N_TILES = ((192, 192, 64), (128, 320, 64), (128, 256, 64))
+# Tiles M below 64 (the transposed problem: the wgmma's M runs along N): cuBLASLt-autotune's
+# tiles on 13 of the 80 grid problems are 8–48 rows (run 14's finals), where the library had only
+# the sm80 family's mma.sync kernels. Ping-pong 64-wide, and 32×128 cooperative with stream-K's
+# split-K for the long-K ones (cuBLASLt: 32×64 with 9–12 splits on 128×128×12288/16384). The
+# family offers 16, 32 and 48 rows: CUTLASS 4.2 does not build 8 (NN) or 24 (TN) here.
+SM90_TRANSPOSED_TILES = ((16, 64, 64), (32, 64, 64), (48, 64, 64))
+SM90_TRANSPOSED_SPLIT_TILE = (32, 128, 64)
+SM90_TRANSPOSED_SPLITS = (8, 16)
 
 SM80_TILES = (
     # tile M, N, K, warps M, N
@@ -138,6 +146,20 @@ def sm90_library(layout: Layout) -> list[Sm90Config]:
         )
     for tile, cluster in itertools.product(SM90_SPLIT_N_TILES, SM90_CLUSTERS):
         configs.append(config(tile, cluster, "coop", "tma", warpgroups="n"))
+    for tile, cluster in itertools.product(SM90_TRANSPOSED_TILES, SM90_CLUSTERS):
+        configs.append(config(tile, cluster, "pingpong", "tma"))
+    for splits in SM90_TRANSPOSED_SPLITS:
+        configs.append(
+            config(
+                SM90_TRANSPOSED_SPLIT_TILE,
+                (1, 1),
+                "coop",
+                "tma",
+                scheduler="streamk",
+                decomposition="splitk",
+                splits=splits,
+            )
+        )
     return [c for c in configs if c.is_valid()]
 
 

@@ -22,6 +22,12 @@ cuBLASLt-autotune's 192×192 on 16384×12288×512 (each warpgroup 192×96: three
 accumulators); both compile without spills. The builder still gives every part but the tiled MMA
 and the B and D swizzle atoms, which are chosen for a half's width
 (templates/sm90_mainloop_split_n.cu.tmpl and sm90_epilogue_split_n.cu.tmpl).
+
+A tile M below 64 (16, 32, 48) runs the transposed problem: CUTLASS computes C^T = B^T·A^T, whose
+column-major D is C's row-major memory, so that the wgmma's fixed 64 rows run along N and tile M
+is the wgmma's N. cuBLASLt runs such tiles (8 to 48 rows) on 13 of the 64-shape campaign's 80
+problems. The config's tile, cluster and raster order stay in C's orientation; the source
+renders CUTLASS's (:attr:`Sm90Config.mma_tile`).
 """
 
 from __future__ import annotations
@@ -47,13 +53,19 @@ MAX_ACCUMULATORS = 160
 # operand's swizzle atoms (160: 5 of 32), and a wgmma N (160 with CUTLASS's extended shapes).
 SPLIT_N_TILE_N = frozenset({128, 192, 256, 320})
 EPILOGUE_TILE_M_SPLIT_N = 64  # rows of an epilogue tile when the warpgroups split N
+MMA_M = 64  # rows of a wgmma: a smaller tile M runs the transposed problem (Sm90Config.swapped)
+# Tile N of the transposed problem's tiles: one or two wgmma M (cuBLASLt's 8- to 48-row tiles are
+# all 64 wide); wider ones would be as many accumulators for fewer rows. Tile M 8 (NN) and 24 (TN)
+# fail to compile with CUTLASS 4.2 (a TMA layout's divisibility): SPACE offers 16, 32 and 48.
+TRANSPOSED_TILE_N = frozenset({64, 128})
+RASTER_TRANSPOSED = {"heuristic": "heuristic", "m": "n", "n": "m"}
 # The wgmma N that CUTLASS offers by default; the others (multiples of 8 up to 256) only with
 # CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED. Without it a 176-wide tile is eleven 64x16x16
 # instructions per k-step instead of one 64x176x16. Defined only where needed: every other
 # kernel's source, and so its cache key, is unchanged.
 DEFAULT_MMA_N = frozenset({8, 16, 32, 64, 96, 128, 192, 256})
 EXTENDED_MMA_DEFINE = (
-    "// tile N ${tile_n}: CUTLASS selects its 64x${mma_n}x16 wgmma only with the extended shapes\n"
+    "// ${tile}: CUTLASS selects its 64x${mma_n}x16 wgmma only with the extended shapes\n"
     "#define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED\n"
 )
 
@@ -77,7 +89,7 @@ class Sm90Config(KernelConfig):
     ARCHS: ClassVar[tuple[str, ...]] = ("sm_90a",)
     TEMPLATE: ClassVar[str] = "sm90.cu.tmpl"
     SPACE: ClassVar[dict[str, tuple[object, ...]]] = {
-        "tile_m": (64, 128, 192, 256),
+        "tile_m": (16, 32, 48, 64, 128, 192, 256),
         "tile_n": (64, 128, 176, 192, 256, 320),
         "tile_k": (32, 64, 128),
         "cluster_m": (1, 2),
@@ -172,21 +184,32 @@ class Sm90Config(KernelConfig):
         return self.warpgroups == "n"
 
     @property
+    def swapped(self) -> bool:
+        """Tile M below a wgmma's 64 rows: CUTLASS computes C^T = B^T·A^T (C's row-major
+        memory is C^T's column-major), so that the wgmma's M runs along N and tile M is its N."""
+        return self.tile_m < MMA_M
+
+    @property
+    def mma_tile(self) -> tuple[int, int]:
+        """CUTLASS's tile M×N: the transposed problem's when :attr:`swapped`."""
+        return (self.tile_n, self.tile_m) if self.swapped else (self.tile_m, self.tile_n)
+
+    @property
     def mma_n(self) -> int:
-        """N of the wgmma instruction: a warpgroup's share of the tile's N."""
-        return self.tile_n // 2 if self.split_n else self.tile_n
+        """N of the wgmma instruction: a warpgroup's share of CUTLASS's tile N."""
+        return self.mma_tile[1] // 2 if self.split_n else self.mma_tile[1]
 
     @property
     def epilogue_tiles(self) -> int:
         """Epilogue tiles a CTA tile is stored in, with warpgroups split along N."""
-        return self.tile_m // EPILOGUE_TILE_M_SPLIT_N
+        return self.mma_tile[0] // EPILOGUE_TILE_M_SPLIT_N
 
     @property
     def epilogue_stages_d(self) -> int:
         """D's stages in the split-N TMA epilogue: CUTLASS's 2 (at most one a tile), or 1 where
         2 would leave the mainloop fewer than 3 stages (128×320: 80 KB for 2)."""
         stages = min(self.epilogue_tiles, 2)
-        tile_bytes = EPILOGUE_TILE_M_SPLIT_N * self.tile_n * 2
+        tile_bytes = EPILOGUE_TILE_M_SPLIT_N * self.mma_tile[1] * 2
         mainloop = (SMEM_LIMIT - SMEM_RESERVED - stages * tile_bytes) // self.stage_bytes
         return 1 if stages == 2 and mainloop < 3 else stages
 
@@ -194,7 +217,7 @@ class Sm90Config(KernelConfig):
     def epilogue_smem(self) -> int:
         """Upper bound of the epilogue's shared memory (bytes)."""
         if self.split_n and self.epilogue == "tma":  # D's stages of a 64-row, full-width tile
-            return self.epilogue_stages_d * EPILOGUE_TILE_M_SPLIT_N * self.tile_n * 2
+            return self.epilogue_stages_d * EPILOGUE_TILE_M_SPLIT_N * self.mma_tile[1] * 2
         return EPILOGUE_SMEM[self.epilogue]
 
     def tile_mn(self) -> tuple[int, int]:
@@ -239,11 +262,12 @@ class Sm90Config(KernelConfig):
                 "sizeof(typename CollectiveEpilogue::SharedStorage))>"
             )
         streamk = self.scheduler == "streamk"
+        raster = RASTER_TRANSPOSED[self.raster] if self.swapped else self.raster
         scheduler_lines = []
         if self.schedule != "ws":
             scheduler_lines += [
                 "  using RasterOrder = decltype(SchedulerArguments::raster_order);",
-                f"  args.scheduler.raster_order = RasterOrder::{RASTER[self.raster]};",
+                f"  args.scheduler.raster_order = RasterOrder::{RASTER[raster]};",
                 f"  args.scheduler.max_swizzle_size = {self.swizzle};",
             ]
         if streamk:
@@ -256,18 +280,22 @@ class Sm90Config(KernelConfig):
                 "  args.scheduler.reduction_mode = Reduction::Deterministic;",
             ]
         nn = self.layout is Layout.NN
+        mma_m, mma_n = self.mma_tile
+        cluster_m, cluster_n = (
+            (self.cluster_n, self.cluster_m) if self.swapped else (self.cluster_m, self.cluster_n)
+        )
         collective = {
-            "tile_m": str(self.tile_m),
-            "tile_n": str(self.tile_n),
+            "tile_m": str(mma_m),
+            "tile_n": str(mma_n),
             "tile_k": str(self.tile_k),
-            "half_n": str(self.tile_n // 2),
-            "atoms_m": str(self.tile_m // 64),
+            "half_n": str(mma_n // 2),
+            "atoms_m": str(mma_m // MMA_M),
             "epilogue_schedule": epilogue,
             "kernel_schedule": KERNEL_SCHEDULES[self.schedule],
             "stage_count": stage_count,
             "epilogue_stages_c": str(min(self.epilogue_tiles, 4)),
             "epilogue_stages_d": str(self.epilogue_stages_d),
-            "epilogue_fragment": str(EPILOGUE_TILE_M_SPLIT_N * self.tile_n // 256),
+            "epilogue_fragment": str(EPILOGUE_TILE_M_SPLIT_N * mma_n // 256),
         }
         split_epilogue = self.split_n and tma
         parts = (
@@ -281,21 +309,22 @@ class Sm90Config(KernelConfig):
             "extended_mma": (
                 ""
                 if self.mma_n in DEFAULT_MMA_N
-                else Template(EXTENDED_MMA_DEFINE).substitute(tile_n=self.tile_n, mma_n=self.mma_n)
+                else Template(EXTENDED_MMA_DEFINE).substitute(
+                    tile=f"tile M {self.tile_m}" if self.swapped else f"tile N {self.tile_n}",
+                    mma_n=self.mma_n,
+                )
             ),
             "collectives": collectives,
             "b_desc": "KxN row-major (N-major)" if nn else "NxK row-major (K-major)",
-            "layout_b": "cutlass::layout::RowMajor" if nn else "cutlass::layout::ColumnMajor",
-            "b_stride_n": "Int<1>{}" if nn else "int64_t(K)",
-            "b_stride_k": "int64_t(N)" if nn else "Int<1>{}",
+            **(self._transposed_operands() if self.swapped else self._operands()),
             # the TMA epilogue takes C = void (never read); the no-smem one reads nothing at beta 0
             "element_c": "void" if tma else "cutlass::half_t",
             "ptr_c": "nullptr",
-            "tile_m": str(self.tile_m),
-            "tile_n": str(self.tile_n),
+            "tile_m": str(mma_m),
+            "tile_n": str(mma_n),
             "tile_k": str(self.tile_k),
-            "cluster_m": str(self.cluster_m),
-            "cluster_n": str(self.cluster_n),
+            "cluster_m": str(cluster_m),
+            "cluster_n": str(cluster_n),
             "tile_scheduler": (
                 "cutlass::gemm::StreamKScheduler"
                 if streamk
@@ -305,10 +334,71 @@ class Sm90Config(KernelConfig):
             "needs_workspace_init": "true" if streamk else "false",
         }
 
+    def _operands(self) -> dict[str, str]:
+        """CUTLASS's A, B and D are ours: C (MxN, row-major) = A (MxK, row-major) . B."""
+        nn = self.layout is Layout.NN
+        return {
+            "layout_a": "cutlass::layout::RowMajor",
+            "layout_b": "cutlass::layout::RowMajor" if nn else "cutlass::layout::ColumnMajor",
+            "layout_b_note": "CUTLASS's KxN view of B",
+            "layout_d": "cutlass::layout::RowMajor",
+            "transposed_note": "",
+            "problem_mn": "M, N",
+            "operand_a": "A",
+            "a_stride_m": "int64_t(K)",
+            "a_stride_k": "Int<1>{}",
+            "operand_b": "B",
+            "b_stride_n": "Int<1>{}" if nn else "int64_t(K)",
+            "b_stride_k": "int64_t(N)" if nn else "Int<1>{}",
+            "d_strides": "int64_t(N), Int<1>{}",
+        }
+
+    def _transposed_operands(self) -> dict[str, str]:
+        """C^T (NxM, column-major: C's memory) = B^T (NxK) . A^T (KxM): CUTLASS's A is our B,
+        its B our A, its D our C, and its M, N our N, M."""
+        nn = self.layout is Layout.NN
+        return {
+            # our B: KxN row-major (NN) is B^T NxK column-major; NxK row-major (TN) is row-major
+            "layout_a": "cutlass::layout::ColumnMajor" if nn else "cutlass::layout::RowMajor",
+            "layout_b": "cutlass::layout::ColumnMajor",  # our A, MxK row-major: K-major
+            "layout_b_note": "our A (MxK row-major) as CUTLASS's KxN B",
+            "layout_d": "cutlass::layout::ColumnMajor",  # C^T: C's row-major memory
+            "transposed_note": (
+                "// Tile M below a wgmma's 64 rows: CUTLASS computes the transposed problem,\n"
+                "// C^T (NxM) = B^T . A^T, so that the wgmma's M runs along N. Its tile and\n"
+                f"// cluster below are ours transposed (ours: {self.tile_m}x{self.tile_n}, "
+                f"{self.cluster_m}x{self.cluster_n}).\n"
+            ),
+            "problem_mn": "N, M",
+            "operand_a": "B",
+            "a_stride_m": "Int<1>{}" if nn else "int64_t(K)",
+            "a_stride_k": "int64_t(N)" if nn else "Int<1>{}",
+            "operand_b": "A",
+            "b_stride_n": "int64_t(K)",
+            "b_stride_k": "Int<1>{}",
+            "d_strides": "Int<1>{}, int64_t(N)",
+        }
+
 
 @functools.cache
 def tile_validity(tile_m: int, tile_n: int, schedule: str, warpgroups: str) -> Validity:
-    """Whether the kernel schedule and its warpgroups can take the tile (every other knob aside)."""
+    """Whether the kernel schedule and its warpgroups can take the tile (every other knob aside).
+    A tile M below 64 is the transposed problem's tile N (:attr:`Sm90Config.swapped`)."""
+    if tile_m >= MMA_M:
+        return mma_tile_validity(tile_m, tile_n, schedule, warpgroups)
+    if tile_n not in TRANSPOSED_TILE_N:
+        return invalid(
+            f"tile M {tile_m} runs the transposed problem, whose wgmma M runs along N: "
+            f"tile N {tile_n} must be one of {sorted(TRANSPOSED_TILE_N)}"
+        )
+    verdict = mma_tile_validity(tile_n, tile_m, schedule, warpgroups)
+    if not verdict:
+        return invalid(f"{verdict.reason} (the transposed problem's tile: {tile_n}x{tile_m})")
+    return verdict
+
+
+def mma_tile_validity(tile_m: int, tile_n: int, schedule: str, warpgroups: str) -> Validity:
+    """:func:`tile_validity` of CUTLASS's tile."""
     if schedule == "coop" and tile_m < 128:
         return invalid("CUTLASS's cooperative kernel needs tile M ≥ 128")
     if warpgroups == "n":

@@ -51,6 +51,8 @@ SM90_EXTREMES = [
         epilogue="tma",
         stages=2,
     ),
+    # tile M 16: the transposed problem (the wgmma's M along N), as cuBLASLt runs small M
+    Sm90Config(layout=NN, tile_m=16, tile_n=64, schedule="pingpong", epilogue="nosmem"),
     # warpgroups split along N: cuBLASLt's 192×192 and 128×320 (144 and 160 accumulators)
     Sm90Config(
         layout=NN,
@@ -175,6 +177,35 @@ def test_warpgroups_split_along_n_render_their_own_mma_and_swizzle_atoms():
     assert "EpilogueParts" not in nosmem  # the builder's own direct-store epilogue
 
 
+def test_a_tile_m_below_64_runs_the_transposed_problem():
+    """cuBLASLt-autotune's 8- to 48-row tiles (13 of run 14's 80 problems): CUTLASS computes
+    C^T = B^T·A^T, so that the wgmma's 64-row M runs along N and tile M is the wgmma's N."""
+    config = Sm90Config(layout=NN, tile_m=48, tile_n=64, cluster_m=2, schedule="pingpong")
+    assert config.is_valid()
+    assert config.swapped
+    assert config.mma_tile == (64, 48)
+    assert config.name == (
+        "hgemm_sm90_48x64x64_c2x1x1_sauto_nn_pingpong_epitma_persistent_rheuristic_sw1"
+    )
+    source = config.render()
+    assert "using TileShape = Shape<Int<64>, Int<48>, Int<64>>;" in source
+    assert "using ClusterShape = Shape<Int<1>, Int<2>, _1>;" in source  # ours 2x1, transposed
+    assert "args.problem_shape = {N, M, K, 1};" in source
+    assert "ptr_A = reinterpret_cast<const ElementA*>(B);" in source
+    assert "ptr_B = reinterpret_cast<const ElementB*>(A);" in source
+    assert "using LayoutA = cutlass::layout::ColumnMajor;" in source  # B (KxN) as B^T (NxK)
+    assert "using LayoutD = cutlass::layout::ColumnMajor;" in source  # C^T is C's memory
+    assert "args.epilogue.dD = make_stride(Int<1>{}, int64_t(N), int64_t(0));" in source
+    assert "// tile M 48: CUTLASS selects its 64x48x16 wgmma" in source  # an extended shape
+    tn = Sm90Config(layout=TN, tile_m=32, tile_n=64, schedule="pingpong", raster="m").render()
+    assert "using LayoutA = cutlass::layout::RowMajor;" in tn  # B (NxK row-major) is K-major
+    assert "RasterOrder::AlongN" in tn  # along our M is along CUTLASS's N
+    assert "EXTENDED_MMA" not in tn  # 32 is one of CUTLASS's default wgmma N
+    untransposed = Sm90Config(layout=NN, tile_m=64, tile_n=64, schedule="pingpong").render()
+    assert "args.problem_shape = {M, N, K, 1};" in untransposed
+    assert "transposed" not in untransposed
+
+
 def test_cublaslts_176_wide_tile_is_offered_cooperative_with_cutlass_extended_wgmma_shapes():
     """cuBLASLt-autotune's pick on 5 large grid problems (run 14's finals): 128×176, 2×1."""
     wide = Sm90Config(layout=NN, tile_m=128, tile_n=176, cluster_m=2, schedule="coop")
@@ -219,6 +250,9 @@ def test_the_extremes_cover_every_knob_value_at_its_ends():
         (Sm90Config(layout=NN, tile_m=64, tile_n=256, warpgroups="n"), "tile M ≥ 128"),
         (Sm90Config(layout=NN, tile_m=192, tile_n=256, warpgroups="n"), "spill"),
         (Sm90Config(layout=NN, tile_m=64, tile_n=320, schedule="pingpong"), "at most 256"),
+        (Sm90Config(layout=NN, tile_m=32, tile_n=176, schedule="pingpong"), "one of [64, 128]"),
+        (Sm90Config(layout=NN, tile_m=32, tile_n=64), "transposed problem's tile: 64x32"),
+        (Sm90Config(layout=NN, tile_m=32, tile_n=128, warpgroups="n"), "split over two"),
         (
             Sm90Config(layout=NN, tile_m=192, tile_n=192, warpgroups="n", stages=4),
             "shared-memory",

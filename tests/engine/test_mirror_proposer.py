@@ -298,6 +298,10 @@ def test_the_exact_mirrors_copy_tile_cluster_stages_and_split_k_in_both_schedule
     assert [c.name for c in exact_mirrors(PROBLEM, [lt_kernel(tile_n=320)])] == [
         "hgemm_sm90_128x320x64_c2x1x1_sauto_nn_coop_wgn_epitma_persistent_rheuristic_sw1"
     ]  # the heuristic's first choice on 16384x4096x8192 (run 14)
+    # cuBLASLt-autotune's pick on 2048x128x512 (run 14): 48 rows, the transposed problem's N
+    assert [c.name for c in exact_mirrors(PROBLEM, [lt_kernel(48, 64, cluster=(4, 2))])] == [
+        "hgemm_sm90_48x64x64_c2x2x1_sauto_nn_pingpong_epitma_persistent_rheuristic_sw1"
+    ]
     assert exact_mirrors(PROBLEM, [lt_kernel(), lt_kernel(stages=None)]) == exact_mirrors(
         PROBLEM, [lt_kernel()]
     )

@@ -59,7 +59,8 @@ def test_the_deep_split_k_run_takes_the_deep_configs_of_both_families():
     sm90 = [c for c in deep if isinstance(c, Sm90Config)]
     assert len(sm80) == 9
     assert {c.splits for c in sm80} == {8, 16, 32}
-    assert len(sm90) == 6
+    assert len(sm90) == 6 + 2  # the transposed problem's 32x128, 8 and 16 splits
+    assert sum(c.swapped for c in sm90) == 2
     assert {(c.scheduler, c.decomposition) for c in sm90} == {("streamk", "splitk")}
     assert {c.splits for c in sm90} == {4, 8, 16}
     assert all(c.is_valid(Problem(128, 128, 12288), "sm_90") for c in sm80)
@@ -97,6 +98,18 @@ def test_the_split_n_run_sets_each_split_n_tile_beside_the_winners_and_its_m_spl
     assert len(configs) == 5 * 3  # every cluster shape
     for shape in script.CONFIG_SETS["splitn"][1].split(","):
         assert script.valid_for(Problem.parse(shape), configs) == configs
+
+
+def test_the_transposed_run_sets_the_short_tiles_beside_the_sm80_kernels_that_won_there():
+    script = bench_scripts.load("deep_splitk")
+    configs = script.transposed_configs()
+    assert {c.tile_m for c in configs if isinstance(c, Sm90Config)} == {16, 32, 48}
+    assert all(c.swapped for c in configs if isinstance(c, Sm90Config))
+    assert sorted(c.name for c in configs if isinstance(c, Sm80Config)) == sorted(
+        script.TRANSPOSED_YARDSTICKS
+    )
+    for shape in script.CONFIG_SETS["transposed"][1].split(","):
+        assert len(script.valid_for(Problem.parse(shape), configs)) >= 11
 
 
 def test_the_deep_split_k_run_verifies_both_families_at_a_long_k_shape():

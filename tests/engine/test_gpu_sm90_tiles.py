@@ -1,6 +1,7 @@
-"""The sm90 family's warpgroups split along N on a real GPU: cuBLASLt's 192×192 and 128×320
-tiles and a 128×256 one, in both layouts, with the TMA and the direct-store epilogues and
-stream-K, pass the verifier, residues in M, N and K included. Skipped without a GPU."""
+"""The sm90 family's newer tiles on a real GPU pass the verifier, residues in M, N and K
+included: warpgroups split along N (cuBLASLt's 192×192 and 128×320, and 128×256; both layouts,
+TMA and direct-store epilogues, stream-K), and tiles M below 64, which run the transposed problem
+(16, 32 and 48 rows; ping-pong and cooperative stream-K split-K). Skipped without a GPU."""
 
 from __future__ import annotations
 
@@ -27,6 +28,17 @@ CONFIGS = (
     ),
     Sm90Config(layout=Layout.TN, tile_m=128, tile_n=256, cluster_m=2, warpgroups="n"),
     Sm90Config(layout=Layout.NN, tile_m=128, tile_n=320, cluster_m=2, warpgroups="n"),
+    Sm90Config(layout=Layout.NN, tile_m=48, tile_n=64, cluster_m=2, schedule="pingpong"),
+    Sm90Config(layout=Layout.TN, tile_m=32, tile_n=64, cluster_n=2, schedule="pingpong"),
+    Sm90Config(layout=Layout.NN, tile_m=16, tile_n=64, schedule="pingpong", epilogue="nosmem"),
+    Sm90Config(
+        layout=Layout.NN,
+        tile_m=32,
+        tile_n=128,
+        scheduler="streamk",
+        decomposition="splitk",
+        splits=8,
+    ),
 )
 SHAPES = ((1000, 1160, 520), (4096, 3072, 512))  # the first leaves a residue on every side
 
@@ -43,7 +55,7 @@ def libraries() -> dict[str, str]:
 
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda c: c.name)
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
-def test_warpgroups_split_along_n_pass_the_verifier(libraries, config, shape, verifier_sandboxes):
+def test_the_new_sm90_tiles_pass_the_verifier(libraries, config, shape, verifier_sandboxes):
     problem = Problem(*shape, config.layout)
     result = verify(libraries[config.name], problem)
     verifier_sandboxes.assert_all_sandboxed()
