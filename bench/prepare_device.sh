@@ -2,14 +2,19 @@
 # Everything the lent GPU machine needs from this (CPU) machine, for a fresh checkout: the wheels
 # and Debian packages it has no network for (.whl/, .deb/), and the curated kernel library built
 # here and packed for carrying (.carry/kernels.tar.xz), so that the device spends no time on nvcc.
-#   usage: bash bench/prepare_device.sh [nn|tn|all]   (default nn: the NN library kernels; tn: the
-#   TN subset only; all: both)
-# The wheels take a minute; the kernels about 70 minutes for NN (2 cores), about 115 with the TN
-# subset (all). Progress: .carry/prepare.log. Run it at the start of a session, in the background.
+#   usage: bash bench/prepare_device.sh [nn|tn|all|wheels]   (default nn: the NN library kernels;
+#   tn: the TN subset only; all: both; wheels: the wheels and packages alone, for a first call
+#   that compiles its few kernels on the device, such as `gpu_run.sh tiles`)
+# The wheels take a minute; the kernels about 85 minutes for NN (2 cores: 176 sm90, 96 sm80),
+# about 130 with the TN subset (all). Progress: .carry/prepare.log. Run it at the start of a
+# session, in the background.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 what=${1:-nn}
-[[ $what =~ ^(nn|tn|all)$ ]] || { echo "usage: bash bench/prepare_device.sh [nn|tn|all]" >&2; exit 2; }
+[[ $what =~ ^(nn|tn|all|wheels)$ ]] || {
+  echo "usage: bash bench/prepare_device.sh [nn|tn|all|wheels]" >&2
+  exit 2
+}
 mkdir -p .git/info .carry
 for dir in /.whl/ /.deb/ /.carry/; do
   grep -qx "$dir" .git/info/exclude 2>/dev/null || echo "$dir" >>.git/info/exclude
@@ -26,8 +31,8 @@ PY=$PY bash bench/stack_wheels.sh
 
 export ENGINE_CACHE_DIR=${ENGINE_CACHE_DIR:-$PWD/.cache/gemmforge}
 builds=()
-[[ $what != tn ]] && builds+=(sm90:nn: sm80:nn:)
-[[ $what != nn ]] && builds+=(sm90:tn:72 sm80:tn:40)
+[[ $what == nn || $what == all ]] && builds+=(sm90:nn: sm80:nn:)
+[[ $what == tn || $what == all ]] && builds+=(sm90:tn:72 sm80:tn:40)
 for build in "${builds[@]}"; do
   IFS=: read -r family layout limit <<<"$build"
   "$PY" -m engine prebuild --family "$family" --library ${limit:+--limit "$limit"} \
