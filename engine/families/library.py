@@ -132,7 +132,11 @@ def sm90_library(layout: Layout) -> list[Sm90Config]:
                 swizzle=swizzle,
             )
         )
-    for tile, splits in itertools.product(SM90_DEEP_SPLIT_TILES, SM90_DEEP_SPLITS):
+    split_k = itertools.chain(
+        itertools.product(SM90_DEEP_SPLIT_TILES, SM90_DEEP_SPLITS),
+        itertools.product([SM90_TRANSPOSED_SPLIT_TILE], SM90_TRANSPOSED_SPLITS),
+    )
+    for tile, splits in split_k:
         configs.append(
             config(
                 tile,
@@ -148,18 +152,6 @@ def sm90_library(layout: Layout) -> list[Sm90Config]:
         configs.append(config(tile, cluster, "coop", "tma", warpgroups="n"))
     for tile, cluster in itertools.product(SM90_TRANSPOSED_TILES, SM90_CLUSTERS):
         configs.append(config(tile, cluster, "pingpong", "tma"))
-    for splits in SM90_TRANSPOSED_SPLITS:
-        configs.append(
-            config(
-                SM90_TRANSPOSED_SPLIT_TILE,
-                (1, 1),
-                "coop",
-                "tma",
-                scheduler="streamk",
-                decomposition="splitk",
-                splits=splits,
-            )
-        )
     return [c for c in configs if c.is_valid()]
 
 
