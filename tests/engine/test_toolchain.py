@@ -105,11 +105,16 @@ def test_an_interrupted_wait_kills_the_child_and_its_group(tmp_path):
     import threading
 
     pidfile = tmp_path / "grandchild.pid"
-    threading.Timer(
-        1.0, lambda: signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
-    ).start()
-    with pytest.raises(KeyboardInterrupt):
-        run(["sh", "-c", f"sleep 60 & echo $! > {pidfile}; wait"], timeout=60)
+    # Ctrl-C's own handler, whatever an earlier test in this process may have left installed
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        threading.Timer(
+            1.0, lambda: signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+        ).start()
+        with pytest.raises(KeyboardInterrupt):
+            run(["sh", "-c", f"sleep 60 & echo $! > {pidfile}; wait"], timeout=60)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert wait_until_gone(read_pid(pidfile))
 
 
