@@ -12,7 +12,9 @@ Two sets (``--set``):
   192×192 and 128×320 tiles, and 128×256), beside the 128×256 split along M and the ping-pong
   128×128 that won most large shapes, on the shapes where cuBLASLt runs those tiles (§22);
 - ``transposed``: the tiles M below 64 (the transposed problem) beside the sm80 kernels that
-  won there, on the small-M shapes where cuBLASLt runs 8- to 48-row tiles (§22).
+  won there, on the small-M shapes where cuBLASLt runs 8- to 48-row tiles (§22);
+- ``epilogue``: the ping-pong 128×128 and cooperative 128×256 kernels with a 128-column TMA
+  epilogue tile beside the builder's, on the short-K wide shapes (§22).
 
 For each shape: the set's configs that are valid for it are verified (the GPU step's own path,
 engine.verify.Verifications), then the verified ones are timed against every baseline in the
@@ -20,7 +22,7 @@ device protocol by the campaign finals' child (engine.campaign.final, several sh
 child). Printed and written beside the campaign's search-time best for the shape.
 
     python3 bench/deep_splitk.py --db CAMPAIGN.sqlite
-        [--set deep|raster|reduction|splitn|transposed]
+        [--set deep|raster|reduction|splitn|transposed|epilogue]
         [--shapes ...]
         [--verify-jobs N] [--out FILE]
 """
@@ -31,6 +33,7 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +74,8 @@ SPLIT_N_SHAPES = "16384x12288x512,16384x4096x8192,8192x2048x128,2048x12288x128,4
 TRANSPOSED_SHAPES = (
     "2048x128x512,4096x64x1024,512x512x256,64x4096x16384,64x1024x12288,128x128x16384"
 )
+# short K, wide M·N: the epilogue's stores dominate (0.90–0.95× in run 14)
+EPILOGUE_SHAPES = "8192x2048x128,2048x12288x128,1024x4096x64,12288x8192x256,512x1024x512"
 # the sm80 kernels that won those shapes in the 64-shape campaign (its report)
 TRANSPOSED_YARDSTICKS = (
     "hgemm_sm80_32x64x64_w1x2_s4_nn_sw1_splitk1",
@@ -129,6 +134,7 @@ def split_n_configs() -> list[Any]:
         c
         for c in library("sm90", Layout.NN)
         if c.epilogue == "tma"
+        and not c.epilogue_n
         and c.scheduler == "persistent"
         and c.raster == "heuristic"
         and (
@@ -145,6 +151,13 @@ def transposed_configs() -> list[Any]:
     sm90 = [c for c in library("sm90", Layout.NN) if c.swapped]
     sm80 = [c for c in library("sm80", Layout.NN) if c.name in TRANSPOSED_YARDSTICKS]
     return sm90 + sm80
+
+
+def epilogue_configs() -> list[Any]:
+    """The library's kernels with a 128-column TMA epilogue tile, and the same kernels with the
+    builder's (persistent, the scheduler's raster order)."""
+    wide = [c for c in library("sm90", Layout.NN) if c.epilogue_n]
+    return [replace(c, epilogue_n=0) for c in wide] + wide
 
 
 CONFIG_SETS = {  # --set: its configs, its default shapes, what it asks
@@ -164,6 +177,11 @@ CONFIG_SETS = {  # --set: its configs, its default shapes, what it asks
         transposed_configs,
         TRANSPOSED_SHAPES,
         "tiles M below 64 (the transposed problem) on the shapes where cuBLASLt runs them",
+    ),
+    "epilogue": (
+        epilogue_configs,
+        EPILOGUE_SHAPES,
+        "a 128-column TMA epilogue tile on the short-K wide shapes",
     ),
 }
 

@@ -285,10 +285,10 @@ if [[ $stage == reduction ]]; then  # issue 11: fused split-K reductions (PDL, c
     --db "${GRID64_DB:-bench/results/grid64/campaign.sqlite}" \
     --out "$OUT/reduction.json" 2>&1 | tee "$OUT/reduction.log" | tail -14 || status=1
 fi
-if [[ $stage == tiles ]]; then  # issue 11: split-N (192x192, 128x320) and transposed tiles, GPU tests first
+if [[ $stage == tiles ]]; then  # issue 11: split-N, transposed tiles, wide epilogue tiles; GPU tests first
   python3 -m pytest -q -o addopts="" -p no:cacheprovider -m gpu tests/engine/test_gpu_sm90_tiles.py \
     2>&1 | tee "$OUT/tiles-tests.log" | tail -5 || status=1
-  for set in splitn transposed; do
+  for set in splitn transposed epilogue; do
     python3 bench/deep_splitk.py --set "$set" --verify-jobs 16 \
       --device-seconds "${TILES_DEVICE_SECONDS:-1}" \
       --db "${GRID64_DB:-bench/results/grid64/campaign.sqlite}" \

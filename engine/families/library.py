@@ -52,6 +52,11 @@ SM90_SPLIT_N_TILES = ((192, 192, 64), (128, 320, 64), (128, 256, 64))
 # split-K for the long-K ones (cuBLASLt: 32×64 with 9–12 splits on 128×128×12288/16384). The
 # family offers 16, 32 and 48 rows: CUTLASS 4.2 does not build 8 (NN) or 24 (TN) here.
 SM90_TRANSPOSED_TILES = ((16, 64, 64), (32, 64, 64), (48, 64, 64))
+# A 64x128 (ping-pong) or 128x128 (cooperative) TMA epilogue tile instead of the builder's 32
+# columns: a quarter of the epilogue's steps (store, fence, barrier) where they dominate, on the
+# short-K wide shapes (K 64–512, 0.90–0.95× in run 14), for the tiles that won or that cuBLASLt
+# runs there.
+SM90_WIDE_EPILOGUE_TILES = (((128, 128, 64), "pingpong"), ((128, 256, 64), "coop"))
 SM90_TRANSPOSED_SPLIT_TILE = (32, 128, 64)
 SM90_TRANSPOSED_SPLITS = (8, 16)
 
@@ -152,6 +157,8 @@ def sm90_library(layout: Layout) -> list[Sm90Config]:
         configs.append(config(tile, cluster, "coop", "tma", warpgroups="n"))
     for tile, cluster in itertools.product(SM90_TRANSPOSED_TILES, SM90_CLUSTERS):
         configs.append(config(tile, cluster, "pingpong", "tma"))
+    for (tile, schedule), cluster in itertools.product(SM90_WIDE_EPILOGUE_TILES, SM90_CLUSTERS):
+        configs.append(config(tile, cluster, schedule, "tma", epilogue_n=128))
     return [c for c in configs if c.is_valid()]
 
 

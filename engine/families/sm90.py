@@ -3,9 +3,10 @@
 Knobs: CTA tile M×N×K, cluster shape, kernel schedule (``ws`` TMA warp-specialized, ``coop``
 cooperative, ``pingpong``), epilogue (``tma`` warp-specialized TMA store, ``nosmem`` direct
 stores), mainloop stages (0 = as many as fit), tile scheduler (``persistent`` or ``streamk`` with
-a decomposition mode and split count), raster order, max swizzle, and how the cooperative
+a decomposition mode and split count), raster order, max swizzle, how the cooperative
 schedule's two consumer warpgroups share the tile (``warpgroups``: ``m``, CUTLASS's builder, each
-takes half the rows; ``n``, each takes half the columns).
+takes half the rows; ``n``, each takes half the columns), and the TMA epilogue tile's N
+(``epilogue_n``: 0, the builder's 32; or 128, a quarter of the epilogue's steps a tile).
 
 Legality (``is_valid``) is conservative: combinations CUTLASS rejects statically (stream-K on
 ping-pong or basic warp-specialized kernels), that spill by construction (more than 160 fp32
@@ -103,6 +104,7 @@ class Sm90Config(KernelConfig):
         "raster": ("heuristic", "m", "n"),
         "swizzle": (1, 2, 4, 8),
         "warpgroups": ("m", "n"),
+        "epilogue_n": (0, 128),
     }
 
     tile_m: int = 128
@@ -119,19 +121,24 @@ class Sm90Config(KernelConfig):
     raster: str = "heuristic"
     swizzle: int = 1
     warpgroups: str = "m"  # coop only: the consumer warpgroups split the tile along M or N
+    epilogue_n: int = 0  # TMA epilogue tile N; 0: CUTLASS's (32), and its M is the builder's
 
     @classmethod
     def candidates(cls, layout: Layout) -> Iterator[Sm90Config]:
         """SPACE without the scheduler combinations that are invalid for every config, and
-        without the tiles that the schedule cannot take (in SPACE's order)."""
+        without the tiles that the schedule or the epilogue tile cannot take (in SPACE's
+        order)."""
         schedulers = [("persistent", "heuristic", 1)]
         schedulers += [("streamk", d, 1) for d in ("heuristic", "dataparallel", "streamk")]
         schedulers += [("streamk", "splitk", s) for s in cls.SPACE["splits"] if s > 1]
         keys = [k for k in cls.SPACE if k not in ("scheduler", "decomposition", "splits")]
         for values in itertools.product(*(cls.SPACE[k] for k in keys)):
             knobs = dict(zip(keys, values, strict=True))
-            shape = (knobs["tile_m"], knobs["tile_n"], knobs["schedule"], knobs["warpgroups"])
-            if not tile_validity(*shape):
+            tile = (knobs["tile_m"], knobs["tile_n"])
+            if not tile_validity(*tile, knobs["schedule"], knobs["warpgroups"]):
+                continue
+            epilogue = (knobs["epilogue"], knobs["warpgroups"], knobs["epilogue_n"])
+            if not epilogue_tile_validity(*tile, *epilogue):
                 continue
             for scheduler, decomposition, splits in schedulers:
                 yield cls(
@@ -164,6 +171,9 @@ class Sm90Config(KernelConfig):
             return invalid("splits > 1 is the split-K decomposition: set decomposition=splitk")
         if self.schedule == "ws" and (self.raster != "heuristic" or self.swizzle != 1):
             return invalid("the basic warp-specialized kernel is not persistent: no raster/swizzle")
+        knobs = (self.tile_m, self.tile_n, self.epilogue, self.warpgroups, self.epilogue_n)
+        if not (epilogue := epilogue_tile_validity(*knobs)):
+            return epilogue
         stage_bytes = self.stage_bytes
         budget = SMEM_LIMIT - SMEM_RESERVED - self.epilogue_smem
         if self.stages == 0 and budget // stage_bytes < 2:
@@ -214,10 +224,17 @@ class Sm90Config(KernelConfig):
         return 1 if stages == 2 and mainloop < 3 else stages
 
     @property
+    def epilogue_tile_m(self) -> int:
+        """The builder's epilogue tile M: 128 rows for the cooperative kernel, else 64."""
+        return min(128 if self.schedule == "coop" else 64, self.mma_tile[0])
+
+    @property
     def epilogue_smem(self) -> int:
         """Upper bound of the epilogue's shared memory (bytes)."""
         if self.split_n and self.epilogue == "tma":  # D's stages of a 64-row, full-width tile
             return self.epilogue_stages_d * EPILOGUE_TILE_M_SPLIT_N * self.mma_tile[1] * 2
+        if self.epilogue_n:  # 2 stages of D, as the builder gives a tile of two or more
+            return 2 * self.epilogue_tile_m * self.epilogue_n * 2
         return EPILOGUE_SMEM[self.epilogue]
 
     def tile_mn(self) -> tuple[int, int]:
@@ -234,7 +251,7 @@ class Sm90Config(KernelConfig):
             self.layout.value,
             self.schedule,
             *(["wgn"] if self.split_n else []),
-            f"epi{self.epilogue}",
+            f"epi{self.epilogue}{self.epilogue_n or ''}",
         ]
         if self.scheduler == "streamk":
             split = f"{self.splits}" if self.decomposition == "splitk" else ""
@@ -291,6 +308,11 @@ class Sm90Config(KernelConfig):
             "half_n": str(mma_n // 2),
             "atoms_m": str(mma_m // MMA_M),
             "epilogue_schedule": epilogue,
+            "epilogue_tile": (
+                f"Shape<_{self.epilogue_tile_m}, _{self.epilogue_n}>"
+                if self.epilogue_n
+                else "cutlass::epilogue::collective::EpilogueTileAuto"
+            ),
             "kernel_schedule": KERNEL_SCHEDULES[self.schedule],
             "stage_count": stage_count,
             "epilogue_stages_c": str(min(self.epilogue_tiles, 4)),
@@ -395,6 +417,23 @@ def tile_validity(tile_m: int, tile_n: int, schedule: str, warpgroups: str) -> V
     if not verdict:
         return invalid(f"{verdict.reason} (the transposed problem's tile: {tile_n}x{tile_m})")
     return verdict
+
+
+@functools.cache
+def epilogue_tile_validity(
+    tile_m: int, tile_n: int, epilogue: str, warpgroups: str, epilogue_n: int
+) -> Validity:
+    """Whether an explicit TMA epilogue tile N (``epilogue_n``) fits the kernel's tile."""
+    if not epilogue_n:
+        return VALID
+    if epilogue != "tma" or warpgroups == "n":
+        return invalid(
+            "epilogue_n sets the builder's TMA epilogue tile: epilogue='tma', warpgroups='m'"
+        )
+    mma_tile_n = tile_m if tile_m < MMA_M else tile_n
+    if mma_tile_n % epilogue_n:
+        return invalid(f"epilogue tile N {epilogue_n} must divide the MMA tile's N {mma_tile_n}")
+    return VALID
 
 
 def mma_tile_validity(tile_m: int, tile_n: int, schedule: str, warpgroups: str) -> Validity:

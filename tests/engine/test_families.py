@@ -51,6 +51,8 @@ SM90_EXTREMES = [
         epilogue="tma",
         stages=2,
     ),
+    # a 64x128 TMA epilogue tile (the builder's own is 64x32)
+    Sm90Config(layout=NN, tile_m=128, tile_n=128, cluster_m=2, schedule="pingpong", epilogue_n=128),
     # tile M 16: the transposed problem (the wgmma's M along N), as cuBLASLt runs small M
     Sm90Config(layout=NN, tile_m=16, tile_n=64, schedule="pingpong", epilogue="nosmem"),
     # warpgroups split along N: cuBLASLt's 192×192 and 128×320 (144 and 160 accumulators)
@@ -206,6 +208,20 @@ def test_a_tile_m_below_64_runs_the_transposed_problem():
     assert "transposed" not in untransposed
 
 
+def test_an_explicit_epilogue_tile_is_rendered_and_named_and_fits_the_tile():
+    """Fewer, larger stores a tile where the epilogue dominates (short K): 64x128 or 128x128."""
+    wide = Sm90Config(layout=NN, schedule="pingpong", epilogue_n=128)
+    assert wide.name == (
+        "hgemm_sm90_128x128x64_c1x1x1_sauto_nn_pingpong_epitma128_persistent_rheuristic_sw1"
+    )
+    assert "    Shape<_64, _128>, ElementAccumulator, float, ElementC," in wide.render()
+    coop = Sm90Config(layout=TN, tile_n=256, epilogue_n=128)
+    assert "    Shape<_128, _128>, ElementAccumulator, float, ElementC," in coop.render()
+    assert coop.epilogue_smem == 2 * 128 * 128 * 2
+    auto = Sm90Config(layout=NN, schedule="pingpong").render()
+    assert "cutlass::epilogue::collective::EpilogueTileAuto" in auto
+
+
 def test_cublaslts_176_wide_tile_is_offered_cooperative_with_cutlass_extended_wgmma_shapes():
     """cuBLASLt-autotune's pick on 5 large grid problems (run 14's finals): 128×176, 2×1."""
     wide = Sm90Config(layout=NN, tile_m=128, tile_n=176, cluster_m=2, schedule="coop")
@@ -253,6 +269,9 @@ def test_the_extremes_cover_every_knob_value_at_its_ends():
         (Sm90Config(layout=NN, tile_m=32, tile_n=176, schedule="pingpong"), "one of [64, 128]"),
         (Sm90Config(layout=NN, tile_m=32, tile_n=64), "transposed problem's tile: 64x32"),
         (Sm90Config(layout=NN, tile_m=32, tile_n=128, warpgroups="n"), "split over two"),
+        (Sm90Config(layout=NN, epilogue="nosmem", epilogue_n=128), "epilogue='tma'"),
+        (Sm90Config(layout=NN, tile_n=192, epilogue_n=128), "must divide"),
+        (Sm90Config(layout=NN, tile_m=32, tile_n=128, epilogue_n=128), "MMA tile's N 32"),
         (
             Sm90Config(layout=NN, tile_m=192, tile_n=192, warpgroups="n", stages=4),
             "shared-memory",

@@ -1,7 +1,8 @@
 """The sm90 family's newer tiles on a real GPU pass the verifier, residues in M, N and K
 included: warpgroups split along N (cuBLASLt's 192×192 and 128×320, and 128×256; both layouts,
 TMA and direct-store epilogues, stream-K), and tiles M below 64, which run the transposed problem
-(16, 32 and 48 rows; ping-pong and cooperative stream-K split-K). Skipped without a GPU."""
+(16, 32 and 48 rows; ping-pong and cooperative stream-K split-K), and 128-column TMA epilogue
+tiles. Skipped without a GPU."""
 
 from __future__ import annotations
 
@@ -39,6 +40,8 @@ CONFIGS = (
         decomposition="splitk",
         splits=8,
     ),
+    Sm90Config(layout=Layout.NN, tile_n=128, cluster_m=2, schedule="pingpong", epilogue_n=128),
+    Sm90Config(layout=Layout.TN, tile_n=256, cluster_m=2, epilogue_n=128),
 )
 SHAPES = ((1000, 1160, 520), (4096, 3072, 512))  # the first leaves a residue on every side
 

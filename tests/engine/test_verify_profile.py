@@ -112,6 +112,18 @@ def test_the_transposed_run_sets_the_short_tiles_beside_the_sm80_kernels_that_wo
         assert len(script.valid_for(Problem.parse(shape), configs)) >= 11
 
 
+def test_the_epilogue_run_sets_each_wide_epilogue_tile_beside_the_builders():
+    script = bench_scripts.load("deep_splitk")
+    configs = script.epilogue_configs()
+    wide = [c for c in configs if c.epilogue_n]
+    assert len(wide) == 6
+    assert {c.name.replace("epitma128", "epitma") for c in wide} == {
+        c.name for c in configs if not c.epilogue_n
+    }
+    for shape in script.CONFIG_SETS["epilogue"][1].split(","):
+        assert script.valid_for(Problem.parse(shape), configs) == configs
+
+
 def test_the_deep_split_k_run_verifies_both_families_at_a_long_k_shape():
     script = bench_scripts.load("deep_splitk")
     deep = script.deep_configs()
