@@ -5,8 +5,8 @@
 #   usage: bash bench/prepare_device.sh [nn|tn|all|wheels]   (default nn: the NN library kernels;
 #   tn: the TN subset only; all: both; wheels: the wheels and packages alone, for a first call
 #   that compiles its few kernels on the device, such as `gpu_run.sh tiles`)
-# The wheels take a minute; the kernels about 85 minutes for NN (2 cores: 182 sm90, 96 sm80),
-# about 130 with the TN subset (all). Progress: .carry/prepare.log. Run it at the start of a
+# The wheels take a minute; the kernels took 78 minutes for NN on 2 cores when it had 254 (it has
+# 182 sm90 and 96 sm80 now), about 115 with the TN subset (all). Progress: .carry/prepare.log. Run it at the start of a
 # session, in the background.
 set -euo pipefail
 cd "$(dirname "$0")/.."

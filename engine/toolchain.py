@@ -26,9 +26,8 @@ from engine.sandbox import Applied, Policy
 OUTPUT_LIMIT = 64 * 1024
 MEMORY_POLL_SECONDS = 0.5
 DONE_POLL_SECONDS = 0.02  # how often a wait with ``done`` asks it
-EXIT_GRACE_SECONDS = (
-    30.0  # a child done early may take this long to exit before its group is killed
-)
+# a child done early may take this long to exit before its group is killed
+EXIT_GRACE_SECONDS = 30.0
 # a child that dies of these signals was stopped by one of its sandbox limits
 LIMIT_SIGNALS = {signal.SIGXCPU: "cpu_time", signal.SIGXFSZ: "file_size"}
 

@@ -202,7 +202,7 @@ class Sm90Config(KernelConfig):
     @property
     def mma_tile(self) -> tuple[int, int]:
         """CUTLASS's tile M×N: the transposed problem's when :attr:`swapped`."""
-        return (self.tile_n, self.tile_m) if self.swapped else (self.tile_m, self.tile_n)
+        return mma_tile(self.tile_m, self.tile_n)
 
     @property
     def mma_n(self) -> int:
@@ -402,20 +402,26 @@ class Sm90Config(KernelConfig):
         }
 
 
+def mma_tile(tile_m: int, tile_n: int) -> tuple[int, int]:
+    """CUTLASS's tile M×N for C's tile M×N: transposed where tile M is below a wgmma's rows."""
+    return (tile_n, tile_m) if tile_m < MMA_M else (tile_m, tile_n)
+
+
 @functools.cache
 def tile_validity(tile_m: int, tile_n: int, schedule: str, warpgroups: str) -> Validity:
     """Whether the kernel schedule and its warpgroups can take the tile (every other knob aside).
     A tile M below 64 is the transposed problem's tile N (:attr:`Sm90Config.swapped`)."""
+    cutlass_m, cutlass_n = mma_tile(tile_m, tile_n)
     if tile_m >= MMA_M:
-        return mma_tile_validity(tile_m, tile_n, schedule, warpgroups)
+        return mma_tile_validity(cutlass_m, cutlass_n, schedule, warpgroups)
     if tile_n not in TRANSPOSED_TILE_N:
         return invalid(
             f"tile M {tile_m} runs the transposed problem, whose wgmma M runs along N: "
             f"tile N {tile_n} must be one of {sorted(TRANSPOSED_TILE_N)}"
         )
-    verdict = mma_tile_validity(tile_n, tile_m, schedule, warpgroups)
+    verdict = mma_tile_validity(cutlass_m, cutlass_n, schedule, warpgroups)
     if not verdict:
-        return invalid(f"{verdict.reason} (the transposed problem's tile: {tile_n}x{tile_m})")
+        return invalid(f"{verdict.reason} (the transposed problem's tile: {cutlass_m}x{cutlass_n})")
     return verdict
 
 
@@ -430,7 +436,7 @@ def epilogue_tile_validity(
         return invalid(
             "epilogue_n sets the builder's TMA epilogue tile: epilogue='tma', warpgroups='m'"
         )
-    mma_tile_n = tile_m if tile_m < MMA_M else tile_n
+    mma_tile_n = mma_tile(tile_m, tile_n)[1]
     if mma_tile_n % epilogue_n:
         return invalid(f"epilogue tile N {epilogue_n} must divide the MMA tile's N {mma_tile_n}")
     return VALID
