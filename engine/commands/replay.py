@@ -8,6 +8,7 @@ from pathlib import Path
 from engine.campaign.executor import ReplayTable
 from engine.campaign.replay import (
     STRATEGIES,
+    VARIANTS,
     default_tables,
     format_table,
     replay_benchmark,
@@ -34,6 +35,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--pretrain-steps", type=int, default=200)
     parser.add_argument("--baseline", default="cublaslt_autotune")
     parser.add_argument("--shapes", help="comma-separated MxNxK shapes to hold out (default all)")
+    parser.add_argument(
+        "--variants",
+        default="online",
+        help=f"from {','.join(VARIANTS)}: rounds of --batch with the policy learning after each "
+        "(online) or frozen, or the whole budget in one round (one-shot); several: compared",
+    )
     parser.add_argument("--out", type=Path, default=Path("replay.json"), help="report JSON")
     parser.add_argument("--plot", type=Path, help="PNG (default: the report's name, .png)")
     parser.set_defaults(func=run)
@@ -50,6 +57,9 @@ def run(args: argparse.Namespace) -> int:
     unknown = sorted(set(strategies) - set(STRATEGIES))
     if unknown:
         raise SystemExit(f"error: unknown strategies {unknown}: expected {sorted(STRATEGIES)}")
+    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    if set(variants) - set(VARIANTS) or not variants:
+        raise SystemExit(f"error: --variants must be from {list(VARIANTS)}")
     table = ReplayTable.load(tables)
     report = replay_benchmark(
         table,
@@ -60,6 +70,7 @@ def run(args: argparse.Namespace) -> int:
         pretrain_steps=args.pretrain_steps,
         baseline=args.baseline,
         shapes=args.shapes.split(",") if args.shapes else None,
+        variants=variants,
         progress=lambda msg: print(msg, flush=True),
     )
     print(format_table(report))
