@@ -263,7 +263,7 @@ def run(args: argparse.Namespace) -> int:
     learner: PolicyFile | InMemoryLearner | None = None
     if "rl" in mix:
         path = args.policy or policy_path(config.cache_dir, executor.arch)
-        shared = PolicyFile(path, families, start=pretrained_path(executor.arch), seed=args.seed)
+        shared = PolicyFile(path, families, start=pretrained_path(executor.arch))
         policy = shared.policy
         origin = {
             "file": f"{path} ({policy.updates} updates, space {policy.space_id})",
