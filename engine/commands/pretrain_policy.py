@@ -31,6 +31,7 @@ Task = tuple[Problem, SearchSpace, Mapping[str, float]]
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "pretrain-policy",
+        aliases=["pretrain_policy"],  # the module's name, as engine.cli.COMMAND_MODULES lists it
         help="train the shipped per-arch policy on every recorded table under bench/results",
     )
     parser.add_argument("--results", type=Path, default=RESULTS, help="folder searched for tables")

@@ -41,6 +41,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help=f"from {','.join(VARIANTS)}: rounds of --batch with the policy learning after each "
         "(online) or frozen, or the whole budget in one round (one-shot); several: compared",
     )
+    parser.add_argument(
+        "--target",
+        type=float,
+        default=0.95,
+        help="the share of the table's optimum a run must reach (candidates to it are counted)",
+    )
     parser.add_argument("--out", type=Path, default=Path("replay.json"), help="report JSON")
     parser.add_argument("--plot", type=Path, help="PNG (default: the report's name, .png)")
     parser.set_defaults(func=run)
@@ -71,6 +77,7 @@ def run(args: argparse.Namespace) -> int:
         baseline=args.baseline,
         shapes=args.shapes.split(",") if args.shapes else None,
         variants=variants,
+        target=args.target,
         progress=lambda msg: print(msg, flush=True),
     )
     print(format_table(report))

@@ -191,3 +191,19 @@ def test_real_celery_workers_propose_what_engine_optimize_proposes(
     ).fetchall()
     assert len(web) == BUDGET
     assert cli_candidates(tmp_path, monkeypatch) == [tuple(row) for row in web]
+
+
+def test_the_launch_protocol_is_the_one_the_gpu_step_child_times(alice, replay, tmp_path):
+    from engine.protocols import PROTOCOLS
+    from webapp.campaigns import launch, runner
+
+    assert launch.REWARD_PROTOCOLS is PROTOCOLS  # the form offers the engine's, nothing else
+    campaign = campaign_create(
+        owner=alice,
+        name="graph",
+        layout="tn",
+        problems=[EngineProblem.parse(SHAPE, "tn")],
+        reward_protocol="graph",
+    )
+    args = runner.step_args("local", SHAPE + "_tn", tmp_path, protocol=campaign.reward_protocol)
+    assert args[args.index("--protocol") + 1] == "graph"
