@@ -65,6 +65,13 @@ def pretrained_path(arch: str) -> Path:
     return PRETRAINED_DIR / f"{arch}.pt"
 
 
+# A space's logit-index matrix per policy space_id, shared by every Policy of that space: a compile
+# step loads the arch's policy anew each round, and a full sm90 space holds 275 000 configs.
+_INDEX_CACHE: weakref.WeakKeyDictionary[SearchSpace, dict[str, torch.Tensor]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
 def problem_tensor(problem: Problem) -> torch.Tensor:
     features = problem.features()
     return torch.tensor([features[name] / FEATURE_SCALE for name in FEATURES], dtype=torch.float32)
@@ -106,9 +113,8 @@ class Policy:
         self.updates = 0
         self.applied: dict[str, int] = {}  # stream (campaign/problem) → last round learnt
         self.trained_on: list[str] = []  # what pretrained it (tables, campaign files)
-        self._index_cache: weakref.WeakKeyDictionary[SearchSpace, torch.Tensor] = (
-            weakref.WeakKeyDictionary()
-        )
+        text = json.dumps(self.describe(), sort_keys=True)
+        self.space_id = hashlib.sha256(text.encode()).hexdigest()[:16]
 
     # -- the space -------------------------------------------------------------------------
     def describe(self) -> dict[str, Any]:
@@ -122,12 +128,6 @@ class Policy:
             "hidden": self.hidden,
         }
 
-    @property
-    def space_id(self) -> str:
-        """A short hash of :meth:`describe`: which knob space (families, knobs, values, features)
-        the weights mean something for."""
-        text = json.dumps(self.describe(), sort_keys=True)
-        return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def indices(self, config: KernelConfig) -> list[int]:
         """Logit positions whose sum is ``config``'s score."""
@@ -138,13 +138,14 @@ class Policy:
         return out
 
     def _index(self, space: SearchSpace) -> torch.Tensor:
-        cached = self._index_cache.get(space)
+        by_policy = _INDEX_CACHE.setdefault(space, {})
+        cached = by_policy.get(self.space_id)
         if cached is None:
             rows = [self.indices(c) for c in space.configs]
             width = max((len(r) for r in rows), default=1)
             pad = self.n_logits  # points at the appended constant-0 logit
             cached = torch.tensor([r + [pad] * (width - len(r)) for r in rows], dtype=torch.long)
-            self._index_cache[space] = cached
+            by_policy[self.space_id] = cached
         return cached
 
     # -- the distribution --------------------------------------------------------------------
