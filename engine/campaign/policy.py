@@ -128,7 +128,6 @@ class Policy:
             "hidden": self.hidden,
         }
 
-
     def indices(self, config: KernelConfig) -> list[int]:
         """Logit positions whose sum is ``config``'s score."""
         family = config.FAMILY

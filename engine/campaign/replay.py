@@ -156,10 +156,13 @@ def replay_benchmark(
     shapes: Sequence[str] | None = None,
     variants: Sequence[str] = ("online",),
     target: float = TARGET,
+    start_policy: Policy | None = None,
     progress: Callable[[str], None] = lambda _msg: None,
 ) -> dict[str, Any]:
     """``variants`` (VARIANTS): with more than one, each run's strategy is labelled
-    ``<strategy>/<variant>``, and the summary pairs every variant with the first."""
+    ``<strategy>/<variant>``, and the summary pairs every variant with the first.
+    ``start_policy``: every rl run starts from a copy of it (e.g. the shipped policy, trained on
+    other tables) instead of one pretrained on the table's other shapes."""
     unknown = sorted(set(variants) - set(VARIANTS))
     if unknown or not variants:
         raise ValueError(f"unknown variants {unknown}: expected some of {VARIANTS}")
@@ -173,7 +176,9 @@ def replay_benchmark(
         held = [p for p in problems if p.shape == shape]
         train = [p for p in problems if p.shape != shape]
         policy = None
-        if any("rl" in STRATEGIES[s] for s in strategies):
+        if start_policy is not None:
+            policy = start_policy
+        elif any("rl" in STRATEGIES[s] for s in strategies):
             policy = pretrained_policy(table, train, baseline=baseline, steps=pretrain_steps)
         known = table_records(table, train, baseline=baseline)
         for problem in held:
@@ -220,7 +225,8 @@ def replay_benchmark(
             "seeds": seeds,
             "budget": budget,
             "batch_size": batch_size,
-            "pretrain_steps": pretrain_steps,
+            "pretrain_steps": pretrain_steps if start_policy is None else None,
+            "start_policy": list(start_policy.trained_on) if start_policy is not None else None,
             "baseline": baseline,
             "target": target,
             "held_out": "leave-one-shape-out (both layouts of a shape)",

@@ -47,6 +47,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=0.95,
         help="the share of the table's optimum a run must reach (candidates to it are counted)",
     )
+    parser.add_argument(
+        "--policy",
+        type=Path,
+        help="start every rl run from this saved policy (e.g. engine/campaign/pretrained/sm_90.pt, "
+        "trained on the other tables) instead of pretraining on the table's other shapes",
+    )
     parser.add_argument("--out", type=Path, default=Path("replay.json"), help="report JSON")
     parser.add_argument("--plot", type=Path, help="PNG (default: the report's name, .png)")
     parser.set_defaults(func=run)
@@ -67,6 +73,14 @@ def run(args: argparse.Namespace) -> int:
     if set(variants) - set(VARIANTS) or not variants:
         raise SystemExit(f"error: --variants must be from {list(VARIANTS)}")
     table = ReplayTable.load(tables)
+    start_policy = None
+    if args.policy is not None:
+        from engine.campaign.policy import Policy
+        from engine.campaign.space import families_for_arch
+
+        start_policy = Policy.load(args.policy, families_for_arch(table.arch))
+        if start_policy is None:
+            raise SystemExit(f"error: {args.policy} holds no policy for {table.arch}'s space")
     report = replay_benchmark(
         table,
         strategies=strategies,
@@ -78,6 +92,7 @@ def run(args: argparse.Namespace) -> int:
         shapes=args.shapes.split(",") if args.shapes else None,
         variants=variants,
         target=args.target,
+        start_policy=start_policy,
         progress=lambda msg: print(msg, flush=True),
     )
     print(format_table(report))
