@@ -322,8 +322,10 @@ def format_table(report: dict[str, Any]) -> str:
     budget = report["settings"]["budget"]
     checkpoints = [c for c in CHECKPOINTS if c <= budget]
     lines = []
+    share = f"{report['settings'].get('target', TARGET):.0%}"
     header = (
-        f"{'group':12} {'strategy':18} {'runs':>5} {'med→95%':>8} {'mean→95%':>9} {'reached':>8} "
+        f"{'group':12} {'strategy':18} {'runs':>5} {'med→' + share:>8} {'mean→' + share:>9} "
+        f"{'reached':>8} "
         f"{'rand/x':>7} " + " ".join(f"{'@' + str(c):>6}" for c in checkpoints)
     )
     lines.append(header)
@@ -347,7 +349,8 @@ def format_table(report: dict[str, Any]) -> str:
             f"(95 % CI {low:+.2f} … {high:+.2f}); best at the end {p['mean_end_gain']:+.4f}"
         )
     lines.append(
-        f"med/mean→95%: candidates until the best found is ≥ {target:.0%} of the table's optimum "
+        f"med/mean→{target:.0%}: candidates until the best found is ≥ {target:.0%} of the "
+        "table's optimum "
         f"(never: counted as {budget + 1}); @k: mean best/optimum after k candidates"
     )
     return "\n".join(lines)
