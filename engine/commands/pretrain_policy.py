@@ -116,6 +116,14 @@ def campaign_tasks(path: Path, baseline: str) -> list[Task]:
     return tasks
 
 
+def shown(path: Path) -> str:
+    """``path`` relative to the repository where it lies inside it."""
+    try:
+        return str(path.resolve().relative_to(ROOT))
+    except ValueError:
+        return str(path)
+
+
 def fits(policy: Policy, task: Task) -> bool:
     return all(c.FAMILY in policy.families for c in task[1].configs)
 
@@ -127,16 +135,16 @@ def run(args: argparse.Namespace) -> int:
         try:
             arch, tasks = table_tasks(path, args.baseline)
         except (KeyError, ValueError) as exc:  # a table this engine no longer renders
-            print(f"skipped {path.relative_to(ROOT)}: {exc}")
+            print(f"skipped {shown(path)}: {exc}")
             continue
         by_arch.setdefault(arch, []).extend(tasks)
-        sources.setdefault(arch, []).append(f"{path.relative_to(ROOT)} ({len(tasks)} problems)")
+        sources.setdefault(arch, []).append(f"{shown(path)} ({len(tasks)} problems)")
     for path in sorted(args.results.rglob("*.sqlite")):
         tasks = campaign_tasks(path, args.baseline)
         if tasks:
             by_arch.setdefault(args.campaign_arch, []).extend(tasks)
             sources.setdefault(args.campaign_arch, []).append(
-                f"{path.relative_to(ROOT)} ({len(tasks)} problems)"
+                f"{shown(path)} ({len(tasks)} problems)"
             )
     if not by_arch:
         raise SystemExit(f"error: no recorded table under {args.results}")
