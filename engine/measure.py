@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from engine import baselines, physics
-from engine.bench import SPOT_CHECK_TOLERANCE, Bench, ProtocolResult, Runner
+from engine.bench import Bench, ProtocolResult, Runner
 from engine.config import EngineConfig
 from engine.config import load as load_config
 from engine.environment import GpuEnvironment, collect
@@ -49,7 +49,8 @@ def measure(
 ) -> dict[str, Any]:
     """Times every baseline in both layouts and each candidate library, interleaved.
 
-    Candidates must have passed verification; their outputs are spot-checked again here.
+    Candidates must have passed verification; the timing protocols check them again in the
+    timed phase (engine.timed_checks): ``rejected_while_timed`` and ``rejections`` per protocol.
     ``probe_overhead=False`` skips the host-overhead probe (about 0.1 s of GPU sleep per runner:
     20 s for a 200-config sweep) for runs that only rank kernels.
     """
@@ -180,11 +181,9 @@ class Session:
                 name: spread_between_runs(values)
                 for name, values in summary["repeat_medians"].items()
             }
-        errors = bench.spot_check(runners)
-        summary["spot_check_errors"] = errors
-        summary["rejected_while_timed"] = sorted(
-            name for name, error in errors.items() if not error <= SPOT_CHECK_TOLERANCE
-        )
+        # what the checks in the timed calls rejected (engine.timed_checks): no speedup stands
+        rejections = summary.get("rejections", {})
+        summary["rejected_while_timed"] = sorted(rejections)
         for name in summary["rejected_while_timed"]:
             summary["speedups"].pop(name, None)
         return summary

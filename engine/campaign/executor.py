@@ -293,8 +293,12 @@ def outcome_from_record(name: str, record: Mapping[str, Any], protocols: Sequenc
             "baselines": {b: v["seconds"] for b, v in summary["best_baselines"].items()},
         }
     primary = record["protocols"][protocols[0]]
-    if name in primary.get("rejected_while_timed", ()):
-        return Outcome(name, STATUS_REJECTED, "spot_check", "wrong values while timed")
+    for protocol in protocols:  # the checks in the timed calls of any protocol
+        summary = record["protocols"][protocol]
+        if name in summary.get("rejected_while_timed", ()):
+            why = summary.get("rejections", {}).get(name, {})
+            message = f"while timed ({protocol}): {why.get('message', 'wrong values')}"
+            return Outcome(name, STATUS_REJECTED, why.get("reason", "spot_check"), message)
     if name in primary.get("impossible", ()):
         return Outcome(name, STATUS_REJECTED, "impossible", "faster than the physical floor")
     return Outcome(
