@@ -46,15 +46,24 @@ def measure(
     device_seconds: float = 20.0,
     probe_overhead: bool = True,
     progress: Callable[[str], None] = lambda _msg: None,
+    timed_checks: bool = True,
 ) -> dict[str, Any]:
     """Times every baseline in both layouts and each candidate library, interleaved.
 
     Candidates must have passed verification; the timing protocols check them again in the
     timed phase (engine.timed_checks): ``rejected_while_timed`` and ``rejections`` per protocol.
     ``probe_overhead=False`` skips the host-overhead probe (about 0.1 s of GPU sleep per runner:
-    20 s for a 200-config sweep) for runs that only rank kernels.
+    20 s for a 200-config sweep) for runs that only rank kernels. ``timed_checks=False``: the
+    protocols without the checks in the timed calls (engine.bench.Bench), to compare with.
     """
-    session = Session(problem, config=config, shim=shim, seed=seed, progress=progress)
+    session = Session(
+        problem,
+        config=config,
+        shim=shim,
+        seed=seed,
+        progress=progress,
+        timed_checks=timed_checks,
+    )
     return session.run(
         candidates,
         protocols=protocols,
@@ -80,6 +89,7 @@ class Session:
         seed: int | None = None,
         phases: Phases | None = None,
         progress: Callable[[str], None] = lambda _msg: None,
+        timed_checks: bool = True,
     ) -> None:
         self.problem = problem
         self.phases = phases if phases is not None else Phases()
@@ -87,7 +97,11 @@ class Session:
         self.config = config or load_config()
         self.shim = shim or load_shim(self.config)
         self.environment = collect(cublaslt_version=self.shim.cublaslt_version)
-        self.bench = Bench(problem, seed=seed if seed is not None else secrets.randbits(31))
+        self.bench = Bench(
+            problem,
+            seed=seed if seed is not None else secrets.randbits(31),
+            timed_checks=timed_checks,
+        )
         self.autotune_cache = baselines.autotune_cache_path(self.config, self.environment.key)
         self.baselines: list[Runner] | None = None
         self.autotune_reports: dict[str, Any] = {}

@@ -206,12 +206,20 @@ class TimedLog:
     def add_probe(self, name: str, record: ProbeRecord) -> None:
         self.probes.setdefault(name, []).append(record)
 
-    def rejections(self) -> dict[str, dict[str, str]]:
-        """{runner: {"reason", "message"}}: the first failed check, else a stream escape."""
-        out: dict[str, dict[str, str]] = {}
+    def reference(self) -> list[str]:
+        return [n for n, kind in self.kinds.items() if kind in REFERENCE_KINDS]
+
+    def failures(self) -> dict[str, dict[str, str]]:
+        """{runner: {"reason", "message"}} of every runner, baselines included: a stream escape
+        (work outside the caller's stream also makes the checked calls' values wrong: the
+        escape is the cause), else its first failed check."""
+        out: dict[str, dict[str, str]] = {
+            name: {"reason": "stream_escape", "message": message}
+            for name, message in stream_escapes(self.probes, self.reference()).items()
+        }
         for name, records in self.checks.items():
             failed = [r for r in records if r.reason != "ok"]
-            if failed:
+            if failed and name not in out:
                 first = failed[0]
                 out[name] = {
                     "reason": first.reason,
@@ -221,10 +229,14 @@ class TimedLog:
                         f"(tolerance {first.tolerance:.3g})"
                     ),
                 }
-        reference = [n for n, kind in self.kinds.items() if kind in REFERENCE_KINDS]
-        for name, message in stream_escapes(self.probes, reference).items():
-            out.setdefault(name, {"reason": "stream_escape", "message": message})
         return out
+
+    def rejections(self) -> dict[str, dict[str, str]]:
+        """:meth:`failures` of the runners that are not baselines: a baseline is the library
+        the candidates are measured against, never rejected (its failures are reported, under
+        ``baseline_failures``: torch.matmul may reduce in fp16 where PyTorch allows it)."""
+        reference = set(self.reference())
+        return {n: f for n, f in self.failures().items() if n not in reference}
 
     def cost(self) -> dict[str, Any]:
         """Seconds the checks added to the protocol, in all and per runner."""
@@ -247,6 +259,9 @@ class TimedLog:
                 n: statistics.median(p.tail for p in r) for n, r in self.probes.items() if r
             },
             "cost": self.cost(),
+            "baseline_failures": {
+                n: f for n, f in self.failures().items() if n in set(self.reference())
+            },
             "records": {
                 "checks": {n: [asdict(c) for c in r] for n, r in self.checks.items()},
                 "probes": {n: [asdict(p) for p in r] for n, r in self.probes.items()},

@@ -199,7 +199,7 @@ def test_a_measurement_session_sets_up_cached_baselines_before_its_run(monkeypat
 
     built: list[str] = []
     monkeypatch.setattr(measure, "collect", lambda **_: type("Env", (), {"key": "env"})())
-    monkeypatch.setattr(measure, "Bench", lambda problem, seed: FakeBench(problem))
+    monkeypatch.setattr(measure, "Bench", lambda problem, seed, **_: FakeBench(problem))
     monkeypatch.setattr(
         baselines,
         "baseline_runners",

@@ -135,3 +135,15 @@ def test_the_log_passes_honest_runners_and_reports_its_cost():
     cost = log.to_dict()["cost"]
     assert cost["prepare_s"] == pytest.approx(0.02)
     assert cost["per_runner_s"] == pytest.approx(0.07 / 5)
+
+
+def test_a_baseline_that_fails_a_check_is_reported_not_rejected():
+    log = log_with(checks={"torch_nn": [check("precision", 3, 1e-3)], "mine": [check("ok")]})
+    assert log.rejections() == {}
+    assert log.to_dict()["baseline_failures"]["torch_nn"]["reason"] == "precision"
+
+
+def test_a_stream_escape_names_the_cause_of_the_wrong_values_it_leads_to():
+    probes = {**baseline_probes(), "mine": [probe(50e-6) for _ in range(4)]}
+    log = log_with(checks={"mine": [check("unwritten", 2, float("inf"))]}, probes=probes)
+    assert log.rejections()["mine"]["reason"] == "stream_escape"
