@@ -31,18 +31,33 @@ FINAL_TIMEOUT = 600.0
 
 
 def top_records(records: Sequence[CandidateRecord], baseline: str, k: int) -> list[CandidateRecord]:
-    """The ``k`` best verified family candidates by speedup over ``baseline``."""
-    ok = [
-        r
-        for r in records
-        if r.status == STATUS_OK and r.source is None and baseline in r.baselines and r.seconds
-    ]
+    """The ``k`` best verified candidates by speedup over ``baseline``, model-written ones
+    (engine.llm, with their source) included: they are sanitized and re-measured like any."""
+    ok = [r for r in records if r.status == STATUS_OK and baseline in r.baselines and r.seconds]
     ok.sort(key=lambda r: r.seconds / r.baselines[baseline])
     return ok[:k]
 
 
-def config_of(record: CandidateRecord) -> KernelConfig:
+def config_of(record: CandidateRecord) -> Any:
+    """The record's kernel: a family config, or a model-written source (engine.llm)."""
+    if record.source is not None:
+        from engine.llm.evaluate import SourceKernel
+
+        return SourceKernel(record.source, Layout.parse(str(record.knobs.get("layout", "nn"))))
     return get_family(record.family).from_knobs(dict(record.knobs))
+
+
+def compile_sources(kernels: Sequence[Any]) -> list[CompileResult]:
+    """Model-written kernels built as the campaign built them (engine.llm.evaluate: the
+    candidate flags, each layout's define), through the compile cache."""
+    from engine.llm.evaluate import default_builder
+
+    build = default_builder()
+    out: list[CompileResult] = []
+    for kernel in kernels:
+        [result] = build([kernel.render()], kernel.layout, tuple(kernel.archs))
+        out.append(result)
+    return out
 
 
 RemeasureJob = tuple[Problem, dict[str, Path]]  # a problem and its candidates' libraries
@@ -272,8 +287,11 @@ def final_measurements(
     saved = saved or SavedFinals(None)
     chosen = {r.problem.key: top_records(r.records, baseline, top) for r in results}
     configs = {rec.name: config_of(rec) for recs in chosen.values() for rec in recs}
-    names = list(configs)
-    built = dict(zip(names, compile([configs[n] for n in names]), strict=True)) if names else {}
+    family = [n for n, c in configs.items() if c.FAMILY != "llm"]
+    written = [n for n, c in configs.items() if c.FAMILY == "llm"]
+    built = dict(zip(family, compile([configs[n] for n in family]), strict=True)) if family else {}
+    if written:
+        built.update(zip(written, compile_sources([configs[n] for n in written]), strict=True))
     ids = {n: kernel_id(n, b.source_hash) for n, b in built.items()}
     verdicts: dict[str, dict[str, Any]] = {}
     if sanitizer is not None:
