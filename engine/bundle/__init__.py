@@ -12,7 +12,7 @@ import csv
 import io
 import json
 import zipfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,24 +52,39 @@ def best_kernels(
     *,
     over: str = "torch",
     include_slower: bool = False,
+    admissible: Callable[[BundleKernel], bool] | None = None,
 ) -> list[BundleKernel]:
     """Per problem, the verified candidate with the highest reward, kept only when it beats the
-    ``over`` baseline (the op falls back to torch.matmul otherwise) unless ``include_slower``."""
+    ``over`` baseline (the op falls back to torch.matmul otherwise) unless ``include_slower``.
+    ``admissible``: what a kernel must also pass (its compute-sanitizer verdict, in the CLI);
+    the best one that does is chosen."""
     chosen: list[BundleKernel] = []
     for problem in problems:
         verified = [
             r for r in storage.candidates(campaign, problem.key) if r.status == "ok" and r.seconds
         ]
-        if not verified:
-            continue
-        best = max(verified, key=lambda r: r.reward)
-        if not include_slower and best.speedups().get(over, 0.0) <= 1.0:
-            continue
-        chosen.append(kernel_from_record(problem, best))
+        for best in sorted(verified, key=lambda r: r.reward, reverse=True):
+            if not include_slower and best.speedups().get(over, 0.0) <= 1.0:
+                break
+            kernel = kernel_from_record(problem, best)
+            if admissible is None or admissible(kernel):
+                chosen.append(kernel)
+                break
     return chosen
 
 
 def kernel_from_record(problem: Problem, record: CandidateRecord) -> BundleKernel:
+    if record.source is not None:  # model-written (engine.llm): its source as measured
+        from engine.llm.evaluate import SourceKernel
+
+        return BundleKernel(
+            problem=problem,
+            name=record.name,
+            source=record.source,
+            archs=tuple(SourceKernel.ARCHS),
+            speedups=record.speedups(),
+            seconds=record.seconds,
+        )
     family = get_family(record.family)
     config = family.from_knobs({**record.knobs, "layout": problem.layout.value})
     return BundleKernel(
