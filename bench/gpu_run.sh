@@ -3,7 +3,8 @@
 # single call on the lent H200, writing JSON and logs under $OUT.
 #   usage (on the device): bash bench/gpu_run.sh
 #     [tests|bench|clock|all|checks|families|campaign|library|smoke|library2|library3|resume|
-#      stack|bundle|grid64|profile|splitk|raster|reduction|tiles|cublaslt|interference|warm]
+#      stack|bundle|grid64|profile|splitk|raster|reduction|tiles|cublaslt|interference|warm|
+#      timed]
 #   [extra args]
 set -uo pipefail  # pipefail: a pipeline's status is its first failing command's
 stage=${1:-all}; shift || true
@@ -99,6 +100,10 @@ if [[ $stage == tests || $stage == all ]]; then
 fi
 if [[ $stage == bench || $stage == all ]]; then
   python3 bench/gpu_run.py --out "$OUT" "$@" 2>&1 | tee "$OUT/bench.log" | tail -80 || status=1
+fi
+if [[ $stage == timed ]]; then  # issue 28: the timed checks' cost, baselines with and without them
+  python3 bench/timed_checks.py --out "$OUT" "$@" 2>&1 | tee "$OUT/timed_checks.log" | tail -40 \
+    || status=1
 fi
 if [[ $stage == clock || $stage == all ]]; then  # issue 3: device protocol vs bursts, clocks
   python3 bench/clock_probe.py --out "$OUT" 2>&1 | tee "$OUT/clock_probe.log" | tail -30 || status=1
