@@ -26,6 +26,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import torch
+
 from engine.problem import Problem
 from engine.stats import quantile
 
@@ -108,6 +110,23 @@ class Sampler:
             return None
         self.extra[name][kind] += 1
         return kind
+
+
+def projected_error(
+    c: torch.Tensor, a: torch.Tensor, b: torch.Tensor, projection: torch.Tensor
+) -> float:
+    """C's relative Frobenius error against A·B (B as the K×N matrix), estimated through a
+    Gaussian projection X (N×PROJECTION_COLUMNS, float64): ‖(C − AB)X‖ / ‖ABX‖, which has the
+    full error as its expectation, from a few GEMV-sized products instead of an fp32 GEMM; in
+    float64, which no TF32 setting of the process touches. Inf when C holds a non-finite
+    value (NaN poison left, an overflow)."""
+    if not bool(torch.isfinite(c).all()):
+        return float("inf")
+    ref = a.double() @ (b.double() @ projection)
+    out = c.double() @ projection
+    return float(torch.linalg.vector_norm(out - ref)) / max(
+        float(torch.linalg.vector_norm(ref)), 1e-30
+    )
 
 
 @dataclass(frozen=True)

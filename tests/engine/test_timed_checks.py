@@ -6,7 +6,9 @@ from __future__ import annotations
 import random
 
 import pytest
+import torch
 
+from engine import numerics
 from engine import timed_checks as tc
 from engine.bench import L2_FLUSH_BYTES
 from engine.problem import Problem
@@ -147,3 +149,35 @@ def test_a_stream_escape_names_the_cause_of_the_wrong_values_it_leads_to():
     probes = {**baseline_probes(), "mine": [probe(50e-6) for _ in range(4)]}
     log = log_with(checks={"mine": [check("unwritten", 2, float("inf"))]}, probes=probes)
     assert log.rejections()["mine"]["reason"] == "stream_escape"
+
+
+def operands(m=512, n=384, k=1024):
+    gen = torch.Generator().manual_seed(0)
+    a = torch.randn(m, k, generator=gen).half()
+    b = torch.randn(k, n, generator=gen).half()
+    x = torch.randn(n, tc.PROJECTION_COLUMNS, generator=gen, dtype=torch.float64)
+    return a, b, x
+
+
+def test_the_projected_error_tracks_the_full_error_of_rounding_and_fp16_accumulation():
+    a, b, x = operands()
+    exact = a.double() @ b.double()
+    for c in (exact.half(), numerics.simulate_fp16_accumulation(a.float(), b.float())):
+        full = numerics.relative_frobenius_error(c, exact.float())
+        assert tc.projected_error(c, a, b, x) == pytest.approx(full, rel=0.1)
+
+
+def test_fp16_accumulation_is_over_the_tolerance_calibrated_on_a_correct_rounding():
+    a, b, x = operands()
+    exact = a.double() @ b.double()
+    tolerance = numerics.calibrated_tolerance(tc.projected_error(exact.half(), a, b, x))
+    drop = numerics.simulate_fp16_accumulation(a.float(), b.float())
+    error = tc.projected_error(drop, a, b, x)
+    assert tc.classify(same_at_stream_end=True, error=error, tolerance=tolerance) == "precision"
+
+
+def test_a_poisoned_c_left_unwritten_has_infinite_error():
+    a, b, x = operands(64, 64, 64)
+    c = (a.double() @ b.double()).half()
+    c[3, 5] = float("nan")
+    assert tc.projected_error(c, a, b, x) == float("inf")
