@@ -181,3 +181,22 @@ def test_a_poisoned_c_left_unwritten_has_infinite_error():
     c = (a.double() @ b.double()).half()
     c[3, 5] = float("nan")
     assert tc.projected_error(c, a, b, x) == float("inf")
+
+
+def test_every_late_or_input_keyed_cheat_names_its_reason_and_the_phase_that_catches_it():
+    from engine import fixtures
+    from engine.verify import REASONS
+
+    paths = fixtures.timed_paths()
+    assert {p.stem for p in paths} >= {
+        "fingerprint_skip",
+        "stream_escape_after_n",
+        "precision_drop_after_n",
+        "late_turn",
+        "input_trigger",
+        "atomic_race",
+    }
+    for path in paths:
+        reason = fixtures.expected_reason(path)
+        assert reason in REASONS or reason == fixtures.NO_GAIN, path.name
+        assert fixtures.expected_phase(path) in ("verify", "timed"), path.name
