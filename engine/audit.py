@@ -106,7 +106,11 @@ def audit(
     steps["verify"] = verdict.to_dict()
     if not verdict.ok:
         return failed(verdict.reason, f"verified again: {verdict.message}")
-    sanitized = sanitizer(library, problem.layout)
+    try:
+        sanitized = sanitizer(library, problem.layout)
+    except RuntimeError as exc:  # engine.sanitize.SanitizeSetupError: no tool, no harness
+        steps["sanitize"] = {"error": str(exc)}
+        return failed("sanitize_setup", f"compute-sanitizer could not run: {exc}")
     steps["sanitize"] = sanitized.to_dict()
     if not sanitized.ok:
         return failed(f"sanitize_{sanitized.reason}", f"compute-sanitizer: {sanitized.message}")

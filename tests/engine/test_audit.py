@@ -161,3 +161,14 @@ def test_the_executor_leaves_an_unremarkable_candidate_unaudited(monkeypatch):
     executor = executor_with(monkeypatch, 1.1e-4, auditor)
     [outcome] = executor.execute(PROBLEM, [CompiledCandidate("fine", None, LIBRARY)])
     assert (outcome.status, outcome.seconds) == (STATUS_OK, 1.1e-4)
+
+
+def test_a_candidate_that_cannot_be_sanitized_fails_its_audit():
+    _, steps = steps_log()
+
+    def no_tool(library, layout):
+        raise RuntimeError("compute-sanitizer not found")
+
+    steps["sanitizer"] = no_tool
+    result = audit.audit("fast", LIBRARY, PROBLEM, "2x", **steps)
+    assert (result.ok, result.reason) == (False, "sanitize_setup")
