@@ -119,3 +119,22 @@ def test_cublas_wrapped_and_the_reference_pass_the_timed_checks_at_an_odd_shape(
     record = measure(problem, candidates=libraries, protocols=("device", "offline", "graph"))
     for protocol, summary in record["protocols"].items():
         assert summary["rejections"] == {}, (protocol, summary["rejections"])
+
+
+def test_an_audit_passes_the_reference_and_retimes_it_in_a_fresh_process():
+    from engine.audit import audit
+
+    library = built(fixtures.REFERENCE).library
+    result = audit("reference", library, SHAPE, "asked by the test")
+    assert result.ok, (result.reason, result.message)
+    assert set(result.steps) == {"verify", "sanitize", "remeasure"}
+    assert result.seconds
+    assert result.baselines["cublaslt_autotune"] > 0
+
+
+def test_an_audit_rejects_a_late_cheat_in_its_fresh_process():
+    from engine.audit import audit
+
+    path = fixtures.TIMED / "precision_drop_after_n.cu"
+    result = audit(path.stem, built(path).library, SHAPE, "asked by the test")
+    assert (result.ok, result.reason) == (False, "precision"), result.message
