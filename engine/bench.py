@@ -499,7 +499,8 @@ class Bench:
                     runner(ops, self.stream)
                     torch.cuda.synchronize()
                     samples[runner.name].append(time.perf_counter() - t0)
-                if time.monotonic() - started > max_seconds:
+                # a runner whose calls so far were all sampled has no time yet: one more round
+                if time.monotonic() - started > max_seconds and all(samples.values()):
                     break
         self.idled()
         stats = {name: summarize(values) for name, values in samples.items()}
