@@ -103,6 +103,8 @@ def main() -> int:
     parser.add_argument("--heat-seconds", type=float, default=1.0)
     parser.add_argument("--budget-s", type=float, default=520.0, help="stop starting shapes after")
     args = parser.parse_args()
+    if args.runs < 2:
+        parser.error("--runs must be at least 2: the run-to-run spread needs two runs")
     started = time.monotonic()
     problems = [Problem.parse(s) for s in (args.shapes.split(",") if args.shapes else SHAPES)]
     built = dict(
