@@ -45,15 +45,24 @@ def measure(
     heat_seconds: float = 3.0,
     device_seconds: float = 20.0,
     probe_overhead: bool = True,
+    extra_baselines: Sequence[str] = (),
     progress: Callable[[str], None] = lambda _msg: None,
 ) -> dict[str, Any]:
     """Times every baseline in both layouts and each candidate library, interleaved.
 
     Candidates must have passed verification; their outputs are spot-checked again here.
     ``probe_overhead=False`` skips the host-overhead probe (about 0.1 s of GPU sleep per runner:
-    20 s for a 200-config sweep) for runs that only rank kernels.
+    20 s for a 200-config sweep) for runs that only rank kernels. ``extra_baselines``: the
+    torch-tuned baselines to time as well (engine.baseline_names.TORCH_TUNED), tuned here.
     """
-    session = Session(problem, config=config, shim=shim, seed=seed, progress=progress)
+    session = Session(
+        problem,
+        config=config,
+        shim=shim,
+        seed=seed,
+        progress=progress,
+        extra_baselines=extra_baselines,
+    )
     return session.run(
         candidates,
         protocols=protocols,
@@ -79,8 +88,10 @@ class Session:
         seed: int | None = None,
         phases: Phases | None = None,
         progress: Callable[[str], None] = lambda _msg: None,
+        extra_baselines: Sequence[str] = (),
     ) -> None:
         self.problem = problem
+        self.extra_baselines = tuple(extra_baselines)
         self.phases = phases if phases is not None else Phases()
         self.progress = progress
         self.config = config or load_config()
@@ -90,16 +101,18 @@ class Session:
         self.autotune_cache = baselines.autotune_cache_path(self.config, self.environment.key)
         self.baselines: list[Runner] | None = None
         self.autotune_reports: dict[str, Any] = {}
-        if baselines.autotune_cached(self.autotune_cache, problem):
+        # the torch-tuned baselines always tune (a timing): left for run() like cuBLASLt's
+        if not self.extra_baselines and baselines.autotune_cached(self.autotune_cache, problem):
             self.prepare_baselines()
 
     def prepare_baselines(self) -> None:
         """The baseline runners; autotunes cuBLASLt (device-protocol timing) where not cached."""
         if self.baselines is not None:
             return
-        self.progress(f"{self.problem}: autotuning cuBLASLt")
+        self.progress(f"{self.problem}: autotuning cuBLASLt {' '.join(self.extra_baselines)}")
+        extra = {"extra": self.extra_baselines} if self.extra_baselines else {}
         self.baselines, self.autotune_reports = baselines.baseline_runners(
-            self.bench, self.shim, autotune_cache=self.autotune_cache
+            self.bench, self.shim, autotune_cache=self.autotune_cache, **extra
         )
         self.phases.info["autotune_cached"] = all(
             r.get("cached", False) for r in self.autotune_reports.values()

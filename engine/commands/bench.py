@@ -8,7 +8,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from engine.commands.common import add_problem_arguments, compile_kernel_file, problem_from_args
+from engine.baseline_names import TORCH_TUNED
+from engine.commands.common import (
+    add_problem_arguments,
+    compile_kernel_file,
+    problem_from_args,
+    torch_baselines,
+)
 from engine.verify import verify
 
 PROTOCOL_CHOICES = ("device", "offline", "server", "graph")
@@ -25,12 +31,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--kernel", type=Path, help="a .cu file to verify and time as well")
     parser.add_argument("--json", type=Path, default=Path("bench-results.json"))
+    parser.add_argument(
+        "--torch-baselines",
+        default=",".join(TORCH_TUNED),
+        help="torch-tuned baselines to time too, comma separated (tuned per shape and layout "
+        f"in this process); '' for none. Default: {','.join(TORCH_TUNED)}",
+    )
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from engine.measure import measure
 
+    extra = torch_baselines(args.torch_baselines)
     problems = [problem_from_args(shape, args.layout) for shape in args.shape]
     protocols = tuple(args.protocol or ("device", "offline"))
     records = []
@@ -51,6 +64,7 @@ def run(args: argparse.Namespace) -> int:
             problem,
             candidates=candidates,
             protocols=protocols,
+            extra_baselines=extra,
             progress=lambda msg: print(msg, file=sys.stderr, flush=True),
         )
         records.append(record)
@@ -74,4 +88,32 @@ def format_table(record: dict[str, Any]) -> str:
             lines.append(f"    speedup of {name}: {parts}")
         if result["impossible"]:
             lines.append(f"    IMPOSSIBLE (below physical floor): {result['impossible']}")
+    lines += tuning_lines(record.get("autotune", {}))
     return "\n".join(lines)
+
+
+def tuning_lines(reports: dict[str, Any]) -> list[str]:
+    """What the torch-tuned baselines picked and how long they tuned."""
+    lines = []
+    for name, report in sorted(reports.items()):
+        if not name.startswith(TORCH_TUNED):
+            continue
+        if "pick" in report or "runs" in report:
+            lines.append(f"  {name}: tuned {report['tuning_seconds']:.1f} s, {pick_label(report)}")
+        elif "results" in report:
+            kernels = ", ".join(r["kernel"] for r in report["results"]) or "nothing new"
+            lines.append(f"  {name}: tuned {report['tuning_seconds']:.2f} s, chose {kernels}")
+    return lines
+
+
+def pick_label(report: dict[str, Any]) -> str:
+    """Inductor's pick in a few words: what the code runs and the fastest choice's config."""
+    pick = report.get("pick") or {}
+    info = pick.get("info", {})
+    config = ", ".join(
+        f"{k}={info[k]}" for k in ("tile_shape", "num_stages", "num_warps", "GROUP_M") if k in info
+    )
+    runs = report.get("runs") or pick.get("backend") or "?"
+    name = pick.get("name", "?")
+    timed = len(report.get("choices", {}))
+    return f"runs {runs} ({name}{': ' + config if config else ''}; {timed} choices timed)"
