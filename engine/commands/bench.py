@@ -37,6 +37,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="torch-tuned baselines to time too, comma separated (tuned per shape and layout "
         f"in this process); '' for none. Default: {','.join(TORCH_TUNED)}",
     )
+    parser.add_argument(
+        "--power-seconds",
+        type=float,
+        default=0.25,
+        help="NVML power and SM clock of each runner alone, back to back, for this long "
+        "(device protocol; 0: only over the whole run)",
+    )
     parser.set_defaults(func=run)
 
 
@@ -65,6 +72,7 @@ def run(args: argparse.Namespace) -> int:
             candidates=candidates,
             protocols=protocols,
             extra_baselines=extra,
+            power_seconds=args.power_seconds,
             progress=lambda msg: print(msg, file=sys.stderr, flush=True),
         )
         records.append(record)
@@ -80,9 +88,15 @@ def format_table(record: dict[str, Any]) -> str:
     for protocol, result in record["protocols"].items():
         stat = result["statistic"]
         lines.append(f"  {protocol} protocol ({stat} µs, TFLOP/s):")
+        by_runner = result.get("power_by_runner", {})
         for name in sorted(result["seconds"], key=result["seconds"].__getitem__):
             t = result["seconds"][name]
-            lines.append(f"    {name:28s} {t * 1e6:11.2f} µs {result['tflops'][name]:8.1f}")
+            lines.append(
+                f"    {name:28s} {t * 1e6:11.2f} µs {result['tflops'][name]:8.1f}"
+                + power_label(by_runner.get(name))
+            )
+        if "power" in result:
+            lines.append(f"    during the run:{power_label(result['power'])}")
         for name, speedups in result["speedups"].items():
             parts = ", ".join(f"{b} {s:.3f}x" for b, s in speedups.items())
             lines.append(f"    speedup of {name}: {parts}")
@@ -90,6 +104,20 @@ def format_table(record: dict[str, Any]) -> str:
             lines.append(f"    IMPOSSIBLE (below physical floor): {result['impossible']}")
     lines += tuning_lines(record.get("autotune", {}))
     return "\n".join(lines)
+
+
+def power_label(summary: dict[str, Any] | None) -> str:
+    """`` 612 W 1755 MHz`` (NVML means), or '' where nothing was read."""
+    if not summary:
+        return ""
+    parts = []
+    if "power_w" in summary:
+        parts.append(f"{summary['power_w']['mean']:5.0f} W")
+    if "sm_clock_mhz" in summary:
+        parts.append(f"{summary['sm_clock_mhz']['mean']:5.0f} MHz")
+    if summary.get("power_capped_fraction"):
+        parts.append(f"capped {summary['power_capped_fraction']:.0%}")
+    return "  " + " ".join(parts) if parts else ""
 
 
 def tuning_lines(reports: dict[str, Any]) -> list[str]:
