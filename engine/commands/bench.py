@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from engine import floor_model
 from engine.baseline_names import TORCH_TUNED
 from engine.commands.common import (
     add_problem_arguments,
@@ -44,6 +45,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="NVML power and SM clock of each runner alone, back to back, for this long "
         "(device protocol; 0: only over the whole run)",
     )
+    parser.add_argument(
+        "--no-predict",
+        dest="predict",
+        action="store_false",
+        help="skip the floor model (engine.floor_model: calibrated on the GPU first, about 1 s, "
+        "then each shape's device time predicted before it is timed)",
+    )
     parser.set_defaults(func=run)
 
 
@@ -52,6 +60,7 @@ def run(args: argparse.Namespace) -> int:
 
     extra = torch_baselines(args.torch_baselines)
     problems = [problem_from_args(shape, args.layout) for shape in args.shape]
+    model = floor_model.calibrate() if args.predict else None
     protocols = tuple(args.protocol or ("device", "offline"))
     records = []
     for problem in problems:
@@ -67,6 +76,7 @@ def run(args: argparse.Namespace) -> int:
                 )
                 return 1
             candidates[args.kernel.stem] = compiled.library
+        prediction = floor_model.predict(problem, model).to_dict() if model else None
         record = measure(
             problem,
             candidates=candidates,
@@ -75,6 +85,8 @@ def run(args: argparse.Namespace) -> int:
             power_seconds=args.power_seconds,
             progress=lambda msg: print(msg, file=sys.stderr, flush=True),
         )
+        if model is not None:
+            record["prediction"] = {**prediction, "model": model.to_dict()}
         records.append(record)
         print(format_table(record))
     args.json.write_text(json.dumps(records, indent=1, default=str))
@@ -103,7 +115,23 @@ def format_table(record: dict[str, Any]) -> str:
         if result["impossible"]:
             lines.append(f"    IMPOSSIBLE (below physical floor): {result['impossible']}")
     lines += tuning_lines(record.get("autotune", {}))
+    if "prediction" in record and "device" in record["protocols"]:
+        lines.append(prediction_line(record))
     return "\n".join(lines)
+
+
+def prediction_line(record: dict[str, Any]) -> str:
+    """The floor model's prediction beside the fastest device-protocol baseline."""
+    pred = record["prediction"]
+    best = record["protocols"]["device"].get("best_baselines", {})
+    line = f"  floor model: {pred['seconds'] * 1e6:.2f} µs ({pred['bound']}-bound)"
+    if best:
+        name = min(best, key=lambda b: best[b]["seconds"])
+        seconds = best[name]["seconds"]
+        line += (
+            f"; fastest baseline {name} {seconds * 1e6:.2f} µs = {seconds / pred['seconds']:.2f}x"
+        )
+    return line
 
 
 def power_label(summary: dict[str, Any] | None) -> str:
