@@ -4,7 +4,11 @@
                          compiled per shape and layout; Inductor times its Triton mm templates
                          and cuBLAS (aten) and keeps the fastest.
   tunableop              torch.cuda.tunable: torch.mm with TunableOp on, tuned for the shape on
-                         its first call in this process (cuBLAS and cuBLASLt's algorithms).
+                         its first call in this process. On CUDA its candidates are "Default"
+                         (torch's usual cuBLAS call) and, from PyTorch 2.14 on (pytorch#186270),
+                         cuBLASLt's heuristic algorithms (8 by default); before 2.14 Default is
+                         the only one, so there this baseline is torch.matmul through TunableOp,
+                         and its record says so (the kernels it chose, torch's version).
 
 Both tune in the measuring process, before any timing, and report what they picked and how long
 the tuning took (the first call's wall clock, compilation included). Their calls keep what a user
@@ -137,7 +141,12 @@ def _autotune_feedback(timings: list[dict[Any, float]]):
     try:
         yield
     finally:
-        cache = getattr(select_algorithm, "get_algorithm_selector_cache", lambda: None)()
+        get_cache = getattr(select_algorithm, "get_algorithm_selector_cache", None)
+        cache = (
+            get_cache()
+            if get_cache
+            else getattr(select_algorithm, "_ALGORITHM_SELECTOR_CACHE", None)
+        )
         fns = getattr(cache, "feedback_saver_fns", [])
         if saver in fns:
             fns.remove(saver)
@@ -146,22 +155,25 @@ def _autotune_feedback(timings: list[dict[Any, float]]):
 @contextmanager
 def _output_code(sources: list[str]):
     """Collects the wrapper code Inductor generates while compiling (without resetting Dynamo,
-    as torch._inductor.utils.run_and_get_code does: that would drop the other runners' entries)."""
+    as torch._inductor.utils.run_and_get_code does: that would drop the other runners' entries).
+    Inductor calls ``GraphLowering.save_output_code(code)`` when it is set (None by default)."""
     from torch._inductor.graph import GraphLowering
 
-    original = GraphLowering.__dict__.get("save_output_code")
-
-    def save(*args: Any) -> None:
-        sources.append(str(args[-1]))
-
-    if original is None:
+    if "save_output_code" not in GraphLowering.__dict__:  # another torch: the pick stands alone
         yield
         return
-    GraphLowering.save_output_code = staticmethod(save)  # type: ignore[method-assign]
+    original = GraphLowering.__dict__["save_output_code"]
+
+    def save(code: str) -> None:
+        sources.append(str(code))
+        if callable(original):
+            original(code)
+
+    GraphLowering.save_output_code = save  # type: ignore[assignment]
     try:
         yield
     finally:
-        GraphLowering.save_output_code = original  # type: ignore[method-assign]
+        GraphLowering.save_output_code = original  # type: ignore[assignment]
 
 
 def compile_inductor(
@@ -244,10 +256,14 @@ class TunableOp:
 
     def settings(self) -> dict[str, Any]:
         t = self.tunable
-        return {
+        settings = {
             "max_tuning_duration_ms": t.get_max_tuning_duration(),
             "max_tuning_iterations": t.get_max_tuning_iterations(),
+            "torch_version": torch.__version__,
         }
+        if hasattr(t, "get_cublaslt_requested_algo_count"):  # PyTorch 2.14 on
+            settings["cublaslt_requested_algo_count"] = t.get_cublaslt_requested_algo_count()
+        return settings
 
     def results(self) -> list[tuple[str, ...]]:
         return [tuple(str(x) for x in row) for row in self.tunable.get_results()]

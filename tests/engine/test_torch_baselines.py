@@ -197,7 +197,11 @@ def test_tunableop_reports_only_what_it_tuned_for_this_shape():
     report = switch.tune(tuned_call)
     assert [r["kernel"] for r in report["results"]] == ["Gemm_Cublaslt_7"]
     assert report["results"][0]["ms"] == pytest.approx(0.0031)
-    assert report["settings"] == {"max_tuning_duration_ms": 30, "max_tuning_iterations": 100}
+    assert report["settings"] == {
+        "max_tuning_duration_ms": 30,
+        "max_tuning_iterations": 100,
+        "torch_version": torch.__version__,
+    }
     assert report["tuning_seconds"] >= 0
     assert not fake.enabled
     assert not fake.tuning
