@@ -79,8 +79,9 @@ def _try(read: Callable[[], Any]) -> Any:
 
 
 def open_reader(device: int | None = None) -> NvmlReader | None:
-    """NVML for torch's CUDA ``device`` (found by PCI bus id, so CUDA_VISIBLE_DEVICES cannot
-    mismatch it); None without pynvml or NVML."""
+    """NVML for torch's CUDA ``device``, found by PCI bus id (so CUDA_VISIBLE_DEVICES cannot
+    mismatch it) or, where torch does not give the bus id, by torch's own NVML index; None
+    without pynvml or NVML."""
     try:
         import pynvml
     except ImportError:
@@ -90,12 +91,18 @@ def open_reader(device: int | None = None) -> NvmlReader | None:
 
         pynvml.nvmlInit()
         device = torch.cuda.current_device() if device is None else device
-        props = torch.cuda.get_device_properties(device)
-        bus_id = f"{props.pci_domain_id:08X}:{props.pci_bus_id:02X}:{props.pci_device_id:02X}.0"
-        handle = pynvml.nvmlDeviceGetHandleByPciBusId(bus_id)
-        return NvmlReader(pynvml, handle)
+        return NvmlReader(pynvml, _handle(pynvml, torch, device))
     except Exception:  # no NVML (a container without the library) or no such device
         return None
+
+
+def _handle(pynvml: Any, torch: Any, device: int) -> Any:
+    props = torch.cuda.get_device_properties(device)
+    try:
+        bus_id = f"{props.pci_domain_id:08X}:{props.pci_bus_id:02X}:{props.pci_device_id:02X}.0"
+    except AttributeError:
+        return pynvml.nvmlDeviceGetHandleByIndex(torch.cuda._get_nvml_device_index(device))
+    return pynvml.nvmlDeviceGetHandleByPciBusId(bus_id)
 
 
 @dataclass
