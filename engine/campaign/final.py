@@ -200,6 +200,9 @@ def final_summary(record: dict[str, Any]) -> dict[str, Any]:
             "speedups": result["speedups"],
             "rejected_while_timed": result["rejected_while_timed"],
         }
+        for key in ("power", "power_by_runner"):  # NVML, where the child could read it
+            if key in result:
+                out[protocol][key] = result[key]
     summary = {"protocols": out, "environment": record["environment"]}
     if "sandbox" in record:
         summary["sandbox"] = record["sandbox"]

@@ -243,11 +243,19 @@ def test_torch_tuned_runners_come_in_every_layout_with_their_reports():
         torch_baselines.torch_tuned_runners(PROBLEM, cpu_operands(), ["xla"], [Layout.NN])
 
 
-def test_the_finals_keep_each_torch_baselines_pick_and_tuning_time():
+def test_the_finals_keep_each_torch_baselines_pick_and_tuning_time_and_the_power():
     from engine.campaign.final import final_summary
 
+    device = {
+        "statistic": "median",
+        "seconds": {},
+        "best_baselines": {},
+        "speedups": {},
+        "rejected_while_timed": [],
+        "power": {"samples": 40, "sm_clock_mhz": {"mean": 1755.0}},
+    }
     record = {
-        "protocols": {},
+        "protocols": {"device": device},
         "environment": {"gpu_name": "H200"},
         "autotune": {
             "cublaslt_autotune_nn": {"algo": 3},
@@ -260,7 +268,9 @@ def test_the_finals_keep_each_torch_baselines_pick_and_tuning_time():
             "tunableop_nn": {"tuning_seconds": 0.2, "results": []},
         },
     }
-    tuning = final_summary(record)["torch_baselines"]
+    summary = final_summary(record)
+    assert summary["protocols"]["device"]["power"]["sm_clock_mhz"]["mean"] == 1755.0
+    tuning = summary["torch_baselines"]
     assert tuning == {
         "inductor_max_autotune_nn": {"tuning_seconds": 6.0, "pick": {"name": "mm"}, "runs": "aten"},
         "tunableop_nn": {"tuning_seconds": 0.2, "results": []},
