@@ -9,6 +9,8 @@ wants them: `engine bench` and the campaign finals do, the search's short GPU st
 
 from __future__ import annotations
 
+from typing import Any
+
 INDUCTOR = "inductor_max_autotune"
 TUNABLEOP = "tunableop"
 TORCH_TUNED = (INDUCTOR, TUNABLEOP)
@@ -22,8 +24,26 @@ BASELINE_LABELS = {
     TUNABLEOP: "TunableOp",
 }
 LAYOUTS = ("nn", "tn")
+INDUCTOR_CONFIG_KEYS = ("tile_shape", "num_stages", "num_warps", "GROUP_M")
 
 
 def runner_names(baselines: tuple[str, ...] | list[str] = BASELINES) -> set[str]:
     """The runner names a measurement gives the baselines: ``<baseline>_<layout>``."""
     return {f"{b}_{layout}" for b in baselines for layout in LAYOUTS}
+
+
+def tuned_label(report: dict[str, Any]) -> str | None:
+    """What a torch-tuned baseline ran, in a few words, from its tuning report: Inductor's
+    ``triton triton_mm_3 (tile_shape=(64, 32, 32), num_stages=5, …)`` or ``aten mm``;
+    TunableOp's chosen kernels. None where the report does not say."""
+    if "results" in report:
+        kernels = [str(r.get("kernel")) for r in report["results"] if r.get("kernel")]
+        return ", ".join(kernels) or None
+    pick = report.get("pick") or {}
+    runs = report.get("runs") or pick.get("backend")
+    if not runs and not pick:
+        return None
+    info = pick.get("info") or {}
+    config = ", ".join(f"{k}={info[k]}" for k in INDUCTOR_CONFIG_KEYS if k in info)
+    name = pick.get("name", "?")
+    return f"{runs or '?'} {name}" + (f" ({config})" if config else "")

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from engine import floor_model
-from engine.baseline_names import TORCH_TUNED
+from engine.baseline_names import TORCH_TUNED, tuned_label
 from engine.commands.common import (
     add_problem_arguments,
     compile_kernel_file,
@@ -152,24 +152,9 @@ def tuning_lines(reports: dict[str, Any]) -> list[str]:
     """What the torch-tuned baselines picked and how long they tuned."""
     lines = []
     for name, report in sorted(reports.items()):
-        if not name.startswith(TORCH_TUNED):
+        if not name.startswith(TORCH_TUNED) or "tuning_seconds" not in report:
             continue
-        if "pick" in report or "runs" in report:
-            lines.append(f"  {name}: tuned {report['tuning_seconds']:.1f} s, {pick_label(report)}")
-        elif "results" in report:
-            kernels = ", ".join(r["kernel"] for r in report["results"]) or "nothing new"
-            lines.append(f"  {name}: tuned {report['tuning_seconds']:.2f} s, chose {kernels}")
+        label = tuned_label(report) or "nothing recorded"
+        timed = f"; {len(report['choices'])} choices timed" if report.get("choices") else ""
+        lines.append(f"  {name}: tuned {report['tuning_seconds']:.2f} s, ran {label}{timed}")
     return lines
-
-
-def pick_label(report: dict[str, Any]) -> str:
-    """Inductor's pick in a few words: what the code runs and the fastest choice's config."""
-    pick = report.get("pick") or {}
-    info = pick.get("info", {})
-    config = ", ".join(
-        f"{k}={info[k]}" for k in ("tile_shape", "num_stages", "num_warps", "GROUP_M") if k in info
-    )
-    runs = report.get("runs") or pick.get("backend") or "?"
-    name = pick.get("name", "?")
-    timed = len(report.get("choices", {}))
-    return f"runs {runs} ({name}{': ' + config if config else ''}; {timed} choices timed)"

@@ -296,9 +296,12 @@ def test_engine_bench_prints_what_each_torch_baseline_chose():
         }
     )
     assert len(lines) == 2
-    assert "runs triton (triton_mm_3: tile_shape=(64, 32, 32), num_stages=5" in lines[0]
-    assert "2 choices timed" in lines[0]
-    assert lines[1] == "  tunableop_tn: tuned 0.25 s, chose Gemm_Cublaslt_7"
+    assert lines[0].startswith(
+        "  inductor_max_autotune_nn: tuned 4.00 s, ran triton triton_mm_3 "
+        "(tile_shape=(64, 32, 32), num_stages=5, num_warps=4, GROUP_M=8)"
+    )
+    assert lines[0].endswith("; 2 choices timed")
+    assert lines[1] == "  tunableop_tn: tuned 0.25 s, ran Gemm_Cublaslt_7"
 
 
 def test_engine_bench_rejects_an_unknown_torch_baseline():
