@@ -3,6 +3,7 @@ shapes, in which order, and the summary it prints."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -73,3 +74,70 @@ def test_the_geomeans_are_relative_to_cublaslt_autotune(run):
     text = run.table(rows)
     assert "triton/t1 5s" in text
     assert "geomean vs cublaslt_autotune [all]" in text
+
+
+def fake_record(problem, **_kwargs):
+    seconds = {"cublaslt_autotune_nn": 6e-6, "inductor_max_autotune_tn": 5e-6, "tunableop_nn": 7e-6}
+    best = {
+        "cublaslt_autotune": {"seconds": 6e-6, "layout": "nn"},
+        "inductor_max_autotune": {"seconds": 5e-6, "layout": "tn"},
+        "tunableop": {"seconds": 7e-6, "layout": "nn"},
+    }
+    device = {
+        "statistic": "median",
+        "seconds": seconds,
+        "tflops": dict.fromkeys(seconds, 1.0),
+        "speedups": {},
+        "impossible": [],
+        "best_baselines": best,
+        "power": {"samples": 3, "power_w": {"mean": 300.0}},
+    }
+    return {
+        "problem": {"m": problem.m, "n": problem.n, "k": problem.k, "layout": "nn"},
+        "environment": {"gpu_name": "H200"},
+        "autotune": {
+            "inductor_max_autotune_tn": {"tuning_seconds": 3.0, "runs": "triton", "pick": {}},
+        },
+        "protocols": {"device": device},
+    }
+
+
+def test_the_run_writes_each_shape_and_the_table_within_its_deadline(run, monkeypatch, tmp_path):
+    from engine.floor_model import FloorModel
+
+    measured = []
+
+    def measure(problem, **kwargs):
+        measured.append((problem.shape, kwargs["extra_baselines"], kwargs["protocols"]))
+        return fake_record(problem)
+
+    model = FloorModel(2e-6, 1e-6, 4e12, 800e12, "test")
+    monkeypatch.setattr(run, "measure", measure)
+    monkeypatch.setattr(run, "load_shim", lambda config: object())
+    monkeypatch.setattr(run.floor_model, "calibrate", lambda: model)
+    monkeypatch.setattr(run, "warm_inductor_pool", lambda: None)
+    argv = ["baselines_run", "--out", str(tmp_path), "--shapes", "64x64x64,128x128x128"]
+    monkeypatch.setattr("sys.argv", argv)
+    assert run.main() == 0
+    assert [m[0] for m in measured] == ["64x64x64", "128x128x128"]
+    assert measured[0][1] == ("inductor_max_autotune", "tunableop")
+    assert measured[0][2] == run.HARNESS_PROTOCOLS
+
+    data = json.loads((tmp_path / "baselines.json").read_text())
+    assert len(data["records"]) == 2
+    assert data["records"][0]["prediction"]["bound"] == "latency"
+    assert data["geomeans"]["all"]["inductor_max_autotune"] == pytest.approx(1.2)
+    assert "triton/? 3s" in (tmp_path / "baselines-table.txt").read_text()
+
+
+def test_no_shape_starts_past_the_deadline(run, monkeypatch, tmp_path):
+    from engine.floor_model import FloorModel
+
+    monkeypatch.setattr(run, "measure", lambda problem, **_: pytest.fail("measured"))
+    monkeypatch.setattr(run, "load_shim", lambda config: object())
+    monkeypatch.setattr(run.floor_model, "calibrate", lambda: FloorModel(1, 1, 1, 1))
+    monkeypatch.setattr(run, "warm_inductor_pool", lambda: None)
+    argv = ["baselines_run", "--out", str(tmp_path), "--shapes", "64x64x64", "--deadline", "0"]
+    monkeypatch.setattr("sys.argv", argv)
+    assert run.main() == 0
+    assert "not measured (deadline 0 s): 64x64x64" in (tmp_path / "baselines-table.txt").read_text()
