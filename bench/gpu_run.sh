@@ -306,7 +306,7 @@ if [[ $stage == baselines ]]; then  # issues 29 and 36: every baseline, Inductor
     tests/engine/test_power.py tests/engine/test_floor_model.py} \
     --junitxml="$OUT/gpu-tests.xml" >"$OUT/gpu-tests.log" 2>&1 || status=1
   tail -5 "$OUT/gpu-tests.log"
-  left=$(( ${BASELINES_SECONDS:-400} - SECONDS - 20 )); (( left > 30 )) || left=30
+  left=$(( ${BASELINES_SECONDS:-390} - SECONDS - 20 )); (( left > 30 )) || left=30
   # shellcheck disable=SC2086
   timeout -k 10 -s INT $(( left + 40 )) python3 bench/baselines_run.py --out "$OUT" \
     --deadline "$left" ${BASELINES_ARGS:-} 2>"$OUT/baselines.log" | tee "$OUT/baselines-tables.log" \
