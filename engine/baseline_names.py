@@ -14,7 +14,8 @@ from typing import Any
 INDUCTOR = "inductor_max_autotune"
 TUNABLEOP = "tunableop"
 TORCH_TUNED = (INDUCTOR, TUNABLEOP)
-BASELINES = ("torch", "cublas", "cublaslt_heuristic", "cublaslt_autotune", *TORCH_TUNED)
+NVIDIA = ("torch", "cublas", "cublaslt_heuristic", "cublaslt_autotune")  # every measurement's
+BASELINES = (*NVIDIA, *TORCH_TUNED)
 BASELINE_LABELS = {
     "torch": "torch.matmul",
     "cublas": "cuBLAS",

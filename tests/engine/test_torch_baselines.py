@@ -344,3 +344,10 @@ def test_inductor_and_tunableop_compute_the_product_and_say_what_they_picked(lay
     for protocol in (bench.offline(runners, iterations=3), bench.graph(runners, replays=2)):
         assert set(protocol.stats) == {r.name for r in runners}
     assert not torch.cuda.tunable.is_enabled()  # torch.matmul stays untuned
+
+
+def test_a_campaign_cannot_reward_against_a_baseline_its_gpu_steps_do_not_time():
+    from engine.campaign.loop import CampaignSettings
+
+    with pytest.raises(ValueError, match="unknown baseline 'inductor_max_autotune'"):
+        CampaignSettings(budget=4, baseline="inductor_max_autotune")
