@@ -16,6 +16,7 @@ shape so far would not finish before the deadline.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import math
 import statistics
@@ -23,6 +24,8 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+import torch
 
 from engine import floor_model
 from engine.baseline_names import BASELINES, TORCH_TUNED
@@ -231,6 +234,8 @@ def main() -> int:
         rows.append(summary_row(record, origin))
         print(format_table(record), flush=True)
         log(f"{shape}: {wall:.1f} s")
+        gc.collect()
+        torch.cuda.empty_cache()  # the next shape's operands start from a clean pool
         (args.out / "baselines.json").write_text(
             json.dumps(
                 {
