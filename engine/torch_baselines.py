@@ -164,10 +164,10 @@ def _output_code(sources: list[str]):
         return
     original = GraphLowering.__dict__["save_output_code"]
 
-    def save(code: str) -> None:
-        sources.append(str(code))
+    def save(*args: Any) -> None:  # called on the class (code) or, elsewhere, bound (self, code)
+        sources.append(str(args[-1]))
         if callable(original):
-            original(code)
+            original(args[-1])
 
     GraphLowering.save_output_code = save  # type: ignore[assignment]
     try:
