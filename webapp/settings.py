@@ -176,9 +176,18 @@ CACHES = {
         "KEY_PREFIX": "gemmforge",
     }
 }
-# Launches (POSTs to /campaigns/new/) per user per window; one more is answered 429.
+# Accepted launches per user per window; one more re-renders the form with 429.
 LAUNCH_RATE_LIMIT = env_int("LAUNCH_RATE_LIMIT", 5, minimum=1)
 LAUNCH_RATE_WINDOW_SECONDS = env_int("LAUNCH_RATE_WINDOW_SECONDS", 60, minimum=1)
+# A launch estimated above this many GPU hours needs its confirmation box ticked; a user's
+# unfinished campaigns may owe at most LAUNCH_GPU_QUOTA_HOURS of estimated GPU time together.
+LAUNCH_CONFIRM_GPU_HOURS = env_int("LAUNCH_CONFIRM_GPU_HOURS", 24, minimum=0)
+LAUNCH_GPU_QUOTA_HOURS = env_int("LAUNCH_GPU_QUOTA_HOURS", 14 * 24, minimum=0)
+# Failed logins (the site's and the admin's) per user name and per client IP per window; past
+# either, logins from there are refused (429) until the window ends, the right password too.
+LOGIN_FAILURES_PER_USER = env_int("LOGIN_FAILURES_PER_USER", 10, minimum=1)
+LOGIN_FAILURES_PER_IP = env_int("LOGIN_FAILURES_PER_IP", 50, minimum=1)
+LOGIN_FAILURE_WINDOW_SECONDS = env_int("LOGIN_FAILURE_WINDOW_SECONDS", 15 * 60, minimum=1)
 
 # --- Worker heartbeats ---------------------------------------------------------------------------
 WORKER_HEARTBEAT_SECONDS = env_int("WORKER_HEARTBEAT_SECONDS", 10, minimum=1)
