@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -452,7 +453,11 @@ def test_cancelling_kills_the_running_compile_within_seconds_and_records_nothing
     time.sleep(2)  # the step has ended: nothing of it is recorded
     assert candidates(conn, campaign) == []
     assert campaign_status(conn, campaign) == "cancelled"
-    assert "its campaign was cancelled" in stack.logs()
+    log = (stack.tmp / "k1.log").read_text()
+    assert "its campaign was cancelled" in log
+    # the worker says which broker and namespace it uses (a worker elsewhere must match them)
+    broker = f"127.0.0.1:{services[2].port}"
+    assert re.search(rf"worker k1@faults: broker redis://{broker}/0, every key prefixed gf-", log)
 
 
 def test_stopping_a_worker_kills_its_compile_and_hands_the_item_back(services, stack, tmp_path):
