@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from engine import cublaslt_kernels, sandbox, toolchain
+from engine.baseline_names import TORCH_TUNED
 from engine.campaign.executor import STATUS_OK
 from engine.campaign.storage import CandidateRecord
 from engine.compile import CompileResult
@@ -73,6 +74,7 @@ def remeasure(
     device_seconds: float = 20.0,
     timeout: float = FINAL_TIMEOUT,
     python: str = sys.executable,
+    extra_baselines: Sequence[str] = TORCH_TUNED,
 ) -> dict[str, Any]:
     """One problem's re-measurement (see :func:`remeasure_batch`): its record, or
     ``{"error": ...}``."""
@@ -82,6 +84,7 @@ def remeasure(
         device_seconds=device_seconds,
         timeout=timeout,
         python=python,
+        extra_baselines=extra_baselines,
     )
     return record
 
@@ -94,6 +97,7 @@ def remeasure_batch(
     timeout: float = FINAL_TIMEOUT,
     python: str = sys.executable,
     on_record: Callable[[int, dict[str, Any]], None] = lambda _i, _record: None,
+    extra_baselines: Sequence[str] = TORCH_TUNED,
 ) -> list[dict[str, Any]]:
     """measure() on each job in turn, in one child process; a record per job, in order.
 
@@ -108,7 +112,8 @@ def remeasure_batch(
     The child loads the candidates, so it runs in the candidate sandbox (engine.sandbox) like the
     verifier: the allow-listed environment with a private HOME and TMPDIR, an empty working
     directory, the GPU children's limits and, where the OS allows, no network. Each record says
-    what it ran under (``sandbox``)."""
+    what it ran under (``sandbox``). ``extra_baselines``: the torch-tuned baselines the child
+    tunes and times beside NVIDIA's (engine.baseline_names.TORCH_TUNED; all by default)."""
     records: list[dict[str, Any]] = []
     while len(records) < len(jobs):
         done = len(records)
@@ -117,7 +122,9 @@ def remeasure_batch(
             records.append(record)
             on_record(done + index, record)
 
-        failure = _remeasure_child(jobs[done:], protocols, device_seconds, timeout, python, take)
+        failure = _remeasure_child(
+            jobs[done:], protocols, device_seconds, timeout, python, take, extra_baselines
+        )
         if failure is not None and len(records) < len(jobs):
             take(len(records) - done, {"error": failure})
     return records
@@ -130,6 +137,7 @@ def _remeasure_child(
     timeout: float,
     python: str,
     on_record: Callable[[int, dict[str, Any]], None],
+    extra_baselines: Sequence[str] = TORCH_TUNED,
 ) -> str | None:
     """One child over ``jobs``; hands each record it wrote to ``on_record``; returns why it
     stopped early (None when it did every job)."""
@@ -148,6 +156,7 @@ def _remeasure_child(
                     ],
                     "protocols": list(protocols),
                     "device_seconds": device_seconds,
+                    "extra_baselines": list(extra_baselines),
                 }
             )
         )
@@ -206,12 +215,27 @@ def final_summary(record: dict[str, Any]) -> dict[str, Any]:
             "speedups": result["speedups"],
             "rejected_while_timed": result["rejected_while_timed"],
         }
+        for key in ("power", "power_by_runner"):  # NVML, where the child could read it
+            if key in result:
+                out[protocol][key] = result[key]
     summary = {"protocols": out, "environment": record["environment"]}
     if "sandbox" in record:
         summary["sandbox"] = record["sandbox"]
     if kernels := cublaslt_kernels.from_record(record):
         summary["cublaslt_kernels"] = kernels
+    if tuning := torch_tuning(record):
+        summary["torch_baselines"] = tuning
     return summary
+
+
+def torch_tuning(record: dict[str, Any]) -> dict[str, Any]:
+    """Per torch-tuned runner (``inductor_max_autotune_nn``, …): its tuning time and its pick
+    (Inductor: the fastest choice and what the code runs; TunableOp: the kernels it chose)."""
+    out: dict[str, Any] = {}
+    for name, report in record.get("autotune", {}).items():
+        if name.startswith(TORCH_TUNED):
+            out[name] = {k: v for k, v in report.items() if k != "choices"}
+    return out
 
 
 Sanitizer = Callable[[Path], Any]  # library → a result with .ok and .to_dict()
@@ -277,6 +301,7 @@ def final_measurements(
     progress: Callable[[str], None] = lambda _msg: None,
     saved: SavedFinals | None = None,
     batch: int = FINAL_BATCH,
+    extra_baselines: Sequence[str] = TORCH_TUNED,
 ) -> dict[str, Any]:
     """{problem key: final summary} for every problem with a verified family candidate.
 
@@ -345,6 +370,7 @@ def final_measurements(
             protocols=protocols,
             device_seconds=device_seconds,
             on_record=keep,
+            extra_baselines=extra_baselines,
         )
     return finals
 
@@ -370,6 +396,7 @@ def main(argv: list[str]) -> int:
                 candidates={name: Path(p) for name, p in job["libraries"].items()},
                 protocols=tuple(spec["protocols"]),
                 device_seconds=float(spec["device_seconds"]),
+                extra_baselines=tuple(spec.get("extra_baselines", ())),
                 config=config,
                 shim=shim,
                 progress=lambda msg: print(msg, file=sys.stderr, flush=True),

@@ -45,9 +45,10 @@ def test_the_plan_gives_each_runner_distinct_checked_and_probed_reps():
     assert plan["x"] != plan["y"]
 
 
-def test_a_short_protocol_samples_no_more_reps_than_it_has():
-    plan = tc.plan_samples(["x"], 4, checks=3, probes=6, rng=random.Random(1))
-    assert len(plan["x"]) == 4
+def test_a_short_protocol_samples_at_most_half_its_reps_so_each_runner_keeps_timed_calls():
+    plan = tc.plan_samples(["x"], 5, checks=3, probes=6, rng=random.Random(1))
+    assert len(plan["x"]) == 2
+    assert tc.CHECK in plan["x"].values()
 
 
 def test_the_sampler_keeps_checking_after_the_first_reps_so_late_turns_are_seen():
@@ -80,6 +81,14 @@ def test_a_checked_call_is_classified_by_stream_then_finiteness_then_error(same,
 def test_an_honest_candidate_with_a_baseline_like_tail_is_not_an_escape():
     probes = {**baseline_probes(), "mine": [probe(t) for t in (3.1e-6, 3.4e-6, 2.8e-6, 3.0e-6)]}
     assert tc.stream_escapes(probes, BASELINES) == {}
+
+
+def test_every_runner_but_a_candidate_is_a_baseline_never_rejected():
+    log = tc.TimedLog(kinds={"tunableop_nn": "tunableop", "algo3": "cublaslt_candidate"})
+    log.kinds["mine"] = "candidate"
+    assert log.reference() == ["tunableop_nn"]
+    log.add_check("tunableop_nn", check("wrong", 1, 1.0))
+    assert log.rejections() == {}
 
 
 def test_work_that_outlives_the_callers_stream_is_a_stream_escape():
