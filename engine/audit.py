@@ -103,7 +103,11 @@ def audit(
         return AuditResult(False, reason, f"audit ({trigger}): {message}", trigger, steps)
 
     verdict = verifier(library, problem)
-    steps["verify"] = verdict.to_dict()
+    # the verdict without its per-trial details (an error may be inf: not every JSON store
+    # takes it); the reason and message say what failed
+    steps["verify"] = {
+        k: v for k, v in verdict.to_dict().items() if k in ("ok", "reason", "message", "seconds")
+    }
     if not verdict.ok:
         return failed(verdict.reason, f"verified again: {verdict.message}")
     try:

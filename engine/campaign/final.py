@@ -214,6 +214,7 @@ def final_summary(record: dict[str, Any]) -> dict[str, Any]:
             "best_baselines": result["best_baselines"],
             "speedups": result["speedups"],
             "rejected_while_timed": result["rejected_while_timed"],
+            "rejections": result.get("rejections", {}),  # why (engine.timed_checks)
         }
         for key in ("power", "power_by_runner"):  # NVML, where the child could read it
             if key in result:
