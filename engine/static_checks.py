@@ -94,6 +94,8 @@ ALLOWED_HEADERS = frozenset(
         # the gemmforge ABI and the reference loop
         "gemmforge_abi.h",
         "reference_gemm.cuh",
+        # written by the build of a source that embeds a Triton kernel (engine.triton_aot)
+        "gemmforge_triton.h",
         # CUDA toolkit
         "cuda.h",
         "cuda_runtime.h",
@@ -385,6 +387,9 @@ ALLOWED_RUNTIME = frozenset(
         "cudaDriverGetVersion",
         "cudaRuntimeGetVersion",
         "cudaPointerGetAttributes",
+        # a Triton kernel's launcher loads its cubin, embedded in the library, from memory
+        "cudaLibraryLoadData",
+        "cudaLibraryGetKernel",
     }
 )
 # C, C++ and compiler-support imports of ordinary host code (exact names).

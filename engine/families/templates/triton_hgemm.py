@@ -34,9 +34,23 @@ def _tile_of(unit, tiles_m, tiles_n, SPLITS: tl.constexpr, GROUP_M: tl.constexpr
 
 
 @triton.jit
-def _mainloop_pointers(A, B, M, N, K, pid_m, pid_n, kt_begin, kt_end,
-                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                       B_KMAJOR: tl.constexpr, EVEN_K: tl.constexpr, STAGES: tl.constexpr):
+def _mainloop_pointers(
+    A,
+    B,
+    M,
+    N,
+    K,
+    pid_m,
+    pid_n,
+    kt_begin,
+    kt_end,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    B_KMAJOR: tl.constexpr,
+    EVEN_K: tl.constexpr,
+    STAGES: tl.constexpr,
+):
     # (K // 8) * 8 is K, written so that the compiler knows each row starts on 16 bytes
     stride_a = (K // 8) * 8
     stride_b = stride_a if B_KMAJOR else (N // 8) * 8
@@ -68,16 +82,26 @@ def _mainloop_pointers(A, B, M, N, K, pid_m, pid_n, kt_begin, kt_end,
 
 
 @triton.jit
-def _mainloop_tma(a_desc, b_desc, pid_m, pid_n, kt_begin, kt_end,
-                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                  B_KMAJOR: tl.constexpr, STAGES: tl.constexpr):
+def _mainloop_tma(
+    a_desc,
+    b_desc,
+    pid_m,
+    pid_n,
+    kt_begin,
+    kt_end,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    B_KMAJOR: tl.constexpr,
+    STAGES: tl.constexpr,
+):
     m0 = pid_m * BLOCK_M
     n0 = pid_n * BLOCK_N
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for kt in tl.range(kt_begin, kt_end, num_stages=STAGES):
         k0 = kt * BLOCK_K
         a = a_desc.load([m0, k0])
-        if B_KMAJOR:
+        if B_KMAJOR:  # noqa: SIM108 (a constexpr branch: only one side is compiled)
             b = b_desc.load([n0, k0]).T
         else:
             b = b_desc.load([k0, n0])
@@ -86,8 +110,18 @@ def _mainloop_tma(a_desc, b_desc, pid_m, pid_n, kt_begin, kt_end,
 
 
 @triton.jit
-def _store(C, c_desc, M, N, pid_m, pid_n, acc,
-           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, STORE_TMA: tl.constexpr):
+def _store(
+    C,
+    c_desc,
+    M,
+    N,
+    pid_m,
+    pid_n,
+    acc,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    STORE_TMA: tl.constexpr,
+):
     out = acc.to(tl.float16)
     if STORE_TMA:
         c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], out)
@@ -101,33 +135,52 @@ def _store(C, c_desc, M, N, pid_m, pid_n, acc,
 
 
 @triton.jit
-def hgemm(A, B, C, M, N, K, workspace,
-          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-          GROUP_M: tl.constexpr, SPLITS: tl.constexpr, STAGES: tl.constexpr,
-          PERSISTENT: tl.constexpr, TMA: tl.constexpr, STORE_TMA: tl.constexpr,
-          B_KMAJOR: tl.constexpr, EVEN_K: tl.constexpr):
+def hgemm(
+    A,
+    B,
+    C,
+    M,
+    N,
+    K,
+    workspace,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    SPLITS: tl.constexpr,
+    STAGES: tl.constexpr,
+    PERSISTENT: tl.constexpr,
+    TMA: tl.constexpr,
+    STORE_TMA: tl.constexpr,
+    B_KMAJOR: tl.constexpr,
+    EVEN_K: tl.constexpr,
+):
     tiles_m = tl.cdiv(M, BLOCK_M)
     tiles_n = tl.cdiv(N, BLOCK_N)
     units = tiles_m * tiles_n * SPLITS
     k_tiles = tl.cdiv(K, BLOCK_K)
     if TMA:
-        a_desc = tl.make_tensor_descriptor(A, shape=[M, K], strides=[K, 1],
-                                           block_shape=[BLOCK_M, BLOCK_K])
+        a_desc = tl.make_tensor_descriptor(
+            A, shape=[M, K], strides=[K, 1], block_shape=[BLOCK_M, BLOCK_K]
+        )
         if B_KMAJOR:
-            b_desc = tl.make_tensor_descriptor(B, shape=[N, K], strides=[K, 1],
-                                               block_shape=[BLOCK_N, BLOCK_K])
+            b_desc = tl.make_tensor_descriptor(
+                B, shape=[N, K], strides=[K, 1], block_shape=[BLOCK_N, BLOCK_K]
+            )
         else:
-            b_desc = tl.make_tensor_descriptor(B, shape=[K, N], strides=[N, 1],
-                                               block_shape=[BLOCK_K, BLOCK_N])
+            b_desc = tl.make_tensor_descriptor(
+                B, shape=[K, N], strides=[N, 1], block_shape=[BLOCK_K, BLOCK_N]
+            )
     else:
         a_desc = None
         b_desc = None
     if STORE_TMA:
-        c_desc = tl.make_tensor_descriptor(C, shape=[M, N], strides=[N, 1],
-                                           block_shape=[BLOCK_M, BLOCK_N])
+        c_desc = tl.make_tensor_descriptor(
+            C, shape=[M, N], strides=[N, 1], block_shape=[BLOCK_M, BLOCK_N]
+        )
     else:
         c_desc = None
-    if PERSISTENT:
+    if PERSISTENT:  # noqa: SIM108 (a constexpr branch: only one side is compiled)
         step = tl.num_programs(0)
     else:
         step = units  # one unit a program
@@ -136,11 +189,37 @@ def hgemm(A, B, C, M, N, K, workspace,
         kt_begin = split * k_tiles // SPLITS
         kt_end = (split + 1) * k_tiles // SPLITS
         if TMA:
-            acc = _mainloop_tma(a_desc, b_desc, pid_m, pid_n, kt_begin, kt_end,
-                                BLOCK_M, BLOCK_N, BLOCK_K, B_KMAJOR, STAGES)
+            acc = _mainloop_tma(
+                a_desc,
+                b_desc,
+                pid_m,
+                pid_n,
+                kt_begin,
+                kt_end,
+                BLOCK_M,
+                BLOCK_N,
+                BLOCK_K,
+                B_KMAJOR,
+                STAGES,
+            )
         else:
-            acc = _mainloop_pointers(A, B, M, N, K, pid_m, pid_n, kt_begin, kt_end,
-                                     BLOCK_M, BLOCK_N, BLOCK_K, B_KMAJOR, EVEN_K, STAGES)
+            acc = _mainloop_pointers(
+                A,
+                B,
+                M,
+                N,
+                K,
+                pid_m,
+                pid_n,
+                kt_begin,
+                kt_end,
+                BLOCK_M,
+                BLOCK_N,
+                BLOCK_K,
+                B_KMAJOR,
+                EVEN_K,
+                STAGES,
+            )
         if SPLITS == 1:
             _store(C, c_desc, M, N, pid_m, pid_n, acc, BLOCK_M, BLOCK_N, STORE_TMA)
         else:
