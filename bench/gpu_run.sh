@@ -56,7 +56,9 @@ pack_device_kernels() {
   (cd "$ENGINE_CACHE_DIR/kernels" && find . -name result.json -newer "$carried_mark" \
     -exec grep -l '"ok": true' {} + | while read -r result; do
       entry=$(dirname "$result")
-      for name in lib.so result.json kernel.cu build.log; do echo "$entry/$name"; done
+      for name in lib.so result.json kernel.cu build.log gemmforge_triton.h; do
+        [[ -f $entry/$name ]] && echo "$entry/$name"
+      done
     done | tar -cf - --files-from=- | xz -6 -T16 > "$OUT/kernels-device.tar.xz")
   echo "packed $(tar -tJf "$OUT/kernels-device.tar.xz" | grep -c 'lib.so$') device-built kernels"
 }

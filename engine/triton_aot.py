@@ -116,6 +116,24 @@ def extract(source: str) -> tuple[TritonSpec, str]:
     return TritonSpec.from_json(spec_text), python + "\n"
 
 
+COMPILED_MARKER = "/* The Triton kernel this launcher's cubin (included below) was compiled from:\n"
+
+
+def self_contained(source: str, header: str) -> str:
+    """``source`` with its built header in place of the include, and its Triton block kept as
+    an ordinary comment: a .cu that nvcc alone builds (a bundle's kernels are built where
+    Triton may not be installed)."""
+    spec, python = extract(source)
+    include = f'#include "{HEADER_NAME}"\n'
+    if include not in source:
+        raise TritonSourceError(f"the source does not include {HEADER_NAME}")
+    start = source.index(MARKER)
+    end = source.index(END, start) + len(END)
+    block = f"{COMPILED_MARKER}{spec.to_json()}{SEPARATOR}{python.rstrip()}\n*/"
+    text = source[:start] + block + source[end:]
+    return text.replace(include, header.rstrip() + "\n", 1)
+
+
 def capability(arch: str) -> int:
     """``"sm_90a"`` → 90 (Triton's target; for 90 it emits sm_90a code)."""
     match = _ARCH_RE.match(arch)
