@@ -3,7 +3,7 @@
 # single call on the lent H200, writing JSON and logs under $OUT.
 #   usage (on the device): bash bench/gpu_run.sh
 #     [tests|bench|clock|all|checks|families|campaign|library|smoke|library2|library3|resume|
-#      stack|bundle|grid64|profile|splitk|raster|reduction|tiles|cublaslt|interference|warm]
+#      stack|bundle|grid64|profile|splitk|raster|reduction|tiles|cublaslt|interference|warm|triton]
 #   [extra args]
 set -uo pipefail  # pipefail: a pipeline's status is its first failing command's
 stage=${1:-all}; shift || true
@@ -14,7 +14,7 @@ if ls .whl/*.whl >/dev/null 2>&1; then
   export PYTHONPATH=/tmp/site
 fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
-if [[ $stage == library* || $stage =~ ^(smoke|checks|stack|bundle|resume|grid64|profile|splitk|raster|reduction|tiles|cublaslt|interference|warm)$ ]]; then
+if [[ $stage == library* || $stage =~ ^(smoke|checks|stack|bundle|resume|grid64|profile|splitk|raster|reduction|tiles|cublaslt|interference|warm|triton)$ ]]; then
   # inside the checkout (ignored): kept between calls while the lent machine stays warm
   export ENGINE_CACHE_DIR=$PWD/.cache/device
   mkdir -p "$ENGINE_CACHE_DIR/kernels"
@@ -296,6 +296,20 @@ if [[ $stage == tiles ]]; then  # issue 11: split-N, transposed tiles, wide epil
       --db "${GRID64_DB:-bench/results/grid64/campaign.sqlite}" \
       --out "$OUT/$set.json" 2>&1 | tee "$OUT/$set.log" | tail -14 || status=1
   done
+fi
+if [[ $stage == triton ]]; then  # issue 36: the triton family (Inductor's configs and a sweep) on
+  # the latency-bound and long-K small-M·N grid shapes, beside cuBLASLt-autotune and our best
+  # kernel, in the device protocol; TRITON_ARGS adds options (e.g. "--limit 20 --sweep 6");
+  # TRITON_TESTS=1 first runs the family's GPU tests (≈ 2 min more)
+  if [[ -n ${TRITON_TESTS:-} ]]; then
+    GPU_TESTS=tests/engine/test_gpu_triton.py gpu_tests || status=1
+    tail -5 "$OUT/gpu-tests.log"
+  fi
+  # shellcheck disable=SC2086
+  python3 bench/triton_bench.py --db "${GRID64_DB:-bench/results/grid64/campaign.sqlite}" \
+    --deadline "${TRITON_DEADLINE:-420}" --out "$OUT/triton.json" ${TRITON_ARGS:-} 2>&1 \
+    | tee "$OUT/triton.log" | tail -45 || status=1
+  pack_device_kernels
 fi
 if [[ $stage == stack ]]; then  # issue 7: a campaign through web, Redis and Celery workers
   bash bench/stack_run.sh "$@" || status=1

@@ -79,6 +79,8 @@ def remeasure_batch(
     timeout: float = FINAL_TIMEOUT,
     python: str = sys.executable,
     on_record: Callable[[int, dict[str, Any]], None] = lambda _i, _record: None,
+    heat_seconds: float | None = None,
+    probe_overhead: bool = True,
 ) -> list[dict[str, Any]]:
     """measure() on each job in turn, in one child process; a record per job, in order.
 
@@ -93,7 +95,11 @@ def remeasure_batch(
     The child loads the candidates, so it runs in the candidate sandbox (engine.sandbox) like the
     verifier: the allow-listed environment with a private HOME and TMPDIR, an empty working
     directory, the GPU children's limits and, where the OS allows, no network. Each record says
-    what it ran under (``sandbox``)."""
+    what it ran under (``sandbox``).
+
+    ``heat_seconds`` (measure's default when None) and ``probe_overhead=False`` are for sweeps
+    that only rank kernels in the device protocol: a shorter heat-up, no host-overhead probe."""
+    options = {"heat_seconds": heat_seconds, "probe_overhead": None if probe_overhead else False}
     records: list[dict[str, Any]] = []
     while len(records) < len(jobs):
         done = len(records)
@@ -102,7 +108,9 @@ def remeasure_batch(
             records.append(record)
             on_record(done + index, record)
 
-        failure = _remeasure_child(jobs[done:], protocols, device_seconds, timeout, python, take)
+        failure = _remeasure_child(
+            jobs[done:], protocols, device_seconds, timeout, python, take, options
+        )
         if failure is not None and len(records) < len(jobs):
             take(len(records) - done, {"error": failure})
     return records
@@ -115,6 +123,7 @@ def _remeasure_child(
     timeout: float,
     python: str,
     on_record: Callable[[int, dict[str, Any]], None],
+    options: dict[str, Any] | None = None,
 ) -> str | None:
     """One child over ``jobs``; hands each record it wrote to ``on_record``; returns why it
     stopped early (None when it did every job)."""
@@ -133,6 +142,7 @@ def _remeasure_child(
                     ],
                     "protocols": list(protocols),
                     "device_seconds": device_seconds,
+                    **{k: v for k, v in (options or {}).items() if v is not None},
                 }
             )
         )
@@ -352,6 +362,8 @@ def main(argv: list[str]) -> int:
                 candidates={name: Path(p) for name, p in job["libraries"].items()},
                 protocols=tuple(spec["protocols"]),
                 device_seconds=float(spec["device_seconds"]),
+                **({"heat_seconds": float(spec["heat_seconds"])} if "heat_seconds" in spec else {}),
+                probe_overhead=bool(spec.get("probe_overhead", True)),
                 config=config,
                 shim=shim,
                 progress=lambda msg: print(msg, file=sys.stderr, flush=True),
