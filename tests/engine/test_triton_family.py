@@ -268,3 +268,39 @@ def test_a_triton_error_is_a_failed_build_with_its_log(engine_config):
     assert not result.ok
     assert result.library is None
     assert "SyntaxError" in result.log or "invalid syntax" in result.log
+
+
+# -- the family in the search ------------------------------------------------------------------
+
+
+@triton_installed
+def test_hopper_campaigns_search_the_triton_family_where_triton_is_installed():
+    from engine.campaign.space import families_for_arch
+
+    assert "triton" in families_for_arch("sm_90")
+    assert "triton" not in families_for_arch("sm_80")
+
+
+def test_the_policy_sees_the_triton_family_as_a_choice():
+    import torch
+
+    from engine.campaign.policy import Policy
+    from engine.campaign.space import SearchSpace
+
+    problem = Problem.parse("128x128x16384")
+    families = ("sm90", "sm80", "triton")
+    space = SearchSpace.library(problem, families=families)
+    assert {c.FAMILY for c in space.configs} == set(families)
+    policy = Policy(families, seed=0)
+    probs = policy.log_probs(problem, space).exp()
+    triton = torch.tensor([c.FAMILY == "triton" for c in space.configs])
+    assert float(probs[triton].sum()) > 0
+    # a triton config rewarded above a CUTLASS one raises the family's own logit: the policy
+    # learns the choice of family, not only knobs
+    before = policy.logits(problem).detach()
+    winner = next(c.name for c in space.configs if c.FAMILY == "triton")
+    loser = next(c.name for c in space.configs if c.FAMILY == "sm90")
+    policy.update(problem, space, {winner: 1.0, loser: -1.0})
+    after = policy.logits(problem).detach()
+    gain = after - before
+    assert float(gain[families.index("triton")]) > float(gain[families.index("sm90")])
