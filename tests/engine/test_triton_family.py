@@ -292,7 +292,7 @@ def test_the_policy_sees_the_triton_family_as_a_choice():
     space = SearchSpace.library(problem, families=families)
     assert {c.FAMILY for c in space.configs} == set(families)
     policy = Policy(families, seed=0)
-    probs = policy.log_probs(problem, space).exp()
+    probs = policy.log_probs(problem, space).detach().exp()
     triton = torch.tensor([c.FAMILY == "triton" for c in space.configs])
     assert float(probs[triton].sum()) > 0
     # a triton config rewarded above a CUTLASS one raises the family's own logit: the policy
