@@ -21,7 +21,9 @@ most one a 16×16 sub-tile, group-M 8): :func:`inductor_configs` gives them for 
 from __future__ import annotations
 
 import functools
+import itertools
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -109,6 +111,21 @@ class TritonConfig(KernelConfig):
     loads: str = "pointer"
     store: str = "pointer"
     even_k: bool = False
+
+    @classmethod
+    def candidates(cls, layout: Layout) -> Iterator[TritonConfig]:
+        """SPACE without the tile, stage and warp combinations that no problem can take (too
+        many warps or accumulators, too much shared memory), in SPACE's order: the full space's
+        enumeration builds a fifth of the configs it would otherwise."""
+        shape_knobs = ("tile_m", "tile_n", "tile_k", "stages", "warps")
+        rest = [k for k in cls.SPACE if k not in shape_knobs]
+        for shape in itertools.product(*(cls.SPACE[k] for k in shape_knobs)):
+            if not _shape_fits(*shape):
+                continue
+            for values in itertools.product(*(cls.SPACE[k] for k in rest)):
+                knobs = dict(zip(shape_knobs, shape, strict=True))
+                knobs.update(zip(rest, values, strict=True))
+                yield cls(layout=layout, **knobs)
 
     # -- legality --------------------------------------------------------------------------
     def is_valid(self, problem: Problem | None = None, arch: str | None = None) -> Validity:
@@ -225,6 +242,23 @@ class TritonConfig(KernelConfig):
         k_tiles = math.ceil(problem.k / self.tile_k)
         fit["effective_splits"] = float(min(self.splits, k_tiles))
         return fit
+
+
+@functools.cache
+def _shape_fits(
+    tile_m: object, tile_n: object, tile_k: object, stages: object, warps: object
+) -> bool:
+    """The tile/stage/warp part of :meth:`TritonConfig.is_valid`, for enumeration."""
+    return bool(
+        TritonConfig(
+            layout=Layout.NN,
+            tile_m=tile_m,
+            tile_n=tile_n,
+            tile_k=tile_k,
+            stages=stages,
+            warps=warps,
+        ).is_valid()
+    )
 
 
 def inductor_configs(problem: Problem) -> list[TritonConfig]:
