@@ -337,7 +337,27 @@ def check_source(source: str) -> StaticResult:
     if "\x00" in source:
         return StaticResult.from_findings([Finding(SIZE, "source contains NUL bytes")])
     text = normalise(source)
-    return StaticResult.from_findings([*check_includes(text), *check_apis(text)])
+    return StaticResult.from_findings(
+        [*check_includes(text), *check_apis(text), *check_triton(source)]
+    )
+
+
+def check_triton(source: str) -> list[Finding]:
+    """The Python of an embedded Triton kernel (engine.triton_aot), which the build runs: only
+    Triton and math, no builtin that reaches files or code, no private attributes."""
+    from engine import triton_aot
+
+    if not triton_aot.is_triton_source(source):
+        return []
+    try:
+        _spec, python = triton_aot.extract(source)
+    except triton_aot.TritonSourceError as exc:
+        return [Finding(API, f"Triton block: {exc}", None, "gemmforge-triton")]
+    before = source[: source.index(triton_aot.SEPARATOR)].count("\n") + 2  # spec, then ---
+    return [
+        Finding(API, f"Triton source {what}", None if line is None else line + before, what)
+        for line, what in triton_aot.python_findings(python)
+    ]
 
 
 # --------------------------------------------------------------------------------------------

@@ -29,6 +29,7 @@ imports it.
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 import sys
@@ -134,6 +135,60 @@ def self_contained(source: str, header: str) -> str:
     return text.replace(include, header.rstrip() + "\n", 1)
 
 
+# What the Python of a Triton block may use: it runs at build time (in the build's sandbox), so
+# it may import only Triton and math, call no builtin that reaches files, code or the
+# interpreter's internals, and touch no private or dunder attribute.
+ALLOWED_IMPORTS = frozenset({"triton", "triton.language", "math"})
+FORBIDDEN_NAMES = frozenset(
+    {
+        "open",
+        "exec",
+        "eval",
+        "compile",
+        "__import__",
+        "globals",
+        "locals",
+        "vars",
+        "getattr",
+        "setattr",
+        "delattr",
+        "breakpoint",
+        "input",
+        "help",
+        "exit",
+        "quit",
+        "memoryview",
+    }
+)
+
+
+def python_findings(python: str) -> list[tuple[int | None, str]]:
+    """(line, what) for everything the Triton block's Python may not do; empty when it may be
+    built. Pure: it parses, never runs, the code."""
+    try:
+        tree = ast.parse(python)
+    except SyntaxError as exc:
+        return [(exc.lineno, f"not valid Python: {exc.msg}")]
+    found: list[tuple[int | None, str]] = []
+    for node in ast.walk(tree):
+        line = getattr(node, "lineno", None)
+        if isinstance(node, ast.Import):
+            found += [
+                (line, f"imports {a.name} (only {', '.join(sorted(ALLOWED_IMPORTS))})")
+                for a in node.names
+                if a.name not in ALLOWED_IMPORTS
+            ]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level or node.module not in ALLOWED_IMPORTS:
+                found.append((line, f"imports from {node.module or '.'}"))
+            found += [(line, f"imports {a.name}") for a in node.names if a.name.startswith("_")]
+        elif isinstance(node, ast.Name) and (node.id in FORBIDDEN_NAMES or node.id[:2] == "__"):
+            found.append((line, f"uses {node.id}"))
+        elif isinstance(node, ast.Attribute) and node.attr.startswith("_"):
+            found.append((line, f"touches the private attribute .{node.attr}"))
+    return sorted(found, key=lambda f: f[0] or 0)
+
+
 def capability(arch: str) -> int:
     """``"sm_90a"`` → 90 (Triton's target; for 90 it emits sm_90a code)."""
     match = _ARCH_RE.match(arch)
@@ -176,6 +231,9 @@ def compile_kernel(source: str, arch: str, workdir: Path) -> str:  # pragma: no 
     from triton.compiler import ASTSource
 
     spec, python = extract(source)
+    if findings := python_findings(python):
+        line, what = findings[0]
+        raise TritonSourceError(f"the Triton source (line {line}) {what}")
     module_path = workdir / "triton_kernel.py"
     module_path.write_text(python)
     loader = importlib.util.spec_from_file_location("gemmforge_triton_kernel", module_path)

@@ -304,3 +304,55 @@ def test_the_policy_sees_the_triton_family_as_a_choice():
     after = policy.logits(problem).detach()
     gain = after - before
     assert float(gain[families.index("triton")]) > float(gain[families.index("sm90")])
+
+
+# -- Triton written by others (LLM proposers): the gate on its Python -----------------------------
+
+BAD_PYTHON = (
+    ("import os", "imports os"),
+    ("x = open('f').read()", "uses open"),
+    ("y = tl.__dict__", "private attribute"),
+    ("z = getattr(tl, 'dot')", "uses getattr"),
+    ("from triton.runtime import driver", "imports from triton.runtime"),
+)
+
+
+@pytest.mark.parametrize(("line", "why"), BAD_PYTHON)
+def test_the_static_gate_refuses_triton_python_that_reaches_outside_triton(line, why):
+    source = TritonConfig(layout=Layout.NN).render()
+    bad = source.replace("import triton.language as tl", f"import triton.language as tl\n{line}")
+    verdict = static_checks.check_source(bad)
+    assert not verdict.ok
+    assert verdict.reason == static_checks.API
+    assert why in verdict.message
+    assert bad.splitlines()[verdict.findings[0].line - 1] == line  # the line in the .cu
+
+
+@pytest.mark.nvcc
+@triton_installed
+def test_the_build_refuses_such_python_before_running_it(engine_config, tmp_path):
+    from engine.compile import compile_source
+
+    marker = tmp_path / "ran"
+    line = f"open({str(marker)!r}, 'w').write('ran')"
+    source = (
+        TritonConfig(layout=Layout.NN)
+        .render()
+        .replace("import triton.language as tl", f"import triton.language as tl\n{line}")
+    )
+    result = compile_source(source, archs=("sm_90a",), config=engine_config)
+    assert not result.ok
+    assert "uses open" in result.log
+    assert not marker.exists()
+
+
+def test_the_llm_prompt_explains_triton_kernels_when_it_shows_one():
+    from engine.llm.prompt import GpuFacts, KernelExample, PromptContext, build_messages
+
+    problem = Problem.parse("128x128x16384")
+    triton = KernelExample(name="t", source=TritonConfig(layout=Layout.NN).render())
+    cuda = KernelExample(name="c", source='#include "gemmforge_abi.h"\n')
+    with_triton = build_messages(PromptContext(problem, GpuFacts.h200(), best=triton))
+    without = build_messages(PromptContext(problem, GpuFacts.h200(), best=cuda))
+    assert "## Triton kernels" in with_triton[-1]["content"]
+    assert "## Triton kernels" not in without[-1]["content"]
