@@ -219,6 +219,9 @@ def main(argv: list[str] | None = None) -> int:
                 shapes.append(summarize(p, record, candidates[p.key], best.get(p.key), report))
                 print(format_row(shapes[-1]), flush=True)
             chunk_seconds.append(time.monotonic() - clock)
+            print(
+                f"{elapsed()} chunk of {len(chunk)} shapes: {chunk_seconds[-1]:.0f} s", flush=True
+            )
     finally:
         server.close()
         folder.cleanup()
