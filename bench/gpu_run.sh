@@ -3,7 +3,8 @@
 # single call on the lent H200, writing JSON and logs under $OUT.
 #   usage (on the device): bash bench/gpu_run.sh
 #     [tests|bench|clock|all|checks|families|campaign|library|smoke|library2|library3|resume|
-#      stack|bundle|grid64|profile|splitk|raster|reduction|tiles|cublaslt|interference|warm|triton]
+#      stack|bundle|grid64|profile|splitk|raster|reduction|tiles|cublaslt|interference|warm|
+#      baselines|triton]
 #   [extra args]
 set -uo pipefail  # pipefail: a pipeline's status is its first failing command's
 stage=${1:-all}; shift || true
@@ -296,6 +297,23 @@ if [[ $stage == tiles ]]; then  # issue 11: split-N, transposed tiles, wide epil
       --db "${GRID64_DB:-bench/results/grid64/campaign.sqlite}" \
       --out "$OUT/$set.json" 2>&1 | tee "$OUT/$set.log" | tail -14 || status=1
   done
+fi
+if [[ $stage == baselines ]]; then  # issues 29 and 36: every baseline, Inductor max-autotune and
+  # TunableOp included, on the 12 harness shapes and 16 grid64 shapes, with NVML power and clock
+  # and the floor model's predictions; the GPU tests of those first; in all under 7 minutes
+  # (BASELINES_SECONDS): the run stops starting shapes that would not finish in time
+  # shellcheck disable=SC2086
+  timeout -k 10 "${BASELINES_TESTS_SECONDS:-100}" python3 -m pytest -q -o addopts="" \
+    -p no:cacheprovider -m gpu ${GPU_TESTS:-tests/engine/test_torch_baselines.py \
+    tests/engine/test_power.py tests/engine/test_floor_model.py} \
+    --junitxml="$OUT/gpu-tests.xml" >"$OUT/gpu-tests.log" 2>&1 || status=1
+  tail -5 "$OUT/gpu-tests.log"
+  left=$(( ${BASELINES_SECONDS:-390} - SECONDS - 20 )); (( left > 30 )) || left=30
+  # shellcheck disable=SC2086
+  timeout -k 10 -s INT $(( left + 40 )) python3 bench/baselines_run.py --out "$OUT" \
+    --deadline "$left" ${BASELINES_ARGS:-} 2>"$OUT/baselines.log" | tee "$OUT/baselines-tables.log" \
+    | tail -75 || status=1
+  tail -3 "$OUT/baselines.log"
 fi
 if [[ $stage == triton ]]; then  # issue 36: the triton family (Inductor's configs and a sweep) on
   # the latency-bound and long-K small-M·N grid shapes, beside cuBLASLt-autotune and our best

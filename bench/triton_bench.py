@@ -30,6 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.deep_splitk import SHAPES as LONG_K_SHAPES  # noqa: E402
 from engine import cuda_driver  # noqa: E402
+from engine.baseline_names import INDUCTOR, TORCH_TUNED  # noqa: E402
 from engine.campaign.final import remeasure_batch  # noqa: E402
 from engine.campaign.storage import SqliteStorage  # noqa: E402
 from engine.compile import compile_configs  # noqa: E402
@@ -129,6 +130,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--limit", type=int, help="only the first N shapes")
     parser.add_argument("--sweep", type=int, default=10, help="sweep configs per shape")
     parser.add_argument("--no-best", action="store_true", help="do not time our best kernel")
+    parser.add_argument(
+        "--torch-baselines",
+        action="store_true",
+        help="also tune and time Inductor max-autotune and TunableOp (seconds a shape each)",
+    )
     parser.add_argument("--verify-jobs", type=int, default=16)
     parser.add_argument("--device-seconds", type=float, default=1.0)
     parser.add_argument("--heat-seconds", type=float, default=0.5)
@@ -213,6 +219,7 @@ def main(argv: list[str] | None = None) -> int:
                 device_seconds=args.device_seconds,
                 heat_seconds=args.heat_seconds,
                 probe_overhead=False,
+                extra_baselines=TORCH_TUNED if args.torch_baselines else (),
             )
             for (p, _), record in zip(jobs, records, strict=True):
                 environment = environment or record.get("environment")
@@ -279,13 +286,23 @@ def summarize(
         "ours": ours,
         "ours_speedup": speedups.get(ours) if ours else None,
         "ours_recorded_speedup": (recorded.get("speedups") or {}).get(BASELINE),
+        # with --torch-baselines: Inductor max-autotune itself, over cuBLASLt-autotune
+        "inductor_max_autotune_speedup": _baseline_ratio(device, INDUCTOR),
         "rejected_while_timed": device.get("rejected_while_timed", []),
     }
 
 
+def _baseline_ratio(device: dict[str, Any], name: str) -> float | None:
+    best = device.get("best_baselines", {})
+    if name not in best or BASELINE not in best:
+        return None
+    return best[BASELINE]["seconds"] / best[name]["seconds"]
+
+
 def geomeans(shapes: list[dict[str, Any]]) -> dict[str, float | None]:
     out: dict[str, float | None] = {}
-    for key in ("inductor_best_speedup", "triton_best_speedup", "ours_speedup"):
+    keys = ("inductor_best_speedup", "triton_best_speedup", "ours_speedup")
+    for key in (*keys, "inductor_max_autotune_speedup"):
         values = [s[key] for s in shapes if s.get(key)]
         out[key] = math.exp(sum(map(math.log, values)) / len(values)) if values else None
     both = [s for s in shapes if s.get("ours_speedup") and s.get("triton_best_speedup")]

@@ -82,7 +82,7 @@ class Runner:
     """
 
     name: str
-    kind: str  # "candidate", "torch", "cublas", "cublaslt_heuristic", "cublaslt_autotune"
+    kind: str  # "candidate" or a baseline's name (engine.baseline_names.BASELINES)
     layout: Layout
     launch: Callable[[Operands, int], int]
     info: dict[str, Any] = field(default_factory=dict)

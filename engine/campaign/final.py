@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from engine import cublaslt_kernels, sandbox, toolchain
+from engine.baseline_names import TORCH_TUNED
 from engine.campaign.executor import STATUS_OK
 from engine.campaign.storage import CandidateRecord
 from engine.compile import CompileResult
@@ -58,6 +59,7 @@ def remeasure(
     device_seconds: float = 20.0,
     timeout: float = FINAL_TIMEOUT,
     python: str = sys.executable,
+    extra_baselines: Sequence[str] = TORCH_TUNED,
 ) -> dict[str, Any]:
     """One problem's re-measurement (see :func:`remeasure_batch`): its record, or
     ``{"error": ...}``."""
@@ -67,6 +69,7 @@ def remeasure(
         device_seconds=device_seconds,
         timeout=timeout,
         python=python,
+        extra_baselines=extra_baselines,
     )
     return record
 
@@ -81,6 +84,7 @@ def remeasure_batch(
     on_record: Callable[[int, dict[str, Any]], None] = lambda _i, _record: None,
     heat_seconds: float | None = None,
     probe_overhead: bool = True,
+    extra_baselines: Sequence[str] = TORCH_TUNED,
 ) -> list[dict[str, Any]]:
     """measure() on each job in turn, in one child process; a record per job, in order.
 
@@ -95,7 +99,8 @@ def remeasure_batch(
     The child loads the candidates, so it runs in the candidate sandbox (engine.sandbox) like the
     verifier: the allow-listed environment with a private HOME and TMPDIR, an empty working
     directory, the GPU children's limits and, where the OS allows, no network. Each record says
-    what it ran under (``sandbox``).
+    what it ran under (``sandbox``). ``extra_baselines``: the torch-tuned baselines the child
+    tunes and times beside NVIDIA's (engine.baseline_names.TORCH_TUNED; all by default).
 
     ``heat_seconds`` (measure's default when None) and ``probe_overhead=False`` are for sweeps
     that only rank kernels in the device protocol: a shorter heat-up, no host-overhead probe."""
@@ -109,7 +114,14 @@ def remeasure_batch(
             on_record(done + index, record)
 
         failure = _remeasure_child(
-            jobs[done:], protocols, device_seconds, timeout, python, take, options
+            jobs[done:],
+            protocols,
+            device_seconds,
+            timeout,
+            python,
+            take,
+            extra_baselines,
+            options,
         )
         if failure is not None and len(records) < len(jobs):
             take(len(records) - done, {"error": failure})
@@ -123,6 +135,7 @@ def _remeasure_child(
     timeout: float,
     python: str,
     on_record: Callable[[int, dict[str, Any]], None],
+    extra_baselines: Sequence[str] = TORCH_TUNED,
     options: dict[str, Any] | None = None,
 ) -> str | None:
     """One child over ``jobs``; hands each record it wrote to ``on_record``; returns why it
@@ -142,6 +155,7 @@ def _remeasure_child(
                     ],
                     "protocols": list(protocols),
                     "device_seconds": device_seconds,
+                    "extra_baselines": list(extra_baselines),
                     **{k: v for k, v in (options or {}).items() if v is not None},
                 }
             )
@@ -201,12 +215,27 @@ def final_summary(record: dict[str, Any]) -> dict[str, Any]:
             "speedups": result["speedups"],
             "rejected_while_timed": result["rejected_while_timed"],
         }
+        for key in ("power", "power_by_runner"):  # NVML, where the child could read it
+            if key in result:
+                out[protocol][key] = result[key]
     summary = {"protocols": out, "environment": record["environment"]}
     if "sandbox" in record:
         summary["sandbox"] = record["sandbox"]
     if kernels := cublaslt_kernels.from_record(record):
         summary["cublaslt_kernels"] = kernels
+    if tuning := torch_tuning(record):
+        summary["torch_baselines"] = tuning
     return summary
+
+
+def torch_tuning(record: dict[str, Any]) -> dict[str, Any]:
+    """Per torch-tuned runner (``inductor_max_autotune_nn``, …): its tuning time and its pick
+    (Inductor: the fastest choice and what the code runs; TunableOp: the kernels it chose)."""
+    out: dict[str, Any] = {}
+    for name, report in record.get("autotune", {}).items():
+        if name.startswith(TORCH_TUNED):
+            out[name] = {k: v for k, v in report.items() if k != "choices"}
+    return out
 
 
 Sanitizer = Callable[[Path], Any]  # library → a result with .ok and .to_dict()
@@ -272,6 +301,7 @@ def final_measurements(
     progress: Callable[[str], None] = lambda _msg: None,
     saved: SavedFinals | None = None,
     batch: int = FINAL_BATCH,
+    extra_baselines: Sequence[str] = TORCH_TUNED,
 ) -> dict[str, Any]:
     """{problem key: final summary} for every problem with a verified family candidate.
 
@@ -337,6 +367,7 @@ def final_measurements(
             protocols=protocols,
             device_seconds=device_seconds,
             on_record=keep,
+            extra_baselines=extra_baselines,
         )
     return finals
 
@@ -362,6 +393,7 @@ def main(argv: list[str]) -> int:
                 candidates={name: Path(p) for name, p in job["libraries"].items()},
                 protocols=tuple(spec["protocols"]),
                 device_seconds=float(spec["device_seconds"]),
+                extra_baselines=tuple(spec.get("extra_baselines", ())),
                 **({"heat_seconds": float(spec["heat_seconds"])} if "heat_seconds" in spec else {}),
                 probe_overhead=bool(spec.get("probe_overhead", True)),
                 config=config,

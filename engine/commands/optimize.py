@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from engine.baseline_names import TORCH_TUNED
 from engine.campaign import (
     INPUT_PROPOSER_NAMES,
     PROPOSER_NAMES,
@@ -37,6 +38,7 @@ from engine.campaign import (
 from engine.campaign.final import SavedFinals, final_measurements
 from engine.campaign.loop import compile_configs
 from engine.campaign.mirror import MirrorFileError, load_targets, with_exact_mirrors
+from engine.commands.common import torch_baselines
 from engine.config import load as load_config
 from engine.families import FAMILIES
 from engine.problem import Layout, Problem, ProblemError
@@ -127,6 +129,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "(0: skip)",
     )
     parser.add_argument("--final-device-seconds", type=float, default=20.0)
+    parser.add_argument(
+        "--final-torch-baselines",
+        default=",".join(TORCH_TUNED),
+        help="torch-tuned baselines the finals time too, comma separated; '' for none",
+    )
     parser.add_argument(
         "--no-sanitize",
         action="store_true",
@@ -331,6 +338,7 @@ def run(args: argparse.Namespace) -> int:
             sanitizer=None if args.no_sanitize else sanitizer,
             progress=lambda msg: print(msg, flush=True),
             saved=SavedFinals(Path(db).with_suffix(".finals.json")),
+            extra_baselines=torch_baselines(args.final_torch_baselines),
         )
         print_finals(report["final"], settings.baseline)
     out = args.out or Path(db).with_name(f"{name}.json")
