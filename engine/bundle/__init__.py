@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine import abi
+from engine import abi, triton_aot
 from engine.campaign.storage import CandidateRecord, SqliteStorage
 from engine.compile import BASE_FLAGS
 from engine.families import get_family
@@ -90,11 +90,30 @@ def kernel_from_record(problem: Problem, record: CandidateRecord) -> BundleKerne
     return BundleKernel(
         problem=problem,
         name=config.name,
-        source=config.render(),
+        source=bundled_source(config.render(), tuple(config.archs)),
         archs=tuple(config.archs),
         speedups=record.speedups(),
         seconds=record.seconds,
     )
+
+
+def bundled_source(source: str, archs: tuple[str, ...]) -> str:
+    """What a bundle ships for ``source``: itself, or for a Triton kernel the launcher with its
+    compiled cubin in place (engine.triton_aot.self_contained), so that the bundle builds with
+    nvcc alone and runs without Triton. Builds the kernel (or takes it from the compile cache);
+    raises BundleError when it does not build."""
+    if not triton_aot.is_triton_source(source):
+        return source
+    from engine.compile import compile_source
+
+    built = compile_source(source, archs=archs)
+    header = built.entry / triton_aot.HEADER_NAME if built.entry else None
+    if built.ok and (header is None or not header.is_file()):  # an entry packed without it
+        built = compile_source(source, archs=archs, use_cache=False)
+        header = built.entry / triton_aot.HEADER_NAME if built.entry else None
+    if not built.ok or header is None or not header.is_file():
+        raise BundleError(f"the Triton kernel does not build: {built.error}")
+    return triton_aot.self_contained(source, header.read_text())
 
 
 def manifest(kernels: Iterable[BundleKernel], environment: dict[str, Any]) -> dict[str, Any]:

@@ -97,6 +97,8 @@ def remeasure_batch(
     timeout: float = FINAL_TIMEOUT,
     python: str = sys.executable,
     on_record: Callable[[int, dict[str, Any]], None] = lambda _i, _record: None,
+    heat_seconds: float | None = None,
+    probe_overhead: bool = True,
     extra_baselines: Sequence[str] = TORCH_TUNED,
 ) -> list[dict[str, Any]]:
     """measure() on each job in turn, in one child process; a record per job, in order.
@@ -113,7 +115,11 @@ def remeasure_batch(
     verifier: the allow-listed environment with a private HOME and TMPDIR, an empty working
     directory, the GPU children's limits and, where the OS allows, no network. Each record says
     what it ran under (``sandbox``). ``extra_baselines``: the torch-tuned baselines the child
-    tunes and times beside NVIDIA's (engine.baseline_names.TORCH_TUNED; all by default)."""
+    tunes and times beside NVIDIA's (engine.baseline_names.TORCH_TUNED; all by default).
+
+    ``heat_seconds`` (measure's default when None) and ``probe_overhead=False`` are for sweeps
+    that only rank kernels in the device protocol: a shorter heat-up, no host-overhead probe."""
+    options = {"heat_seconds": heat_seconds, "probe_overhead": None if probe_overhead else False}
     records: list[dict[str, Any]] = []
     while len(records) < len(jobs):
         done = len(records)
@@ -123,7 +129,14 @@ def remeasure_batch(
             on_record(done + index, record)
 
         failure = _remeasure_child(
-            jobs[done:], protocols, device_seconds, timeout, python, take, extra_baselines
+            jobs[done:],
+            protocols,
+            device_seconds,
+            timeout,
+            python,
+            take,
+            extra_baselines,
+            options,
         )
         if failure is not None and len(records) < len(jobs):
             take(len(records) - done, {"error": failure})
@@ -138,6 +151,7 @@ def _remeasure_child(
     python: str,
     on_record: Callable[[int, dict[str, Any]], None],
     extra_baselines: Sequence[str] = TORCH_TUNED,
+    options: dict[str, Any] | None = None,
 ) -> str | None:
     """One child over ``jobs``; hands each record it wrote to ``on_record``; returns why it
     stopped early (None when it did every job)."""
@@ -157,6 +171,7 @@ def _remeasure_child(
                     "protocols": list(protocols),
                     "device_seconds": device_seconds,
                     "extra_baselines": list(extra_baselines),
+                    **{k: v for k, v in (options or {}).items() if v is not None},
                 }
             )
         )
@@ -398,6 +413,8 @@ def main(argv: list[str]) -> int:
                 protocols=tuple(spec["protocols"]),
                 device_seconds=float(spec["device_seconds"]),
                 extra_baselines=tuple(spec.get("extra_baselines", ())),
+                **({"heat_seconds": float(spec["heat_seconds"])} if "heat_seconds" in spec else {}),
+                probe_overhead=bool(spec.get("probe_overhead", True)),
                 config=config,
                 shim=shim,
                 progress=lambda msg: print(msg, file=sys.stderr, flush=True),
