@@ -18,6 +18,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "bundle",
     "train_llm",
     "report",
+    "floor",
 )
 
 

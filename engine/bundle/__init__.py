@@ -12,12 +12,12 @@ import csv
 import io
 import json
 import zipfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine import abi
+from engine import abi, triton_aot
 from engine.campaign.storage import CandidateRecord, SqliteStorage
 from engine.compile import BASE_FLAGS
 from engine.families import get_family
@@ -52,34 +52,68 @@ def best_kernels(
     *,
     over: str = "torch",
     include_slower: bool = False,
+    admissible: Callable[[BundleKernel], bool] | None = None,
 ) -> list[BundleKernel]:
     """Per problem, the verified candidate with the highest reward, kept only when it beats the
-    ``over`` baseline (the op falls back to torch.matmul otherwise) unless ``include_slower``."""
+    ``over`` baseline (the op falls back to torch.matmul otherwise) unless ``include_slower``.
+    ``admissible``: what a kernel must also pass (its compute-sanitizer verdict, in the CLI);
+    the best one that does is chosen."""
     chosen: list[BundleKernel] = []
     for problem in problems:
         verified = [
             r for r in storage.candidates(campaign, problem.key) if r.status == "ok" and r.seconds
         ]
-        if not verified:
-            continue
-        best = max(verified, key=lambda r: r.reward)
-        if not include_slower and best.speedups().get(over, 0.0) <= 1.0:
-            continue
-        chosen.append(kernel_from_record(problem, best))
+        for best in sorted(verified, key=lambda r: r.reward, reverse=True):
+            if not include_slower and best.speedups().get(over, 0.0) <= 1.0:
+                break
+            kernel = kernel_from_record(problem, best)
+            if admissible is None or admissible(kernel):
+                chosen.append(kernel)
+                break
     return chosen
 
 
 def kernel_from_record(problem: Problem, record: CandidateRecord) -> BundleKernel:
+    if record.source is not None:  # model-written (engine.llm): its source as measured
+        from engine.llm.evaluate import SourceKernel
+
+        return BundleKernel(
+            problem=problem,
+            name=record.name,
+            source=record.source,
+            archs=tuple(SourceKernel.ARCHS),
+            speedups=record.speedups(),
+            seconds=record.seconds,
+        )
     family = get_family(record.family)
     config = family.from_knobs({**record.knobs, "layout": problem.layout.value})
     return BundleKernel(
         problem=problem,
         name=config.name,
-        source=config.render(),
+        source=bundled_source(config.render(), tuple(config.archs)),
         archs=tuple(config.archs),
         speedups=record.speedups(),
         seconds=record.seconds,
     )
+
+
+def bundled_source(source: str, archs: tuple[str, ...]) -> str:
+    """What a bundle ships for ``source``: itself, or for a Triton kernel the launcher with its
+    compiled cubin in place (engine.triton_aot.self_contained), so that the bundle builds with
+    nvcc alone and runs without Triton. Builds the kernel (or takes it from the compile cache);
+    raises BundleError when it does not build."""
+    if not triton_aot.is_triton_source(source):
+        return source
+    from engine.compile import compile_source
+
+    built = compile_source(source, archs=archs)
+    header = built.entry / triton_aot.HEADER_NAME if built.entry else None
+    if built.ok and (header is None or not header.is_file()):  # an entry packed without it
+        built = compile_source(source, archs=archs, use_cache=False)
+        header = built.entry / triton_aot.HEADER_NAME if built.entry else None
+    if not built.ok or header is None or not header.is_file():
+        raise BundleError(f"the Triton kernel does not build: {built.error}")
+    return triton_aot.self_contained(source, header.read_text())
 
 
 def manifest(kernels: Iterable[BundleKernel], environment: dict[str, Any]) -> dict[str, Any]:

@@ -25,7 +25,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from engine.baselines import BASELINES
+from engine.baseline_names import NVIDIA
 from engine.campaign.executor import STATUS_OK, CompiledCandidate, GpuExecutor, Outcome
 from engine.campaign.policy import Policy
 from engine.campaign.proposers import LearnsCublasLtKernels, Proposal, Proposer
@@ -66,8 +66,8 @@ class CampaignSettings:
     protocol: str = DEFAULT_PROTOCOL  # the executor's timing protocol, which the reward uses
 
     def __post_init__(self) -> None:
-        if self.baseline not in BASELINES:
-            raise ValueError(f"unknown baseline {self.baseline!r}: expected one of {BASELINES}")
+        if self.baseline not in NVIDIA:  # the search's GPU steps time these, not TORCH_TUNED
+            raise ValueError(f"unknown baseline {self.baseline!r}: expected one of {NVIDIA}")
         if self.budget < 1 or (self.batch_size is not None and self.batch_size < 1):
             raise ValueError("budget and batch size must be at least 1")
         if self.protocol not in PROTOCOLS:

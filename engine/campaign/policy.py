@@ -60,6 +60,18 @@ def policy_path(cache_dir: Path, arch: str) -> Path:
     return Path(cache_dir) / "policy" / f"{arch}.pt"
 
 
+def policy_families(arch: str, searched: Sequence[str] = ()) -> tuple[str, ...]:
+    """The families an arch's policy has logits for: every family that runs on ``arch`` (on
+    Hopper triton too, whether or not this machine has Triton to build it, so that one policy
+    serves the machines that have it and those that do not), and any other ``searched``."""
+    from engine.campaign.space import DEFAULT_FAMILIES_BY_ARCH, HOPPER_ARCHS
+
+    families = DEFAULT_FAMILIES_BY_ARCH.get(arch, ("sm80",))
+    if arch in HOPPER_ARCHS and "triton" in FAMILIES:
+        families += ("triton",)
+    return families + tuple(f for f in searched if f not in families)
+
+
 def pretrained_path(arch: str) -> Path:
     """The policy the repository ships for ``arch`` (it may be missing, or for another space)."""
     return PRETRAINED_DIR / f"{arch}.pt"

@@ -25,8 +25,8 @@ from typing import Any
 from engine.campaign import make_proposers
 from engine.campaign.executor import ReplayExecutor, ReplayTable
 from engine.campaign.loop import Campaign, CampaignSettings
-from engine.campaign.policy import InMemoryLearner, Policy
-from engine.campaign.space import SearchSpace, families_for_arch
+from engine.campaign.policy import InMemoryLearner, Policy, policy_families
+from engine.campaign.space import SearchSpace
 from engine.campaign.storage import CandidateRecord, SqliteStorage
 from engine.problem import Problem
 
@@ -60,7 +60,7 @@ def pretrained_policy(
     table: ReplayTable, train: Sequence[Problem], *, baseline: str, steps: int, seed: int = 0
 ) -> Policy:
     """A fresh policy trained on the recorded rewards of ``train``."""
-    policy = Policy(families_for_arch(table.arch), seed=seed)
+    policy = Policy(policy_families(table.arch), seed=seed)
     tasks = []
     for problem in train:
         space = space_of(table, problem)

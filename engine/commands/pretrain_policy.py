@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from engine.campaign.executor import ReplayTable
-from engine.campaign.policy import PRETRAINED_DIR, Policy
-from engine.campaign.space import SearchSpace, families_for_arch
+from engine.campaign.policy import PRETRAINED_DIR, Policy, policy_families
+from engine.campaign.space import SearchSpace
 from engine.campaign.storage import SqliteStorage
 from engine.families import get_family
 from engine.problem import Problem
@@ -149,7 +149,7 @@ def run(args: argparse.Namespace) -> int:
     if not by_arch:
         raise SystemExit(f"error: no recorded table under {args.results}")
     for arch, tasks in sorted(by_arch.items()):
-        policy = Policy(families_for_arch(arch), seed=0)
+        policy = Policy(policy_families(arch), seed=0)
         kept = [t for t in tasks if fits(policy, t)]
         curve = policy.pretrain(kept, steps=args.steps)
         policy.trained_on = sources[arch]

@@ -75,10 +75,9 @@ def run(args: argparse.Namespace) -> int:
     table = ReplayTable.load(tables)
     start_policy = None
     if args.policy is not None:
-        from engine.campaign.policy import Policy
-        from engine.campaign.space import families_for_arch
+        from engine.campaign.policy import Policy, policy_families
 
-        start_policy = Policy.load(args.policy, families_for_arch(table.arch))
+        start_policy = Policy.load(args.policy, policy_families(table.arch))
         if start_policy is None:
             raise SystemExit(f"error: {args.policy} holds no policy for {table.arch}'s space")
     report = replay_benchmark(

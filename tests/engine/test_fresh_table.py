@@ -7,8 +7,7 @@ import shutil
 from pathlib import Path
 
 from engine import cli
-from engine.campaign.policy import Policy
-from engine.campaign.space import families_for_arch
+from engine.campaign.policy import Policy, policy_families
 from tests import bench_scripts
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,7 +40,7 @@ def test_the_shipped_policy_is_rebuilt_from_every_recorded_table(tmp_path, capsy
     out = tmp_path / "pretrained"
     args = ["pretrain-policy", "--results", str(results), "--out-dir", str(out), "--steps", "3"]
     assert cli.main(args) == 0
-    policy = Policy.load(out / "sm_90.pt", families_for_arch("sm_90"))
+    policy = Policy.load(out / "sm_90.pt", policy_families("sm_90"))
     assert policy is not None
     assert policy.trained_on == [f"{results / 'a' / 'families-run1.json'} (16 problems)"]
     assert "sm_90: 16 recorded problems" in capsys.readouterr().out

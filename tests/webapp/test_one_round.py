@@ -12,10 +12,16 @@ import sys
 import pytest
 
 from engine import cli
-from engine.campaign.policy import Policy, PolicyFile, policy_path, pretrained_path
+from engine.campaign.policy import (
+    Policy,
+    PolicyFile,
+    policy_families,
+    policy_path,
+    pretrained_path,
+)
 from engine.campaign.proposers import PolicyProposer
 from engine.campaign.round import round_rng
-from engine.campaign.space import SearchSpace, families_for_arch
+from engine.campaign.space import SearchSpace
 from engine.campaign.storage import SqliteStorage
 from engine.problem import Problem as EngineProblem
 from tests.webapp.test_faults import (  # noqa: F401  (services: the fixture)
@@ -108,7 +114,7 @@ def test_another_seed_proposes_other_candidates(
 def test_a_second_campaign_proposes_from_the_policy_the_first_one_updated(
     alice, replay, django_capture_on_commit_callbacks
 ):
-    families = families_for_arch("sm_90")
+    families = policy_families("sm_90")
     path = policy_path(replay, "sm_90")
     assert not path.exists()
     first = launch(alice, mix={"rl": 1.0}, name="first")

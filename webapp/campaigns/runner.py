@@ -136,12 +136,11 @@ def shared_policy(arch: str) -> Any:
     """The arch's policy file (engine.campaign.policy.PolicyFile) in the engine's cache
     (ENGINE_CACHE_DIR), the one ``engine optimize`` uses; where none is saved yet, it starts
     from the pretrained policy the repository ships for the arch."""
-    from engine.campaign.policy import PolicyFile, policy_path, pretrained_path
-    from engine.campaign.space import families_for_arch
+    from engine.campaign.policy import PolicyFile, policy_families, policy_path, pretrained_path
     from engine.config import load as load_engine_config
 
     path = policy_path(load_engine_config().cache_dir, arch)
-    return PolicyFile(path, families_for_arch(arch), start=pretrained_path(arch))
+    return PolicyFile(path, policy_families(arch), start=pretrained_path(arch))
 
 
 def policy_stream(campaign: Campaign, problem: Problem) -> str:
@@ -512,6 +511,8 @@ def run_gpu_child(
                 done=done,
             )
         returned = time.time()
+        if ran.killed_for == toolchain.STOPPED:  # cancelled, or the worker is shutting down
+            raise LeaseLost(f"GPU step stopped: {ran.stderr[-300:]}")
         if ran.timed_out:
             message = f"GPU step killed after {settings.GPU_STEP_TIMEOUT} s"
             return [

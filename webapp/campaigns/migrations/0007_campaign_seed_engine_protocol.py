@@ -19,7 +19,7 @@ def seeds_and_protocols(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("campaigns", "0005_candidate_proposal"),
+        ("campaigns", "0006_torch_tuned_baselines"),
     ]
 
     operations = [
