@@ -161,7 +161,9 @@ def _default_namespace(database: dict) -> str:
 # Every Redis key of this install (queues, unacknowledged messages, broadcasts, results, cache)
 # starts with "<GEMMFORGE_NAMESPACE>:", so that two installs sharing one Redis never take each
 # other's work. Machines of one install must agree on it (bin/run prints it).
-GEMMFORGE_NAMESPACE = env_str("GEMMFORGE_NAMESPACE", "") or _default_namespace(DATABASES["default"])
+GEMMFORGE_NAMESPACE = env_str("GEMMFORGE_NAMESPACE", "") or _default_namespace(
+    DATABASES["default"]
+)
 if not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", GEMMFORGE_NAMESPACE):
     raise ImproperlyConfigured(
         "GEMMFORGE_NAMESPACE must be 1 to 64 letters, digits, '_', '.' or '-', "
