@@ -289,7 +289,8 @@ def summarize(
     runs: Sequence[dict[str, Any]], strategies: Sequence[str], budget: int
 ) -> dict[str, Any]:
     """Per group of table size (and all together), per strategy: candidates to the target
-    (median and mean; a run that never gets there counts as budget + 1) and mean curves."""
+    (median, mean and a 95 % bootstrap interval of the mean; a run that never gets there counts
+    as budget + 1) and mean curves."""
     groups: dict[str, list[dict[str, Any]]] = {"all": list(runs)}
     for run in runs:
         groups.setdefault(f"{run['configs']} configs", []).append(run)
@@ -307,6 +308,7 @@ def summarize(
                 "problems": len({r["problem"] for r in mine}),
                 "median_to_target": statistics.median(steps),
                 "mean_to_target": statistics.fmean(steps),
+                "mean_to_target_interval": bootstrap_interval(steps),
                 "reached": sum(r["to_target"] is not None for r in mine) / len(mine),
                 "mean_curve": curve,
                 "at": {str(c): curve[c - 1] for c in CHECKPOINTS if c <= budget},
@@ -318,6 +320,11 @@ def summarize(
     return out
 
 
+def interval(stats: dict[str, Any]) -> str:
+    low_high = stats.get("mean_to_target_interval")
+    return f"{low_high[0]:.2f}…{low_high[1]:.2f}" if low_high else "-"
+
+
 def format_table(report: dict[str, Any]) -> str:
     budget = report["settings"]["budget"]
     checkpoints = [c for c in CHECKPOINTS if c <= budget]
@@ -325,7 +332,7 @@ def format_table(report: dict[str, Any]) -> str:
     share = f"{report['settings'].get('target', TARGET):.0%}"
     header = (
         f"{'group':12} {'strategy':18} {'runs':>5} {'med→' + share:>8} {'mean→' + share:>9} "
-        f"{'reached':>8} "
+        f"{'95% CI':>13} {'reached':>8} "
         f"{'rand/x':>7} " + " ".join(f"{'@' + str(c):>6}" for c in checkpoints)
     )
     lines.append(header)
@@ -335,7 +342,7 @@ def format_table(report: dict[str, Any]) -> str:
             ratio = s.get("random_over_this")
             lines.append(
                 f"{group:12} {strategy:18} {s['runs']:5d} {s['median_to_target']:8.1f} "
-                f"{s['mean_to_target']:9.2f} {s['reached']:8.0%} "
+                f"{s['mean_to_target']:9.2f} {interval(s):>13} {s['reached']:8.0%} "
                 f"{(f'{ratio:.2f}x' if ratio else '-'):>7} "
                 + " ".join(f"{s['at'][str(c)]:6.3f}" for c in checkpoints)
             )
