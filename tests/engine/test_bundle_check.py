@@ -13,7 +13,21 @@ import pytest
 
 from engine.campaign.storage import SqliteStorage
 from tests import bench_scripts
-from tests.engine.test_bundle import PROBLEM, campaign_db, recorded_records  # noqa: F401
+from tests.engine.test_bundle import (  # noqa: F401
+    PROBLEM,
+    campaign_db,
+    ranked_names,
+    recorded_records,
+    sanitizer_verdicts,
+)
+
+
+@pytest.fixture
+def sanitized_db(campaign_db: Path) -> Path:  # noqa: F811
+    """The recorded campaign with every kernel's compute-sanitizer pass in its finals file, as
+    the bundle stage's campaign has them (bundles take only sanitized kernels)."""
+    sanitizer_verdicts(campaign_db, dict.fromkeys(ranked_names(campaign_db), True))
+    return campaign_db
 
 
 @pytest.fixture(scope="module")
@@ -59,8 +73,8 @@ def test_the_campaign_is_the_named_the_only_or_the_latest_one(bc, campaign_db, t
     assert "no such campaign database" in bc.choose_campaign(tmp_path / "x.sqlite", None)["error"]
 
 
-def test_with_no_kernel_faster_than_torch_it_bundles_all_and_says_so(bc, campaign_db, tmp_path):  # noqa: F811
-    info = bc.make_bundle(campaign_db, "recorded", tmp_path)
+def test_with_no_kernel_faster_than_torch_it_bundles_all_and_says_so(bc, sanitized_db, tmp_path):
+    info = bc.make_bundle(sanitized_db, "recorded", tmp_path)
     # measured on the H200: no sampled config beat torch.matmul at 4096^3 TN
     assert info["default_kernels"] == 0
     assert info["mode"] == "all"
@@ -72,9 +86,9 @@ def test_with_no_kernel_faster_than_torch_it_bundles_all_and_says_so(bc, campaig
     assert bc.bundle_kernels(tmp_path / "bundle.zip") == []
 
 
-def test_a_campaign_with_a_faster_kernel_gets_the_default_bundle(bc, campaign_db, tmp_path):  # noqa: F811
-    add_fast_campaign(campaign_db)
-    info = bc.make_bundle(campaign_db, "fast", tmp_path)
+def test_a_campaign_with_a_faster_kernel_gets_the_default_bundle(bc, sanitized_db, tmp_path):
+    add_fast_campaign(sanitized_db)
+    info = bc.make_bundle(sanitized_db, "fast", tmp_path)
     assert (info["mode"], info["default_kernels"], info["note"]) == ("default", 1, "")
     assert info["kernels"][0]["speedups"] == {"torch": 2.0}
     assert not (tmp_path / "bundle-all.zip").exists()
@@ -121,12 +135,12 @@ def test_the_table_has_a_line_per_shape_and_the_verdict(bc):
 
 
 @pytest.mark.slow
-def test_on_a_cpu_machine_every_stage_fails_as_data(bc, campaign_db, tmp_path, monkeypatch):  # noqa: F811
+def test_on_a_cpu_machine_every_stage_fails_as_data(bc, sanitized_db, tmp_path, monkeypatch):
     monkeypatch.setenv("NVCC", "false")  # the bundle's build script: every nvcc call fails
     monkeypatch.setenv("CUTLASS_INCLUDE", str(tmp_path))
     monkeypatch.delenv("DJANGO_SETTINGS_MODULE", raising=False)
     out = tmp_path / "out"
-    assert bc.main(["--db", str(campaign_db), "--out", str(out), "--jobs", "1"]) == 1
+    assert bc.main(["--db", str(sanitized_db), "--out", str(out), "--jobs", "1"]) == 1
     data = json.loads((out / "bundle_check.json").read_text())
     assert data["campaign"]["name"] == "recorded"
     assert data["bundle"]["mode"] == "all"
