@@ -23,7 +23,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine.bundle import best_kernels, write_bundle
+    from engine.bundle import best_kernels, bundle_headline, write_bundle
     from engine.campaign.storage import SqliteStorage
 
     if not args.db.is_file():
@@ -38,10 +38,11 @@ def run(args: argparse.Namespace) -> int:
         except ProblemError as exc:
             raise SystemExit(f"error: bad problem in the database: {exc}") from None
         kernels = best_kernels(storage, args.campaign, problems, include_slower=args.include_slower)
+        summary = bundle_headline(storage, args.campaign, problems)
         environment = settings.get("environment", {})
     finally:
         storage.close()
-    write_bundle(kernels, args.out, environment=environment, title=args.campaign)
+    write_bundle(kernels, args.out, environment=environment, title=args.campaign, headline=summary)
     print(
         f"wrote {args.out}: {len(kernels)} of {len(problems)} shapes have a kernel", file=sys.stderr
     )

@@ -37,6 +37,7 @@ from engine.problem import Layout as EngineLayout
 from engine.problem import Problem as EngineProblem
 from webapp.campaigns.imports import BASELINES, environment_record, import_baselines
 from webapp.campaigns.models import Campaign, Candidate, Layout
+from webapp.campaigns.ratios import problem_refresh_best
 from webapp.campaigns.storage import DjangoStorage
 
 SQLITE_HEADER = b"SQLite format 3\x00"
@@ -243,16 +244,28 @@ def import_final(*, campaign: Campaign, final: Mapping[str, Any]) -> int:
                 statistic=statistic,
             )
             kernels = {n: s for n, s in seconds.items() if n not in BASELINE_KEYS}
+            rejected = set(result.get("rejected_while_timed") or ())
+            baselines = {
+                b: v["seconds"]
+                for b, v in (result.get("best_baselines") or {}).items()
+                if isinstance(v, Mapping) and v.get("seconds")
+            }
             for candidate in Candidate.objects.filter(problem=problem, name__in=kernels):
+                if candidate.name in rejected:
+                    continue  # wrong values while timed: its time is no result
                 entry = dict(candidate.timings.get(protocol) or {})
-                final_s = kernels[candidate.name]
-                if protocol in ((candidate.outcome or {}).get("timings") or {}):
-                    entry.update(final_s=final_s, final_statistic=statistic)  # the search's stays
-                else:  # a protocol only the final re-measurement timed it in
-                    entry.update(median_s=final_s, statistic=statistic)
-                entry["final_gpu_environment"] = environment.id
+                for stale in ("final_s", "final_statistic", "final_gpu_environment"):
+                    entry.pop(stale, None)  # written by earlier imports, before "final"
+                # the final's own session: its kernel time beside the baselines it timed
+                entry["final"] = {
+                    "seconds": kernels[candidate.name],
+                    "statistic": statistic,
+                    "baselines": baselines,
+                    "gpu_environment": environment.id,
+                }
                 candidate.timings = {**candidate.timings, protocol: entry}
                 candidate.save(update_fields=["timings"])
+        problem_refresh_best(problem=problem)
     return count
 
 

@@ -13,6 +13,7 @@ from django.db import transaction
 
 from webapp.campaigns.imports import name_hash
 from webapp.campaigns.models import Campaign, Candidate, Problem
+from webapp.campaigns.ratios import problem_refresh_best
 
 SYNTHETIC_PREFIX = "SYNTHETIC (load testing)"
 RESAMPLE_PROPOSER = "resampled"
@@ -53,7 +54,6 @@ def campaign_make_synthetic(
             k=original.k,
             layout=original.layout,
             status=original.status,
-            best_speedups=original.best_speedups,
         )
         recorded = list(original.candidates.order_by("id"))
         if recorded:
@@ -92,4 +92,6 @@ def campaign_make_synthetic(
             Candidate.objects.bulk_create(batch)
             batch = []
     Candidate.objects.bulk_create(batch)
+    for problem, _ in pools:
+        problem_refresh_best(problem=problem)
     return campaign
