@@ -31,6 +31,7 @@ from typing import Any
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 
+from engine.baselines import best_of_layouts
 from engine.campaign.storage import CandidateRecord, SqliteStorage
 from engine.families.library import LIBRARIES, library
 from engine.problem import Layout as EngineLayout
@@ -245,11 +246,8 @@ def import_final(*, campaign: Campaign, final: Mapping[str, Any]) -> int:
             )
             kernels = {n: s for n, s in seconds.items() if n not in BASELINE_KEYS}
             rejected = set(result.get("rejected_while_timed") or ())
-            baselines = {
-                b: v["seconds"]
-                for b, v in (result.get("best_baselines") or {}).items()
-                if isinstance(v, Mapping) and v.get("seconds")
-            }
+            # the baselines of this very session, by the rule the engine's summary used
+            baselines = {b: v["seconds"] for b, v in best_of_layouts(seconds).items()}
             for candidate in Candidate.objects.filter(problem=problem, name__in=kernels):
                 if candidate.name in rejected:
                     continue  # wrong values while timed: its time is no result
