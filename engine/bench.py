@@ -9,7 +9,7 @@ Protocols:
   graph    per-call time from CUDA-graph replay of ``calls_per_graph`` back-to-back calls.
 
 Every runner's output is checked after each protocol on fresh inputs, so a kernel that behaves
-differently while timed is caught (VERIFY.md rows 3 and 4).
+differently while timed is caught (docs/verification.md rows 3 and 4).
 """
 
 from __future__ import annotations

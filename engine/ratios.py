@@ -156,20 +156,24 @@ def choose(
     baseline: str = REWARD_BASELINE,
 ) -> Choice | None:
     """The shape's kernel: of ``(name, key, sessions)``, the best ratio over ``baseline`` in
-    ``protocol``, compared only among kernels shown with the same kind of session (finals when
-    any kernel has one: they were timed side by side). A kernel with no paired session is never
-    chosen (it has no ratio to be chosen on)."""
+    ``protocol`` (over the baseline most sessions timed, where none timed ``baseline``),
+    compared only among kernels shown with the same kind of session (finals when any kernel has
+    one: they were timed side by side). A kernel with no paired session is never chosen (it has
+    no ratio to be chosen on)."""
     shown = []
     for name, key, sessions in kernels:
         session = preferred([s for s in sessions if s.protocol == protocol])
-        if session is not None and baseline in session.baselines:
+        if session is not None:
             shown.append(Choice(name, session, key))
     if not shown:
         return None
     rank = {name: i for i, name in enumerate(SESSION_ORDER)}
     top = min(rank.get(c.session.name, len(rank)) for c in shown)
     pool = [c for c in shown if rank.get(c.session.name, len(rank)) == top]
-    return max(pool, key=lambda c: (c.ratios()[baseline].value, -c.session.kernel.seconds))
+    timed = [b for c in pool for b in c.session.baselines]
+    on = baseline if baseline in timed else max(sorted(set(timed)), key=timed.count)
+    pool = [c for c in pool if on in c.session.baselines]
+    return max(pool, key=lambda c: (c.ratios()[on].value, -c.session.kernel.seconds))
 
 
 # -- the campaign headline ---------------------------------------------------------------------
