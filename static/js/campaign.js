@@ -39,7 +39,15 @@
     },
   };
 
-  const logTicks = { callback: (v) => (Number.isFinite(v) ? "×" + Number(v).toPrecision(3).replace(/\.?0+$/, "") : v) };
+  // Log-axis ticks: label only the round values (×0.5, ×0.9, ×1, ×2), so a wide range stays legible.
+  const logTicks = {
+    autoSkip: true,
+    callback: (v) => {
+      if (!Number.isFinite(v) || v <= 0) return "";
+      const mantissa = v / 10 ** Math.floor(Math.log10(v) + 1e-9);
+      return Math.abs(mantissa - Math.round(mantissa)) < 1e-6 ? "×" + Number(v.toPrecision(2)) : "";
+    },
+  };
 
   async function speedupChart(canvas) {
     const data = await getJSON(canvas.dataset.src);
@@ -64,7 +72,7 @@
         animation: false,
         maintainAspectRatio: false,
         scales: {
-          x: { ticks: { display: !many, autoSkip: true, maxRotation: 60 }, title: { display: true, text: many ? shapes.length + " shapes, sorted by speedup over cuBLASLt (autotuned)" : "shape" } },
+          x: { grid: { display: !many }, ticks: { display: !many, autoSkip: true, maxRotation: 60 }, title: { display: true, text: many ? shapes.length + " shapes, sorted by speedup over cuBLASLt (autotuned)" : "shape" } },
           y: { type: "logarithmic", title: { display: true, text: "speedup (baseline / kernel, same session)" }, ticks: logTicks },
         },
         plugins: {
