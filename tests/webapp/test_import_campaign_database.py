@@ -435,3 +435,16 @@ def test_the_grid64_headline_is_the_one_engine_report_prints(client, db):
     page = client.get(reverse("campaign-detail", args=[nn.id])).content.decode()
     nn_headline = ratios.campaign_headline(campaign=nn).summary("cublaslt_autotune")
     assert f"{nn_headline.geomean:.3f}×" in page
+
+
+def test_the_campaign_page_says_which_proposers_ran_not_the_mix_it_asked_for(client, db):
+    """The TN campaign asked for rl 0.5 + evolve 0.5, but with batch = budget it ran one round:
+    the policy and uniform random samples, no evolve."""
+    call_command("import_results", str(GRID64), campaign="tn-16shapes-1c5e2593")
+    tn = Campaign.objects.get()
+    assert tn.proposer_mix == {"rl": 0.5, "evolve": 0.5}
+    page = client.get(reverse("campaign-detail", args=[tn.id])).content.decode()
+    assert "<code>random</code> 256" in page
+    assert "<code>rl</code> 256" in page
+    assert "<code>evolve</code>" not in page
+    assert "1 search round" in page

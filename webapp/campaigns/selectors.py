@@ -12,6 +12,7 @@ from django.db.models import (
     Exists,
     F,
     FloatField,
+    Max,
     OuterRef,
     Q,
     QuerySet,
@@ -30,6 +31,8 @@ from webapp.workers.models import GpuEnvironment
 BASELINES = [b.value for b in BaselineResult.Baseline]
 BASELINE_LABELS = dict(BaselineResult.Baseline.choices)
 CANDIDATE_SORTS = {
+    # the speedup every page shows (webapp.campaigns.ratios); reward is the search's own signal
+    "speedup": (F("speedup").desc(nulls_last=True), F("reward").desc(nulls_last=True), "id"),
     "reward": (F("reward").desc(nulls_last=True), "id"),
     "time": (F("median_s").asc(nulls_last=True), "id"),
     "name": ("name", "id"),
@@ -66,6 +69,22 @@ def campaign_problems(*, campaign: Campaign) -> QuerySet[Problem]:
     )
 
 
+def campaign_proposers(*, campaign: Campaign) -> dict[str, Any]:
+    """What actually proposed its candidates (count per proposer) and how many search rounds
+    ran: the recorded facts, whatever mix the settings asked for."""
+    rows = (
+        Candidate.objects.filter(problem__campaign=campaign)
+        .order_by()
+        .values("proposer")
+        .annotate(
+            n=Count("id"), last_round=Max(Cast(KeyTextTransform("round", "outcome"), FloatField()))
+        )
+    )
+    counts = sorted(((r["proposer"], r["n"]) for r in rows), key=lambda pair: -pair[1])
+    rounds = [r["last_round"] for r in rows if r["last_round"] is not None]
+    return {"counts": counts, "rounds": int(max(rounds)) + 1 if rounds else None}
+
+
 def campaign_environments(*, campaign: Campaign) -> QuerySet[GpuEnvironment]:
     """GPU environments whose baselines were measured for this campaign's shapes."""
     shapes = Problem.objects.filter(
@@ -92,7 +111,7 @@ def candidates_best_first(
 def candidate_table(
     *,
     problem: Problem,
-    sort: str = "reward",
+    sort: str = "speedup",
     status: str = "",
     proposer: str = "",
     family: str = "",
@@ -114,7 +133,7 @@ def candidate_table(
         qs = qs.filter(proposer=proposer)
     if family:
         qs = qs.filter(family=family)
-    return qs.order_by(*CANDIDATE_SORTS.get(sort, CANDIDATE_SORTS["reward"]))
+    return qs.order_by(*CANDIDATE_SORTS.get(sort, CANDIDATE_SORTS["speedup"]))
 
 
 def candidate_facets(*, problem: Problem) -> dict[str, list[str]]:
@@ -318,7 +337,7 @@ def knob_data(*, campaign: Campaign, problem: Problem | None = None) -> dict[str
     by_knob: dict[str, dict[str, list[float]]] = {}
     for text, values in by_config.items():
         config = json.loads(text)
-        for knob, setting in (config.items() if isinstance(config, dict) else ()):
+        for knob, setting in config.items() if isinstance(config, dict) else ():
             if isinstance(setting, dict | list):
                 setting = json.dumps(setting, sort_keys=True)
             by_knob.setdefault(knob, {}).setdefault(str(setting), []).extend(values)

@@ -112,6 +112,7 @@ def campaign_detail(request, campaign_id: int):
             ),
             "can_control": request.user.is_authenticated and request.user.id == campaign.owner_id,
             "live": campaign.status in live.ACTIVE,
+            "proposers": selectors.campaign_proposers(campaign=campaign),
             "progress": {
                 "shapes": len(problems),
                 "shapes_done": sum(p.status == Problem.Status.DONE for p in problems),
@@ -144,7 +145,7 @@ def problem_detail(request, problem_id: int):
     filters = form.cleaned_data if form.is_valid() else {}
     table = selectors.candidate_table(
         problem=problem,
-        sort=filters.get("sort") or "reward",
+        sort=filters.get("sort") or "speedup",
         status=filters.get("status", ""),
         proposer=filters.get("proposer", ""),
         family=filters.get("family", ""),
