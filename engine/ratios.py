@@ -123,6 +123,33 @@ class Session:
         )
 
 
+def baseline_runner(baseline: str, best: Mapping[str, Any]) -> str:
+    """The runner whose time an engine.baselines.best_of_layouts entry took (its layout; the
+    heuristic's pick where that stood in for cuBLASLt-autotune)."""
+    layout = best.get("layout", "nn")
+    if best.get("choice") == "heuristic":
+        return f"cublaslt_heuristic_{layout}"
+    return f"{baseline}_{layout}"
+
+
+def quartiles(stats: Mapping[str, Any]) -> dict[str, dict[str, float]]:
+    """Runner → {"p25", "p75"} from a protocol's per-runner statistics (engine.stats)."""
+    return {
+        name: {"p25": float(s["p25"]), "p75": float(s["p75"])}
+        for name, s in stats.items()
+        if isinstance(s, Mapping)
+        and isinstance(s.get("p25"), int | float)
+        and isinstance(s.get("p75"), int | float)
+    }
+
+
+def with_quartiles(
+    seconds: float, runner: str, kept: Mapping[str, Mapping[str, float]]
+) -> dict[str, float]:
+    """{"seconds"} and, where ``kept`` has the runner's, its p25 and p75."""
+    return {"seconds": seconds, **kept.get(runner, {})}
+
+
 def baseline_timings(values: Mapping[str, Any]) -> dict[str, Timing]:
     """Baseline → Timing from a mapping of numbers or timing mappings (unusable ones dropped)."""
     out = {b: Timing.of(v) for b, v in values.items()}

@@ -26,7 +26,15 @@ from typing import Any
 from engine import physics
 from engine.baselines import BASELINES, best_of_layouts
 from engine.problem import Problem
-from engine.ratios import Choice, Headline, Session, ShapeBest, Timing, headline
+from engine.ratios import (
+    Choice,
+    Headline,
+    Session,
+    ShapeBest,
+    Timing,
+    baseline_runner,
+    headline,
+)
 
 PROTOCOLS = ("device", "offline", "server")
 SIZE_CLASSES = ("small", "medium", "large")
@@ -55,6 +63,8 @@ class ProtocolPoint:
     baselines: dict[str, float]  # best-of-layouts seconds per baseline
     source: str
     cublaslt_kernel: str | None = None  # what cuBLASLt-autotune ran, where the run recorded it
+    kernel_quartiles: dict[str, float] = field(default_factory=dict)  # p25, p75 where kept
+    baseline_quartiles: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def speedups(self) -> dict[str, float]:
         return {b: t / self.seconds for b, t in self.baselines.items()}
@@ -127,12 +137,19 @@ def points_from_campaign(
             if kernel not in timed[protocol]:
                 continue
             baselines = {b: v["seconds"] for b, v in summary["best_baselines"].items()}
+            kept = summary.get("quartiles") or {}
             out.setdefault(key, {})[protocol] = ProtocolPoint(
                 kernel,
                 timed[protocol][kernel],
                 baselines,
                 f"{source} (final)",
                 autotuned_kernel(final, summary["best_baselines"]),
+                kernel_quartiles=dict(kept.get(kernel) or {}),
+                baseline_quartiles={
+                    b: dict(kept[runner])
+                    for b, v in summary["best_baselines"].items()
+                    if (runner := baseline_runner(b, v)) in kept
+                },
             )
     return out
 
@@ -200,8 +217,12 @@ def shape_bests(results: dict[str, ShapeResult], protocol: str = "device") -> li
         session = Session(
             name="final" if point.source.endswith("(final)") else "sweep",
             protocol=protocol,
-            kernel=Timing(point.seconds),
-            baselines={b: Timing(t) for b, t in point.baselines.items()},
+            kernel=Timing.of({"seconds": point.seconds, **point.kernel_quartiles})
+            or Timing(point.seconds),
+            baselines={
+                b: Timing.of({"seconds": t, **point.baseline_quartiles.get(b, {})}) or Timing(t)
+                for b, t in point.baselines.items()
+            },
         )
         bests.append(ShapeBest(key, float(result.problem.flops), Choice(point.kernel, session)))
     return bests

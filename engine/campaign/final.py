@@ -25,6 +25,7 @@ from engine.campaign.storage import CandidateRecord
 from engine.compile import CompileResult
 from engine.families import KernelConfig, get_family
 from engine.problem import Layout, Problem
+from engine.ratios import quartiles
 
 FINAL_PROTOCOLS = ("device", "offline", "server")
 FINAL_TIMEOUT = 600.0
@@ -191,6 +192,9 @@ def final_summary(record: dict[str, Any]) -> dict[str, Any]:
             "speedups": result["speedups"],
             "rejected_while_timed": result["rejected_while_timed"],
         }
+        # each runner's interquartile range, where kept: what tells a tie from a win
+        if kept := quartiles(result.get("stats") or {}):
+            out[protocol]["quartiles"] = kept
     summary = {"protocols": out, "environment": record["environment"]}
     if "sandbox" in record:
         summary["sandbox"] = record["sandbox"]

@@ -89,3 +89,28 @@ def test_the_headline_counts_verdicts_and_names_the_worst_shape_and_the_ceiling(
     assert h.ceiling == ("s2", pytest.approx(2.5))  # the library took 0.8 s on s2
     assert h.ceiling_fraction == pytest.approx(0.8)
     assert h.to_dict()["shapes_without_ratio"] == 2
+
+
+def test_a_search_outcome_keeps_the_quartiles_of_the_kernel_and_of_each_baselines_runner():
+    from engine.campaign.executor import outcome_from_record
+
+    stats = {
+        "k": {"median": 1.0e-4, "p25": 0.98e-4, "p75": 1.03e-4},
+        "cublaslt_autotune_tn": {"median": 1.02e-4, "p25": 1.0e-4, "p75": 1.04e-4},
+        "cublaslt_heuristic_tn": {"median": 1.05e-4, "p25": 1.0e-4, "p75": 1.1e-4},
+    }
+    record = {
+        "protocols": {
+            "device": {
+                "seconds": {name: s["median"] for name, s in stats.items()},
+                "best_baselines": {"cublaslt_autotune": {"seconds": 1.02e-4, "layout": "tn"}},
+                "stats": stats,
+            }
+        }
+    }
+    timing = outcome_from_record("k", record, ["device"]).timings["device"]
+    assert (timing["p25"], timing["p75"]) == (0.98e-4, 1.03e-4)
+    assert timing["baseline_quartiles"] == {"cublaslt_autotune": {"p25": 1.0e-4, "p75": 1.04e-4}}
+    autotune = Timing.of({"seconds": 1.02e-4, **timing["baseline_quartiles"]["cublaslt_autotune"]})
+    kernel = Timing.of({"seconds": timing["seconds"], "p25": timing["p25"], "p75": timing["p75"]})
+    assert ratio(autotune, kernel).verdict == TIED  # ×1.02, inside the noise

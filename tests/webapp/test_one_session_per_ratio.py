@@ -159,3 +159,26 @@ def test_engine_report_gives_the_same_ratio(campaign):
     _, report_path = campaign
     (result,) = engine_report.load_results([report_path]).values()
     assert result.points["device"].speedups()["torch"] == pytest.approx(SHOWN)
+
+
+def test_a_final_that_kept_quartiles_shows_a_ratio_inside_them_as_a_tie(client, campaign):
+    """×0.990 with ±2 % interquartile ranges on both times is within the noise: tied on every
+    surface, and in engine report's headline."""
+    row, report_path = campaign
+    report = json.loads(report_path.read_text())
+    device = report["final"][SHAPE.key]["protocols"]["device"]
+    device["quartiles"] = {
+        name: {"p25": t * 0.98, "p75": t * 1.02} for name, t in device["seconds"].items()
+    }
+    report_path.write_text(json.dumps(report))
+    call_command("import_results", str(report_path.parent / "campaign.sqlite"), owner="alice")
+    problem = row.problems.get()
+    ratio = problem.best["ratios"]["cublaslt_autotune"]
+    assert (ratio["verdict"], ratio["value"]) == ("tied", pytest.approx(SHOWN))
+    assert ratio["low"] < 1 < ratio["high"]
+    api = client.get(reverse("api-campaign-speedups", args=[row.id])).json()
+    assert api["shapes"][0]["verdicts"]["cublaslt_autotune"] == "tied"
+    page = client.get(reverse("campaign-detail", args=[row.id])).content.decode()
+    assert f"×{SHOWN:.3f} ≈" in page
+    expected = engine_report.report_headline(engine_report.load_results([report_path]))
+    assert expected.summary("cublaslt_autotune").counts["tied"] == 1

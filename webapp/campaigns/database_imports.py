@@ -36,6 +36,7 @@ from engine.campaign.storage import CandidateRecord, SqliteStorage
 from engine.families.library import LIBRARIES, library
 from engine.problem import Layout as EngineLayout
 from engine.problem import Problem as EngineProblem
+from engine.ratios import baseline_runner, with_quartiles
 from webapp.campaigns.imports import BASELINES, environment_record, import_baselines
 from webapp.campaigns.models import Campaign, Candidate, Layout
 from webapp.campaigns.ratios import problem_refresh_best
@@ -246,8 +247,14 @@ def import_final(*, campaign: Campaign, final: Mapping[str, Any]) -> int:
             )
             kernels = {n: s for n, s in seconds.items() if n not in BASELINE_KEYS}
             rejected = set(result.get("rejected_while_timed") or ())
-            # the baselines of this very session, by the rule the engine's summary used
-            baselines = {b: v["seconds"] for b, v in best_of_layouts(seconds).items()}
+            # the baselines of this very session, by the rule the engine's summary used, with
+            # each runner's interquartile range where the final kept it
+            kept = dict(result.get("quartiles") or {})
+            baselines = {
+                b: with_quartiles(v["seconds"], baseline_runner(b, v), kept)
+                for b, v in best_of_layouts(seconds).items()
+            }
+            baselines = {b: t if len(t) > 1 else t["seconds"] for b, t in baselines.items()}
             for candidate in Candidate.objects.filter(problem=problem, name__in=kernels):
                 if candidate.name in rejected:
                     continue  # wrong values while timed: its time is no result
@@ -257,6 +264,7 @@ def import_final(*, campaign: Campaign, final: Mapping[str, Any]) -> int:
                 # the final's own session: its kernel time beside the baselines it timed
                 entry["final"] = {
                     "seconds": kernels[candidate.name],
+                    **(kept.get(candidate.name) or {}),
                     "statistic": statistic,
                     "baselines": baselines,
                     "gpu_environment": environment.id,

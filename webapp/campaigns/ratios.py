@@ -50,7 +50,11 @@ def candidate_sessions(timings: Mapping[str, Any], protocol: str) -> list[Sessio
                 name=str(entry.get("session") or "search"),
                 protocol=protocol,
                 kernel=search,
-                baselines=baseline_timings(entry.get("baselines") or {}),
+                baselines=baseline_timings(
+                    with_baseline_quartiles(
+                        entry.get("baselines") or {}, entry.get("baseline_quartiles") or {}
+                    )
+                ),
                 environment=str(entry.get("gpu_environment") or ""),
             )
         )
@@ -66,6 +70,16 @@ def candidate_sessions(timings: Mapping[str, Any], protocol: str) -> list[Sessio
             )
         )
     return sessions
+
+
+def with_baseline_quartiles(
+    baselines: Mapping[str, Any], kept: Mapping[str, Any]
+) -> dict[str, Any]:
+    """Baseline → {"seconds", "p25", "p75"} where the session kept the baseline's quartiles."""
+    return {
+        b: {"seconds": t, **kept[b]} if isinstance(kept.get(b), Mapping) else t
+        for b, t in baselines.items()
+    }
 
 
 def candidate_session(timings: Mapping[str, Any], protocol: str) -> Session | None:

@@ -59,6 +59,11 @@ def candidate_timings(record: CandidateRecord) -> dict[str, Any]:
                 "median_s": entry["seconds"],
                 "baselines": entry.get("baselines", {}),  # timed in the same GPU step
                 **{q: entry[q] for q in ("p25", "p75") if isinstance(entry.get(q), int | float)},
+                **(
+                    {"baseline_quartiles": entry["baseline_quartiles"]}
+                    if isinstance(entry.get("baseline_quartiles"), Mapping)
+                    else {}
+                ),
             }
     return out
 
