@@ -78,3 +78,30 @@ def test_every_page_answers_in_under_300_ms_with_10000_candidates(client, alice,
     with capsys.disabled():
         print("\n" + "\n".join(report))
     assert not slow, "\n".join(report)
+
+
+def test_a_1000_shape_campaign_answers_in_under_300_ms(client, alice, capsys):
+    """The CUDA-L2 preset's 1000 shapes, 10 000 candidates: the campaign page lists every shape."""
+    call_command(
+        "make_fixture_campaign", grid="cuda-l2", per_shape=10, owner="alice", stdout=io.StringIO()
+    )
+    campaign = Campaign.objects.get(name__contains="1000 shapes")
+    assert Candidate.objects.filter(problem__campaign=campaign).count() == CANDIDATES
+    pages = {
+        "campaign list": "/",
+        "campaign page": reverse("campaign-detail", args=[campaign.id]),
+        "speedups.json": reverse("api-campaign-speedups", args=[campaign.id]),
+        "progress.json": reverse("api-campaign-progress", args=[campaign.id]),
+        "heatmap.json": reverse("api-campaign-heatmap", args=[campaign.id]),
+        "campaign history.json": reverse("api-campaign-history", args=[campaign.id]),
+        "campaign knobs.json": reverse("api-campaign-knobs", args=[campaign.id]),
+    }
+    report, slow = [], []
+    for label, url in pages.items():
+        seconds, queries = best_of(client, url)
+        report.append(f"{label:32s} {seconds * 1000:6.1f} ms {queries:3d} queries")
+        if seconds >= BUDGET_S or queries > MAX_QUERIES:
+            slow.append(label)
+    with capsys.disabled():
+        print("\n" + "\n".join(report))
+    assert not slow, "\n".join(report)

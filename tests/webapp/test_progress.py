@@ -117,3 +117,26 @@ def test_the_campaign_page_polls_the_progress_endpoint(client, queued_campaign):
 
 def test_an_unknown_campaign_has_no_progress(client, db):
     assert client.get("/api/campaigns/999/progress.json").status_code == 404
+
+
+def test_the_eta_is_the_shapes_remaining_budget_at_the_measured_gpu_seconds(
+    client, queued_campaign
+):
+    problem = queued_campaign.problems.order_by("id").first()
+    for i, gpu_seconds in enumerate((0.5, 1.5)):
+        Candidate.objects.create(
+            problem=problem,
+            name=f"k{i}",
+            family="sm90",
+            source="",
+            source_hash=str(i) * 64,
+            proposer="rl",
+            status=Candidate.Status.DONE,
+            outcome={"gpu_seconds": gpu_seconds},
+        )
+    data = client.get(reverse("api-campaign-progress", args=[queued_campaign.id])).json()
+    row = next(p for p in data["problems"] if p["problem"] == problem.id)
+    budget = queued_campaign.budget_per_shape
+    assert row["eta_gpu_s"] == pytest.approx((budget - 2) * 1.0)
+    other = next(p for p in data["problems"] if p["problem"] != problem.id)
+    assert other["eta_gpu_s"] == pytest.approx(budget * 1.0)

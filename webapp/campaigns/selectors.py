@@ -393,6 +393,7 @@ def campaign_progress_data(*, campaign: Campaign) -> dict[str, Any]:
     )
     labels = dict(Problem.Status.choices)
     waiting = live.campaign_waits(campaign=campaign)
+    etas = live.campaign_eta_seconds(campaign=campaign)
     h = ratios.headline_of((p["m"], p["n"], p["k"], p["layout"], p["best"]) for p in problems)
     return {
         "campaign": campaign.id,
@@ -409,6 +410,7 @@ def campaign_progress_data(*, campaign: Campaign) -> dict[str, Any]:
                 "status_label": labels.get(p["status"], p["status"]),
                 "candidates": p["candidate_count"],
                 "waiting": waiting.get(p["id"], ""),
+                "eta_gpu_s": etas.get(p["id"]),
             }
             for p in problems
         ],

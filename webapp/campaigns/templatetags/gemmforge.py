@@ -6,7 +6,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from django import template
-from django.utils.html import format_html
+from django.urls import reverse
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import mark_safe
+from django.utils.text import Truncator
 
 register = template.Library()
 CLASSES = {"faster": "win", "tied": "tie", "slower": "loss"}
@@ -58,3 +61,76 @@ def duration(seconds: Any) -> str:
     if seconds < 5400:
         return f"{seconds / 60:.0f} min"
     return f"{seconds / 3600:.1f} h"
+
+
+def _url(name: str, pk: Any) -> str:
+    """reverse() once per URL name, then the id substituted (1000 rows, 2000 links)."""
+    if name not in _URLS:
+        _URLS[name] = reverse(name, args=[987654321])
+    return _URLS[name].replace("987654321", str(pk))
+
+
+_URLS: dict[str, str] = {}
+
+
+def _value(value: Any) -> str:
+    return "" if value is None else repr(float(value))
+
+
+@register.simple_tag
+def shape_rows(problems: Any, live: bool) -> str:
+    """The leaderboard's rows, built in Python: at 1000 shapes the same markup as template tags
+    took most of a 300 ms page budget."""
+    rows = []
+    for p in problems:
+        row = p.row
+        if row["candidate"] is not None:
+            kernel = format_html(
+                '<a href="{}"><code class="small">{}</code></a>'
+                ' <span class="muted small">({})</span>',
+                _url("candidate-detail", row["candidate"]),
+                Truncator(row["kernel"] or "").chars(36),
+                row["session"],
+            )
+        else:
+            kernel = mark_safe('<span class="muted">none timed yet</span>')
+        waits = ""
+        if live:
+            waits = format_html(
+                '<td class="small" data-field="waiting">{}</td>'
+                '<td class="num" data-value="{}">{}</td>',
+                p.waiting or "—",
+                _value(p.eta_s),
+                duration(p.eta_s),
+            )
+        cells = format_html_join(
+            "",
+            '<td class="num" data-best-index="{}" data-value="{}">{}</td>',
+            (
+                (i, _value(value), ratio({"value": value, "verdict": verdict}))
+                for i, (value, verdict, _) in enumerate(p.cells)
+            ),
+        )
+        rows.append(
+            format_html(
+                '<tr data-problem="{}"><td><a href="{}"><code>{}</code></a></td><td>{}</td>'
+                '<td data-field="status_label">{}</td>'
+                '<td class="num" data-field="candidates">{}</td>{}<td>{}</td>'
+                '<td class="num" data-value="{}">{}</td><td class="num" data-value="{}">{}</td>'
+                "{}</tr>",
+                p.id,
+                _url("problem-detail", p.id),
+                p.shape,
+                p.layout.upper(),
+                p.get_status_display(),
+                p.candidate_count,
+                waits,
+                kernel,
+                _value(row["seconds"]),
+                microseconds(row["seconds"]),
+                _value(row["tflops"]),
+                "—" if row["tflops"] is None else f"{row['tflops']:.1f}",
+                cells,
+            )
+        )
+    return mark_safe("\n".join(rows))  # every part went through format_html
