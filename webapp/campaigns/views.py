@@ -86,10 +86,8 @@ def campaign_detail(request, campaign_id: int):
     for problem in problems:
         row = selectors.shape_row(vars(problem))
         problem.row = row
-        problem.cells = [
-            (row["speedups"][b], row["verdicts"][b], row["intervals"][b])
-            for b in selectors.BASELINES
-        ]
+        speedups, verdicts = row["speedups"], row["verdicts"]
+        problem.cells = [(speedups[b], verdicts[b], None) for b in selectors.BASELINES]
         problem.waiting = waits.get(problem.id, "")
         problem.eta_s = etas.get(problem.id)
     timed = any(p.best for p in problems)
