@@ -140,3 +140,22 @@ def test_the_eta_is_the_shapes_remaining_budget_at_the_measured_gpu_seconds(
     assert row["eta_gpu_s"] == pytest.approx((budget - 2) * 1.0)
     other = next(p for p in data["problems"] if p["problem"] != problem.id)
     assert other["eta_gpu_s"] == pytest.approx(budget * 1.0)
+
+
+def test_the_leaderboard_escapes_what_the_database_holds(client, queued_campaign):
+    problem = queued_campaign.problems.order_by("id").first()
+    Candidate.objects.create(
+        problem=problem,
+        name="<script>alert(1)</script>",
+        family="sm90",
+        source="",
+        source_hash="e" * 64,
+        proposer="rl",
+        status=Candidate.Status.DONE,
+        timings={"device": {"median_s": 1.0e-5, "baselines": {"cublaslt_autotune": 1.1e-5}}},
+    )
+    problem_refresh_best(problem=problem)
+    page = client.get(reverse("campaign-detail", args=[queued_campaign.id])).content.decode()
+    assert "<script>alert(1)</script>" not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert "×1.100" in page
