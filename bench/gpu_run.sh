@@ -3,7 +3,8 @@
 # single call on the lent H200, writing JSON and logs under $OUT.
 #   usage (on the device): bash bench/gpu_run.sh
 #     [tests|bench|clock|all|checks|families|campaign|library|smoke|library2|library3|resume|
-#      stack|bundle|grid64|profile|splitk|raster|reduction|tiles|cublaslt|interference|warm]
+#      stack|bundle|grid64|profile|splitk|raster|reduction|tiles|cublaslt|interference|warm|
+#      baselines|timed|triton]
 #   [extra args]
 set -uo pipefail  # pipefail: a pipeline's status is its first failing command's
 stage=${1:-all}; shift || true
@@ -14,7 +15,7 @@ if ls .whl/*.whl >/dev/null 2>&1; then
   export PYTHONPATH=/tmp/site
 fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
-if [[ $stage == library* || $stage =~ ^(smoke|checks|stack|bundle|resume|grid64|profile|splitk|raster|reduction|tiles|cublaslt|interference|warm)$ ]]; then
+if [[ $stage == library* || $stage =~ ^(smoke|checks|stack|bundle|resume|grid64|profile|splitk|raster|reduction|tiles|cublaslt|interference|warm|triton)$ ]]; then
   # inside the checkout (ignored): kept between calls while the lent machine stays warm
   export ENGINE_CACHE_DIR=$PWD/.cache/device
   mkdir -p "$ENGINE_CACHE_DIR/kernels"
@@ -56,7 +57,9 @@ pack_device_kernels() {
   (cd "$ENGINE_CACHE_DIR/kernels" && find . -name result.json -newer "$carried_mark" \
     -exec grep -l '"ok": true' {} + | while read -r result; do
       entry=$(dirname "$result")
-      for name in lib.so result.json kernel.cu build.log; do echo "$entry/$name"; done
+      for name in lib.so result.json kernel.cu build.log gemmforge_triton.h; do
+        [[ -f $entry/$name ]] && echo "$entry/$name"
+      done
     done | tar -cf - --files-from=- | xz -6 -T16 > "$OUT/kernels-device.tar.xz")
   echo "packed $(tar -tJf "$OUT/kernels-device.tar.xz" | grep -c 'lib.so$') device-built kernels"
 }
@@ -99,6 +102,10 @@ if [[ $stage == tests || $stage == all ]]; then
 fi
 if [[ $stage == bench || $stage == all ]]; then
   python3 bench/gpu_run.py --out "$OUT" "$@" 2>&1 | tee "$OUT/bench.log" | tail -80 || status=1
+fi
+if [[ $stage == timed ]]; then  # issue 28: the timed checks' cost, baselines with and without them
+  python3 bench/timed_checks.py --out "$OUT" "$@" 2>&1 | tee "$OUT/timed_checks.log" | tail -40 \
+    || status=1
 fi
 if [[ $stage == clock || $stage == all ]]; then  # issue 3: device protocol vs bursts, clocks
   python3 bench/clock_probe.py --out "$OUT" 2>&1 | tee "$OUT/clock_probe.log" | tail -30 || status=1
@@ -294,6 +301,37 @@ if [[ $stage == tiles ]]; then  # issue 11: split-N, transposed tiles, wide epil
       --db "${GRID64_DB:-bench/results/grid64/campaign.sqlite}" \
       --out "$OUT/$set.json" 2>&1 | tee "$OUT/$set.log" | tail -14 || status=1
   done
+fi
+if [[ $stage == baselines ]]; then  # issues 29 and 36: every baseline, Inductor max-autotune and
+  # TunableOp included, on the 12 harness shapes and 16 grid64 shapes, with NVML power and clock
+  # and the floor model's predictions; the GPU tests of those first; in all under 7 minutes
+  # (BASELINES_SECONDS): the run stops starting shapes that would not finish in time
+  # shellcheck disable=SC2086
+  timeout -k 10 "${BASELINES_TESTS_SECONDS:-100}" python3 -m pytest -q -o addopts="" \
+    -p no:cacheprovider -m gpu ${GPU_TESTS:-tests/engine/test_torch_baselines.py \
+    tests/engine/test_power.py tests/engine/test_floor_model.py} \
+    --junitxml="$OUT/gpu-tests.xml" >"$OUT/gpu-tests.log" 2>&1 || status=1
+  tail -5 "$OUT/gpu-tests.log"
+  left=$(( ${BASELINES_SECONDS:-390} - SECONDS - 20 )); (( left > 30 )) || left=30
+  # shellcheck disable=SC2086
+  timeout -k 10 -s INT $(( left + 40 )) python3 bench/baselines_run.py --out "$OUT" \
+    --deadline "$left" ${BASELINES_ARGS:-} 2>"$OUT/baselines.log" | tee "$OUT/baselines-tables.log" \
+    | tail -75 || status=1
+  tail -3 "$OUT/baselines.log"
+fi
+if [[ $stage == triton ]]; then  # issue 36: the triton family (Inductor's configs and a sweep) on
+  # the latency-bound and long-K small-M·N grid shapes, beside cuBLASLt-autotune and our best
+  # kernel, in the device protocol; TRITON_ARGS adds options (e.g. "--limit 20 --sweep 6");
+  # TRITON_TESTS=1 first runs the family's GPU tests (≈ 2 min more)
+  if [[ -n ${TRITON_TESTS:-} ]]; then
+    GPU_TESTS=tests/engine/test_gpu_triton.py gpu_tests || status=1
+    tail -5 "$OUT/gpu-tests.log"
+  fi
+  # shellcheck disable=SC2086
+  python3 bench/triton_bench.py --db "${GRID64_DB:-bench/results/grid64/campaign.sqlite}" \
+    --deadline "${TRITON_DEADLINE:-420}" --out "$OUT/triton.json" ${TRITON_ARGS:-} 2>&1 \
+    | tee "$OUT/triton.log" | tail -45 || status=1
+  pack_device_kernels
 fi
 if [[ $stage == stack ]]; then  # issue 7: a campaign through web, Redis and Celery workers
   bash bench/stack_run.sh "$@" || status=1

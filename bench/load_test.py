@@ -293,6 +293,11 @@ CPU-bound, so latency is mostly queueing behind {load["connections"]} connection
 {r["errors"]["write"]}/{r["errors"]["timeout"]} |
 | non-2xx responses | **{r["non_2xx"]}** (statuses: {statuses}) |
 
+Other work on the machine: 1-minute load average {machine.get("load_average_before", "?")} \
+before, {machine.get("load_average_after", "?")} after (the machine has {machine["cpus"]} cores).
+
+Versions: {", ".join(f"{k} {v}" for k, v in report.get("versions", {}).items())}.
+
 Latency is per request (wrk's HdrHistogram, from send to the last byte; wrk does not correct for
 coordinated omission here). Raw numbers: `results.json`. Reproduce:
 
@@ -301,6 +306,32 @@ apt-get install wrk
 .venv/bin/python bench/load_test.py --postgres postgres://postgres@127.0.0.1:5432/postgres
 ```
 """
+
+
+def versions(wrk: str, postgres: str | None) -> dict[str, str]:
+    """What produced the numbers: this checkout, the server stack, the load tool."""
+    from importlib.metadata import version
+
+    def out(argv: list[str]) -> str:
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=30, cwd=ROOT)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return f"unknown ({exc})"
+        lines = (done.stdout or done.stderr).strip().splitlines()
+        return lines[0] if lines else ""
+
+    found = {
+        "gemmforge_commit": out(["git", "rev-parse", "HEAD"]),
+        "python": platform.python_version(),
+        **{name: version(name) for name in ("Django", "gunicorn", "psycopg", "whitenoise")},
+        "wrk": out([wrk, "-v"]),
+    }
+    if postgres:
+        import psycopg
+
+        with psycopg.connect(postgres) as conn:
+            found["postgresql"] = conn.execute("SHOW server_version").fetchone()[0]
+    return found
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -312,6 +343,7 @@ def main(argv: list[str] | None = None) -> int:
     if not wrk:
         sys.exit("wrk is not installed: apt-get install wrk")
     work = Path(tempfile.mkdtemp(prefix="gemmforge-load-"))
+    load_before = os.getloadavg()
     env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "webapp.settings",
@@ -456,7 +488,11 @@ def main(argv: list[str] | None = None) -> int:
             "cpu": platform.processor() or platform.machine(),
             "python": platform.python_version(),
             "note": "server, wrk and the writer share these CPUs on loopback",
+            # other work on the machine competes for the same CPUs (1-minute load average)
+            "load_average_before": round(load_before[0], 2),
+            "load_average_after": round(os.getloadavg()[0], 2),
         },
+        "versions": versions(wrk, args.postgres),
         "server": {
             "gunicorn_workers": args.workers,
             "threads_per_worker": args.threads,

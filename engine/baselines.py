@@ -1,4 +1,5 @@
-"""NVIDIA baselines as runners: torch.matmul, cuBLAS, cuBLASLt-heuristic, cuBLASLt-autotune.
+"""NVIDIA baselines as runners: torch.matmul, cuBLAS, cuBLASLt-heuristic, cuBLASLt-autotune;
+and, on request, what torch tunes itself (engine.torch_baselines: Inductor, TunableOp).
 
 cuBLAS and cuBLASLt are called through a small C shim (engine/cuda/baselines.cu) via ctypes,
 the same launch path as candidates, so that host overhead per call is comparable. Each baseline
@@ -20,6 +21,7 @@ from typing import Any
 import torch
 
 from engine import abi, cublaslt_kernels
+from engine.baseline_names import BASELINES
 from engine.bench import Bench, Operands, Runner
 from engine.compile import CompileResult, compile_source
 from engine.config import EngineConfig
@@ -27,7 +29,6 @@ from engine.config import load as load_config
 from engine.problem import Layout, Problem
 from engine.runtime import BaselineLibrary, KernelLibrary, LoadError
 
-BASELINES = ("torch", "cublas", "cublaslt_heuristic", "cublaslt_autotune")
 LT_WORKSPACE_BYTES = 32 << 20  # NVIDIA's recommendation for Hopper
 AUTOTUNE_HEAT_SECONDS = 0.5
 AUTOTUNE_MAX_ALGOS = 100
@@ -252,8 +253,10 @@ def baseline_runners(
     *,
     layouts: Sequence[Layout] = (Layout.NN, Layout.TN),
     autotune_cache: Path | None = None,
+    extra: Sequence[str] = (),
 ) -> tuple[list[Runner], dict[str, Any]]:
-    """Every baseline in every layout, plus the autotuning report."""
+    """Every baseline in every layout, plus the autotuning report; ``extra``: the torch-tuned
+    baselines to add (engine.baseline_names.TORCH_TUNED), tuned now on the bench's stream."""
     p = bench.problem
     runners: list[Runner] = []
     reports: dict[str, Any] = {}
@@ -279,6 +282,14 @@ def baseline_runners(
                 shim, plan, algo, layout, "cublaslt_autotune", f"cublaslt_autotune_{layout.value}"
             )
         )
+    if extra:
+        from engine.torch_baselines import torch_tuned_runners
+
+        tuned, tuned_reports = torch_tuned_runners(
+            p, bench.operand_sets[0], tuple(extra), tuple(layouts), stream=bench.stream
+        )
+        runners += tuned
+        reports.update(tuned_reports)
     return runners, reports
 
 

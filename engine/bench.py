@@ -8,8 +8,12 @@ Protocols:
   server   offline with exponential idle gaps between iterations (Poisson arrivals at ``qps``).
   graph    per-call time from CUDA-graph replay of ``calls_per_graph`` back-to-back calls.
 
-Every runner's output is checked after each protocol on fresh inputs, so a kernel that behaves
-differently while timed is caught (docs/verification.md rows 3 and 4).
+The verifier follows the kernel into the timed phase (engine.timed_checks), in every protocol:
+every timed call gets inputs no call saw before (new values, and the next of several operand
+sets, so new pointers too) and a poisoned C, both written before the timed interval; a random
+sample of each runner's calls is checked at the verification tolerance, and another sample is
+timed against the host's clock and the caller's stream's completion (stream escape). Sampled
+calls are not part of the statistics; what the checks cost is in each result's ``checks``.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from typing import Any
 import torch
 
 from engine import numerics, physics
+from engine import timed_checks as tc
 from engine.problem import Layout, Problem
 from engine.stats import TimingStats, summarize
 
@@ -36,7 +41,7 @@ LOAD_GAP_S = 0.2
 DEVICE_MIN_SECONDS = 1.0
 HEAT_POLL_S = 2e-4  # Bench.heat_while's sleep between looks at the GPU (a round queued behind)
 PROTOCOLS = ("device", "offline", "server", "graph")
-SPOT_CHECK_TOLERANCE = 5e-3  # relative Frobenius error on N(0,1) inputs; cuBLAS is ~2e-4
+PREPARE_COST_SAMPLES = 5  # calls whose input refresh and C poison are timed with events
 
 
 class RunnerError(RuntimeError):
@@ -73,6 +78,17 @@ class Operands:
     def b(self, layout: Layout) -> torch.Tensor:
         return self.b_nn if layout is Layout.NN else self.b_tn
 
+    def b_matrix(self, layout: Layout) -> torch.Tensor:
+        """B as the K×N matrix a runner of ``layout`` multiplies by (a view)."""
+        return self.b_nn if layout is Layout.NN else self.b_tn.t()
+
+    def prepare(self, layout: Layout, gen: torch.Generator) -> None:
+        """Before a timed call: new values in A and in the B that ``layout`` reads (what the
+        call reads, no more: the same bytes as the kernel's own inputs), and C poisoned."""
+        self.a.normal_(generator=gen)
+        self.b(layout).normal_(generator=gen)
+        self.c.fill_(float("nan"))
+
 
 @dataclass
 class Runner:
@@ -82,7 +98,7 @@ class Runner:
     """
 
     name: str
-    kind: str  # "candidate", "torch", "cublas", "cublaslt_heuristic", "cublaslt_autotune"
+    kind: str  # "candidate" or a baseline's name (engine.baseline_names.BASELINES)
     layout: Layout
     launch: Callable[[Operands, int], int]
     info: dict[str, Any] = field(default_factory=dict)
@@ -108,18 +124,189 @@ class ProtocolResult:
 
 
 class Bench:
-    """Holds the operands, the stream and the L2 flush buffer for one problem."""
+    """Holds the operands, the stream and the L2 flush buffer for one problem.
 
-    def __init__(self, problem: Problem, *, seed: int, input_sets: int = 2) -> None:
+    ``timed_checks`` False: the protocols as before the checks followed the kernel into the
+    timed phase (two operand sets alternating, no poison, no sampled calls), for comparing
+    baseline times with and without the checks only."""
+
+    def __init__(
+        self,
+        problem: Problem,
+        *,
+        seed: int,
+        input_sets: int | None = None,
+        timed_checks: bool = True,
+    ) -> None:
         self.problem = problem
         self.gen = torch.Generator(device="cuda")
         self.gen.manual_seed(seed)
         self.rng = random.Random(seed)
         self.stream = torch.cuda.Stream()
+        self.timed_checks = timed_checks
+        if input_sets is None:
+            input_sets = tc.operand_set_count(problem, L2_FLUSH_BYTES) if timed_checks else 2
         self.operand_sets = [Operands.random(problem, self.gen) for _ in range(input_sets)]
         self.flush_buffer = torch.empty(L2_FLUSH_BYTES, dtype=torch.int8, device="cuda")
         self.load: tuple[float, float] | None = None  # the last sustained load (monotonic s)
+        self.calls = 0  # timed calls so far: the rotation over the operand sets
+        self.gate: Any = None
+        self.busy_stream = ""
+        self.projection: torch.Tensor | None = None
+        self.tolerance = 0.0
+        self.library_errors: list[float] = []
+        self.prepare_s_per_call = 0.0
         torch.cuda.synchronize()
+        if timed_checks:
+            self._set_up_checks()
+
+    # -- the checks that follow the kernel into the timed phase (engine.timed_checks) ---------
+
+    def _set_up_checks(self) -> None:
+        """The projection the checks estimate C's error with, the tolerance (calibrated on
+        cuBLAS with fp32 compute, as the verifier's), the stream gate, and every kernel the
+        checks launch while the gate holds the stream, launched once."""
+        from engine.verify_child import new_gate
+
+        n = self.problem.n
+        self.projection = torch.randn(
+            n, tc.PROJECTION_COLUMNS, generator=self.gen, device="cuda", dtype=torch.float64
+        )
+        reduced = torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction
+        torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False
+        try:
+            for ops in self.operand_sets[:2]:
+                for layout in (Layout.NN, Layout.TN):
+                    ops.prepare(layout, self.gen)
+                    b = ops.b_matrix(layout)
+                    ops.c.copy_(ops.a @ b)
+                    self.library_errors.append(self.projected_error(ops.c, ops.a, b))
+        finally:
+            torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = reduced
+        self.tolerance = numerics.calibrated_tolerance(max(self.library_errors))
+        self.gate, self.busy_stream = new_gate()
+        with torch.cuda.stream(self.stream):
+            for ops in self.operand_sets:
+                ops.prepare(Layout.NN, self.gen)
+                ops.prepare(Layout.TN, self.gen)
+                self.flush_l2()
+                ops.c.clone()
+        torch.cuda.synchronize()
+        self.prepare_s_per_call = self._prepare_cost()
+
+    def _prepare_cost(self) -> float:
+        """GPU seconds of one call's input refresh and C poison (median of a few, events)."""
+        times = []
+        ops = self.operand_sets[0]
+        for _ in range(PREPARE_COST_SAMPLES):
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            start.record(self.stream)
+            with torch.cuda.stream(self.stream):
+                ops.prepare(self.problem.layout, self.gen)
+            end.record(self.stream)
+            end.synchronize()
+            times.append(start.elapsed_time(end) * 1e-3)
+        return sorted(times)[len(times) // 2]
+
+    def projected_error(self, c: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> float:
+        """C's relative error against A·B (engine.timed_checks.projected_error)."""
+        assert self.projection is not None
+        return tc.projected_error(c, a, b, self.projection)
+
+    def next_operands(self) -> Operands:
+        """The next operand set of the rotation: two consecutive calls never share buffers."""
+        ops = self.operand_sets[self.calls % len(self.operand_sets)]
+        self.calls += 1
+        return ops
+
+    def prepared(self, runner: Runner, log: tc.TimedLog | None) -> Operands:
+        """The next operand set, refreshed and poisoned for ``runner`` on the bench's stream
+        (before the L2 flush and the timed interval)."""
+        ops = self.next_operands()
+        if self.timed_checks:
+            ops.prepare(runner.layout, self.gen)
+            if log is not None:
+                log.prepared_calls += 1
+        return ops
+
+    def new_log(self, runners: Sequence[Runner]) -> tc.TimedLog | None:
+        if not self.timed_checks:
+            return None
+        log = tc.TimedLog(kinds={r.name: r.kind for r in runners})
+        log.prepare_s_per_call = self.prepare_s_per_call
+        return log
+
+    def sampler(self, runners: Sequence[Runner], first_reps: int) -> tc.Sampler | None:
+        if not self.timed_checks:
+            return None
+        names = [r.name for r in runners if r.kind not in tc.UNCHECKED_KINDS]
+        return tc.Sampler(names, self.rng, first_reps=first_reps)
+
+    def checked_call(self, runner: Runner, rep: int) -> tc.CheckRecord:
+        """One call checked (engine.timed_checks): the stream held while its inputs are written
+        and it is called, C copied on the stream when the call's work there ends, then C after
+        a device-wide sync compared with that copy and its error with the tolerance."""
+        torch.cuda.synchronize()
+        ops = self.next_operands()
+        with torch.cuda.stream(self.stream):
+            self._hold()
+            try:
+                ops.prepare(runner.layout, self.gen)
+                self.flush_l2()
+                runner(ops, self.stream)
+                at_stream_end = ops.c.clone()
+            finally:
+                self._release()
+        torch.cuda.synchronize()
+        same = torch.equal(at_stream_end.view(torch.int16), ops.c.view(torch.int16))
+        error = self.projected_error(ops.c, ops.a, ops.b_matrix(runner.layout))
+        reason = tc.classify(same_at_stream_end=same, error=error, tolerance=self.tolerance)
+        return tc.CheckRecord(rep, reason, error, self.tolerance, same)
+
+    def probe_call(self, runner: Runner, rep: int) -> tc.ProbeRecord:
+        """One call host-synchronised (engine.timed_checks): its inputs written and L2 flushed
+        as for any timed call (still running when it is called), then the caller's stream's
+        completion and the device's idle, each waited for by the host."""
+        torch.cuda.synchronize()
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        with torch.cuda.stream(self.stream):
+            ops = self.prepared(runner, None)
+            self.flush_l2()
+            start.record(self.stream)
+            t0 = time.perf_counter()
+            runner(ops, self.stream)
+            host = time.perf_counter() - t0
+            end.record(self.stream)
+        end.synchronize()
+        t_stream = time.perf_counter()
+        torch.cuda.synchronize()
+        t_idle = time.perf_counter()
+        return tc.ProbeRecord(
+            rep, start.elapsed_time(end) * 1e-3, t_stream - t0, t_idle - t_stream, host
+        )
+
+    def sampled(self, runner: Runner, kind: str, rep: int, log: tc.TimedLog) -> None:
+        """Runs a checked or probed call and logs it (its time counts as the checks' cost)."""
+        started = time.perf_counter()
+        if kind == tc.CHECK:
+            log.add_check(runner.name, self.checked_call(runner, rep))
+        else:
+            log.add_probe(runner.name, self.probe_call(runner, rep))
+        log.sampled_s += time.perf_counter() - started
+
+    def _hold(self) -> None:
+        """Keeps the stream from running what is enqueued next until :meth:`_release`
+        (engine.verify_child.StreamGate), or a ~10 ms sleep kernel where no gate works."""
+        if self.gate is not None:
+            self.gate.hold(self.stream)
+        else:
+            torch.cuda._sleep(20_000_000)
+
+    def _release(self) -> None:
+        if self.gate is not None:
+            self.gate.release()
 
     def loaded(self, start: float, end: float) -> None:
         """Notes that this bench kept the GPU busy from ``start`` to ``end`` (monotonic
@@ -226,6 +413,8 @@ class Bench:
             r.name: [] for r in runners
         }
         samples: dict[str, list[float]] = {r.name: [] for r in runners}
+        log = self.new_log(runners)
+        sampler = self.sampler(runners, min_reps)
         started = time.monotonic()
         rep = 0
         check_every = min_reps
@@ -233,8 +422,12 @@ class Bench:
             while rep < max_reps:
                 order = list(runners)
                 self.rng.shuffle(order)
-                ops = self.operand_sets[rep % len(self.operand_sets)]
                 for runner in order:
+                    kind = sampler.kind(runner.name, rep) if sampler else None
+                    if kind is not None and log is not None:
+                        self.sampled(runner, kind, rep, log)
+                        continue
+                    ops = self.prepared(runner, log) if log is not None else self._alternating(rep)
                     start = torch.cuda.Event(enable_timing=True)
                     end = torch.cuda.Event(enable_timing=True)
                     self.flush_l2()
@@ -250,14 +443,24 @@ class Bench:
                         pairs.clear()
                     elapsed = time.monotonic() - started
                     done = elapsed >= min_seconds and all(
-                        summarize(v).rel_se_median <= target_rel_se for v in samples.values()
+                        len(v) >= 2 and summarize(v).rel_se_median <= target_rel_se
+                        for v in samples.values()
                     )
                     if done or elapsed > max_seconds:
                         break
         torch.cuda.synchronize()
         self.loaded(started, time.monotonic())
         stats = {name: summarize(values) for name, values in samples.items()}
-        return ProtocolResult("device", stats, {"reps": rep})
+        return ProtocolResult("device", stats, {"reps": rep, **self._checks_extra(log)})
+
+    def _alternating(self, rep: int) -> Operands:
+        """Without the timed checks: the operand sets in turn, one per rep, values unchanged."""
+        return self.operand_sets[rep % len(self.operand_sets)]
+
+    def _checks_extra(self, log: tc.TimedLog | None) -> dict[str, Any]:
+        if log is None:
+            return {}
+        return {"timed_checks": log.to_dict(), "rejections": log.rejections()}
 
     def offline(
         self,
@@ -272,14 +475,23 @@ class Bench:
         With ``qps``, exponential idle gaps precede each call (the paper's server mode).
         """
         samples: dict[str, list[float]] = {r.name: [] for r in runners}
-        ops = self.operand_sets[0]
+        log = self.new_log(runners)
+        sampler = self.sampler(runners, iterations)
         started = time.monotonic()
         with torch.cuda.stream(self.stream):
-            for _ in range(iterations):
+            for iteration in range(iterations):
                 order = list(runners)
                 self.rng.shuffle(order)
                 for runner in order:
-                    ops.refresh(self.gen)
+                    kind = sampler.kind(runner.name, iteration) if sampler else None
+                    if kind is not None and log is not None:
+                        self.sampled(runner, kind, iteration, log)
+                        continue
+                    if log is not None:
+                        ops = self.prepared(runner, log)
+                    else:
+                        ops = self.operand_sets[0]
+                        ops.refresh(self.gen)
                     torch.cuda.synchronize()
                     if qps:
                         time.sleep(self.rng.expovariate(qps))
@@ -287,7 +499,8 @@ class Bench:
                     runner(ops, self.stream)
                     torch.cuda.synchronize()
                     samples[runner.name].append(time.perf_counter() - t0)
-                if time.monotonic() - started > max_seconds:
+                # a runner whose calls so far were all sampled has no time yet: one more round
+                if time.monotonic() - started > max_seconds and all(samples.values()):
                     break
         self.idled()
         stats = {name: summarize(values) for name, values in samples.items()}
@@ -297,35 +510,108 @@ class Bench:
             for name, values in samples.items()
         }
         protocol = "server" if qps else "offline"
-        return ProtocolResult(protocol, stats, {"mean_tflops": mean_tflops, "qps": qps})
+        extra = {"mean_tflops": mean_tflops, "qps": qps, **self._checks_extra(log)}
+        return ProtocolResult(protocol, stats, extra)
 
     def graph(
         self, runners: Sequence[Runner], *, calls_per_graph: int = 10, replays: int = 20
     ) -> ProtocolResult:
-        """Per-call time from CUDA-graph replays (launch gaps removed, caches warm)."""
+        """Per-call time from CUDA-graph replays (launch gaps removed, caches warm).
+
+        With the timed checks, each call of a graph has an operand set of its own (so at most
+        as many calls as sets), refreshed and poisoned before every replay, outside the timed
+        interval; sampled replays are checked (every call's C) or probed, and left out."""
         stats: dict[str, TimingStats] = {}
-        ops = self.operand_sets[0]
+        log = self.new_log(runners)
+        sampler = self.sampler(runners, replays)
+        if log is not None:
+            calls_per_graph = min(calls_per_graph, len(self.operand_sets))
+        sets = [self.operand_sets[i % len(self.operand_sets)] for i in range(calls_per_graph)]
+        if log is None:
+            sets = [self.operand_sets[0]] * calls_per_graph
         for runner in runners:
             graph = torch.cuda.CUDAGraph()
             capture_stream = torch.cuda.Stream()
-            with torch.cuda.graph(graph, stream=capture_stream):
-                for _ in range(calls_per_graph):
-                    runner(ops, capture_stream)
-            graph.replay()
-            torch.cuda.synchronize()
+            try:
+                with torch.cuda.graph(graph, stream=capture_stream):
+                    for ops in sets:
+                        runner(ops, capture_stream)
+                graph.replay()
+                torch.cuda.synchronize()
+            except (RunnerError, RuntimeError) as exc:
+                if log is None:
+                    raise
+                # a launch outside the capturing stream (the legacy stream) breaks the capture
+                reason = "stream_escape" if "captur" in str(exc).lower() else "launch"
+                failed = tc.CheckRecord(0, reason, float("inf"), self.tolerance, False)
+                log.add_check(runner.name, failed)
+                torch.cuda.synchronize()
+                continue
             times = []
-            for _ in range(replays):
+            for replay in range(replays):
+                if log is not None:
+                    for ops in sets:
+                        ops.prepare(runner.layout, self.gen)
+                    log.prepared_calls += len(sets)
+                kind = sampler.kind(runner.name, replay) if sampler else None
+                if kind is not None and log is not None:
+                    clock = time.perf_counter()
+                    self._sampled_replay(graph, runner, sets, kind, replay, log)
+                    log.sampled_s += time.perf_counter() - clock
+                    continue
                 start = torch.cuda.Event(enable_timing=True)
                 end = torch.cuda.Event(enable_timing=True)
                 start.record()
                 graph.replay()
                 end.record()
                 end.synchronize()
-                times.append(start.elapsed_time(end) * 1e-3 / calls_per_graph)
+                times.append(start.elapsed_time(end) * 1e-3 / len(sets))
             stats[runner.name] = summarize(times)
             del graph
         self.idled()
-        return ProtocolResult("graph", stats, {"calls_per_graph": calls_per_graph})
+        extra = {"calls_per_graph": len(sets), **self._checks_extra(log)}
+        return ProtocolResult("graph", stats, extra)
+
+    def _sampled_replay(
+        self,
+        graph: torch.cuda.CUDAGraph,
+        runner: Runner,
+        sets: Sequence[Operands],
+        kind: str,
+        replay: int,
+        log: tc.TimedLog,
+    ) -> None:
+        """A checked replay (each call's C as the stream left it, then after a device sync) or
+        a probed one (the replay's stream completion, then the device's idle)."""
+        torch.cuda.synchronize()
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record()
+        t0 = time.perf_counter()
+        graph.replay()
+        host = time.perf_counter() - t0
+        end.record()
+        if kind == tc.PROBE:
+            end.synchronize()
+            t_stream = time.perf_counter()
+            torch.cuda.synchronize()
+            t_idle = time.perf_counter()
+            event = start.elapsed_time(end) * 1e-3
+            record = tc.ProbeRecord(replay, event, t_stream - t0, t_idle - t_stream, host)
+            log.add_probe(runner.name, record)
+            return
+        copies = [ops.c.clone() for ops in sets]
+        torch.cuda.synchronize()
+        worst: tc.CheckRecord | None = None
+        for ops, copy in zip(sets, copies, strict=True):
+            same = torch.equal(copy.view(torch.int16), ops.c.view(torch.int16))
+            error = self.projected_error(ops.c, ops.a, ops.b_matrix(runner.layout))
+            reason = tc.classify(same_at_stream_end=same, error=error, tolerance=self.tolerance)
+            record = tc.CheckRecord(replay, reason, error, self.tolerance, same)
+            if worst is None or (worst.reason == "ok" and reason != "ok"):
+                worst = record
+        assert worst is not None
+        log.add_check(runner.name, worst)
 
     def host_overhead(self, runners: Sequence[Runner], calls: int = 50) -> dict[str, float]:
         """Host seconds per call to enqueue work while the GPU is busy (launch-path overhead)."""
@@ -341,24 +627,3 @@ class Bench:
                 torch.cuda.synchronize()
         self.idled()  # measured: a run right after this probe was 4-8 % faster
         return overhead
-
-    def spot_check(self, runners: Sequence[Runner]) -> dict[str, float]:
-        """Relative error of every runner on fresh inputs (inf for an error status).
-
-        A runner over SPOT_CHECK_TOLERANCE behaved differently while timed: callers reject it.
-        """
-        errors: dict[str, float] = {}
-        ops = self.operand_sets[0]
-        for runner in runners:
-            ops.refresh(self.gen)
-            ops.c.fill_(float("nan"))
-            torch.cuda.synchronize()
-            with torch.cuda.stream(self.stream):
-                status = runner.launch(ops, self.stream.cuda_stream)
-            torch.cuda.synchronize()
-            ref = ops.a.float() @ ops.b_nn.float()
-            errors[runner.name] = (
-                numerics.relative_frobenius_error(ops.c, ref) if status == 0 else float("inf")
-            )
-        self.idled()
-        return errors

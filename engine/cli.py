@@ -17,6 +17,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "bundle",
     "train_llm",
     "report",
+    "floor",
 )
 
 

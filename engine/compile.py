@@ -10,19 +10,26 @@ where ``key`` hashes the source, target archs, flags, libraries, the nvcc and CU
 again and builds in a temporary folder that is renamed into place, so concurrent workers never see
 half an entry. Failed builds are cached too (with their log), timed-out ones are not.
 
+A source that embeds a Triton kernel (engine.triton_aot) is built in two steps in the same
+sandbox: the Triton kernel is compiled for the first arch into ``gemmforge_triton.h`` (its cubin),
+then nvcc builds the launcher that includes it. Its key also hashes Triton's version.
+
 nvcc errors and timeouts are data (``CompileResult.ok`` is False); exceptions are raised only for
-setup errors (:class:`CompileSetupError`: no nvcc, no CUTLASS headers) and programmer errors.
+setup errors (:class:`CompileSetupError`: no nvcc, no CUTLASS headers, Triton missing for a
+Triton source) and programmer errors.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
+import importlib.metadata
 import importlib.util
 import json
 import os
 import re
 import shutil
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -33,7 +40,7 @@ from typing import Any
 
 from filelock import FileLock
 
-from engine import abi, sandbox, toolchain
+from engine import abi, sandbox, toolchain, triton_aot
 from engine.config import EngineConfig
 from engine.config import load as load_config
 
@@ -220,6 +227,18 @@ def cutlass_version(include_dir: Path | None = None) -> str:
     return ".".join(parts)
 
 
+@functools.cache
+def triton_version() -> str:
+    """The installed Triton's version (not imported). Raises :class:`CompileSetupError` when
+    Triton is not installed: only Triton sources need it."""
+    try:
+        return importlib.metadata.version("triton")
+    except importlib.metadata.PackageNotFoundError:
+        raise CompileSetupError(
+            "a Triton kernel needs Triton to build: pip install triton (see requirements.txt)"
+        ) from None
+
+
 def arch_flags(arch: str) -> list[str]:
     """``"sm_90a"`` → ``["-gencode=arch=compute_90a,code=sm_90a"]`` (SASS only, no PTX)."""
     match = _ARCH_RE.match(arch)
@@ -263,20 +282,22 @@ def cache_key(
     libraries: Sequence[str],
     nvcc_version: str,
     cutlass_version: str,
+    triton_version: str | None = None,
 ) -> str:
-    """sha256 over everything that changes the built library. Stable across processes."""
-    payload = json.dumps(
-        {
-            "format": CACHE_FORMAT_VERSION,
-            "source": source_hash(source),
-            "archs": list(archs),
-            "flags": list(flags),
-            "libraries": list(libraries),
-            "nvcc": nvcc_version,
-            "cutlass": cutlass_version,
-        },
-        sort_keys=True,
-    )
+    """sha256 over everything that changes the built library. Stable across processes.
+    ``triton_version`` only for sources that embed a Triton kernel (other keys are unchanged)."""
+    fields = {
+        "format": CACHE_FORMAT_VERSION,
+        "source": source_hash(source),
+        "archs": list(archs),
+        "flags": list(flags),
+        "libraries": list(libraries),
+        "nvcc": nvcc_version,
+        "cutlass": cutlass_version,
+    }
+    if triton_version is not None:
+        fields["triton"] = triton_version
+    payload = json.dumps(fields, sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()
 
 
@@ -391,6 +412,7 @@ def source_key(
         libraries=tuple(libraries),
         nvcc_version=nvcc_version(config.nvcc),
         cutlass_version=cutlass_version(),
+        triton_version=triton_version() if triton_aot.is_triton_source(source) else None,
     )
 
 
@@ -452,12 +474,20 @@ def _build(
             nvcc=config.nvcc,
         )
         started = time.monotonic()
+        policy = sandbox.nvcc_policy(config)
+        logs: list[str] = []
         with tempfile.TemporaryDirectory(prefix="gemmforge-nvcc-") as home:
             env = sandbox.candidate_env(Path(home), cache_dir=config.cache_dir)
-            policy = sandbox.nvcc_policy(config)
-            proc = toolchain.run(argv, timeout=timeout, cwd=work, env=env, policy=policy)
+            proc = None
+            if triton_aot.is_triton_source(source):
+                proc = _triton_step(work, archs[0], env, timeout, policy)
+                logs += [part for part in (proc.stdout, proc.stderr) if part]
+            if proc is None or proc.ok:
+                left = timeout - (time.monotonic() - started)
+                proc = toolchain.run(argv, timeout=left, cwd=work, env=env, policy=policy)
+                logs += [part for part in (proc.stdout, proc.stderr) if part]
         seconds = time.monotonic() - started
-        log = "\n".join(part for part in (proc.stdout, proc.stderr) if part)
+        log = "\n".join(logs)
         (work / LOG_NAME).write_text(log)
         ok = proc.ok and (work / LIBRARY_NAME).is_file()
         # a build stopped by a limit says nothing final about the source: never cached
@@ -498,6 +528,21 @@ def _build(
     finally:
         if work.exists():
             shutil.rmtree(work, ignore_errors=True)
+
+
+def _triton_step(
+    work: Path, arch: str, env: dict[str, str], timeout: float, policy: sandbox.Policy
+) -> toolchain.ProcessResult:
+    """Compiles the Triton kernel the source embeds into ``gemmforge_triton.h`` (a child under
+    the same sandbox as nvcc: the kernel's Python source runs there, never in this process)."""
+    child_env = {
+        **env,
+        "PYTHONPATH": os.pathsep.join(
+            filter(None, [str(sandbox.REPO_ROOT), env.get("PYTHONPATH")])
+        ),
+    }
+    argv = [sys.executable, "-m", "engine.triton_aot", SOURCE_NAME, triton_aot.HEADER_NAME, arch]
+    return toolchain.run(argv, timeout=timeout, cwd=work, env=child_env, policy=policy)
 
 
 def _out_of_memory(log: str) -> bool:

@@ -17,7 +17,14 @@ REFERENCE = REPO / "engine" / "kernels" / "reference.cu"
 BAD_KERNELS = REPO / "tests" / "fixtures" / "bad_kernels"
 GOOD_KERNELS = REPO / "tests" / "fixtures" / "good_kernels"
 CHEATS = REPO / "tests" / "fixtures" / "cheats"
+# cheats that misbehave after many calls or on special inputs (issue 28's holes): each says the
+# phase that must catch it ("verify": the verifier; "timed": the checks in the timing protocols)
+TIMED = REPO / "tests" / "fixtures" / "timed"
 _EXPECT_RE = re.compile(r"^// expect: (\w+)", re.MULTILINE)
+_PHASE_RE = re.compile(r"^// phase: (verify|timed)$", re.MULTILINE)
+# expected outcome of a cheat whose trick the timed protocols take away: it does the work, so it
+# is neither rejected nor faster than the kernel it wraps
+NO_GAIN = "no_gain"
 
 
 def expected_reason(path: Path) -> str:
@@ -25,6 +32,17 @@ def expected_reason(path: Path) -> str:
     if match is None:
         raise ValueError(f"{path} has no '// expect: <reason>' line")
     return match.group(1)
+
+
+def expected_phase(path: Path) -> str:
+    match = _PHASE_RE.search(path.read_text())
+    if match is None:
+        raise ValueError(f"{path} has no '// phase: verify|timed' line")
+    return match.group(1)
+
+
+def timed_paths() -> list[Path]:
+    return sorted(TIMED.glob("*.cu"))
 
 
 def bad_kernel_paths() -> list[Path]:

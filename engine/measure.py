@@ -3,14 +3,15 @@ protocol, the physical floor check and the environment, as one JSON-ready record
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from engine import baselines, physics
-from engine.bench import SPOT_CHECK_TOLERANCE, Bench, ProtocolResult, Runner
+from engine import baselines, physics, power
+from engine.bench import Bench, ProtocolResult, Runner
 from engine.config import EngineConfig
 from engine.config import load as load_config
 from engine.environment import GpuEnvironment, collect
@@ -45,15 +46,31 @@ def measure(
     heat_seconds: float = 3.0,
     device_seconds: float = 20.0,
     probe_overhead: bool = True,
+    extra_baselines: Sequence[str] = (),
+    power_seconds: float = 0.0,
     progress: Callable[[str], None] = lambda _msg: None,
+    timed_checks: bool = True,
 ) -> dict[str, Any]:
     """Times every baseline in both layouts and each candidate library, interleaved.
 
-    Candidates must have passed verification; their outputs are spot-checked again here.
+    Candidates must have passed verification; the timing protocols check them again in the
+    timed phase (engine.timed_checks): ``rejected_while_timed`` and ``rejections`` per protocol.
     ``probe_overhead=False`` skips the host-overhead probe (about 0.1 s of GPU sleep per runner:
-    20 s for a 200-config sweep) for runs that only rank kernels.
+    20 s for a 200-config sweep) for runs that only rank kernels. ``extra_baselines``: the
+    torch-tuned baselines to time as well (engine.baseline_names.TORCH_TUNED), tuned here.
+    The device protocol records NVML's power and SM clock over its run (engine.power) and, with
+    ``power_seconds``, each runner's alone for that long. ``timed_checks=False``: the protocols
+    without the checks in the timed calls (engine.bench.Bench), to compare with.
     """
-    session = Session(problem, config=config, shim=shim, seed=seed, progress=progress)
+    session = Session(
+        problem,
+        config=config,
+        shim=shim,
+        seed=seed,
+        progress=progress,
+        extra_baselines=extra_baselines,
+        timed_checks=timed_checks,
+    )
     return session.run(
         candidates,
         protocols=protocols,
@@ -61,6 +78,7 @@ def measure(
         heat_seconds=heat_seconds,
         device_seconds=device_seconds,
         probe_overhead=probe_overhead,
+        power_seconds=power_seconds,
     )
 
 
@@ -79,27 +97,37 @@ class Session:
         seed: int | None = None,
         phases: Phases | None = None,
         progress: Callable[[str], None] = lambda _msg: None,
+        extra_baselines: Sequence[str] = (),
+        timed_checks: bool = True,
     ) -> None:
         self.problem = problem
+        self.extra_baselines = tuple(extra_baselines)
         self.phases = phases if phases is not None else Phases()
         self.progress = progress
         self.config = config or load_config()
         self.shim = shim or load_shim(self.config)
         self.environment = collect(cublaslt_version=self.shim.cublaslt_version)
-        self.bench = Bench(problem, seed=seed if seed is not None else secrets.randbits(31))
+        self.bench = Bench(
+            problem,
+            seed=seed if seed is not None else secrets.randbits(31),
+            timed_checks=timed_checks,
+        )
         self.autotune_cache = baselines.autotune_cache_path(self.config, self.environment.key)
         self.baselines: list[Runner] | None = None
         self.autotune_reports: dict[str, Any] = {}
-        if baselines.autotune_cached(self.autotune_cache, problem):
+        self.power_reader = power.open_reader()  # None without pynvml or NVML
+        # the torch-tuned baselines always tune (a timing): left for run() like cuBLASLt's
+        if not self.extra_baselines and baselines.autotune_cached(self.autotune_cache, problem):
             self.prepare_baselines()
 
     def prepare_baselines(self) -> None:
         """The baseline runners; autotunes cuBLASLt (device-protocol timing) where not cached."""
         if self.baselines is not None:
             return
-        self.progress(f"{self.problem}: autotuning cuBLASLt")
+        self.progress(f"{self.problem}: autotuning cuBLASLt {' '.join(self.extra_baselines)}")
+        extra = {"extra": self.extra_baselines} if self.extra_baselines else {}
         self.baselines, self.autotune_reports = baselines.baseline_runners(
-            self.bench, self.shim, autotune_cache=self.autotune_cache
+            self.bench, self.shim, autotune_cache=self.autotune_cache, **extra
         )
         self.phases.info["autotune_cached"] = all(
             r.get("cached", False) for r in self.autotune_reports.values()
@@ -131,6 +159,7 @@ class Session:
         heat_seconds: float = 3.0,
         device_seconds: float = 20.0,
         probe_overhead: bool = True,
+        power_seconds: float = 0.0,
     ) -> dict[str, Any]:
         problem, bench, phases = self.problem, self.bench, self.phases
         with phases("baselines"):
@@ -164,27 +193,42 @@ class Session:
             for protocol in protocols:
                 self.progress(f"{problem}: {protocol} protocol")
                 record["protocols"][protocol] = self._protocol(
-                    runners, protocol, device_runs=device_runs, device_seconds=device_seconds
+                    runners,
+                    protocol,
+                    device_runs=device_runs,
+                    device_seconds=device_seconds,
+                    power_seconds=power_seconds,
                 )
         return record
 
     def _protocol(
-        self, runners: list[Runner], protocol: str, *, device_runs: int, device_seconds: float
+        self,
+        runners: list[Runner],
+        protocol: str,
+        *,
+        device_runs: int,
+        device_seconds: float,
+        power_seconds: float = 0.0,
     ) -> dict[str, Any]:
         bench = self.bench
-        result = run_protocol(bench, runners, protocol, device_seconds=device_seconds)
+        reader = self.power_reader if protocol == "device" else None
+        sampler = power.Sampler(reader) if reader is not None else None
+        with sampler or contextlib.nullcontext():
+            result = run_protocol(bench, runners, protocol, device_seconds=device_seconds)
         summary = summarize_protocol(self.problem, result.to_dict(), self.environment)
+        if sampler is not None:
+            summary["power"] = sampler.summary()
+        if reader is not None and power_seconds > 0:
+            summary["power_by_runner"] = runner_power(bench, runners, reader, power_seconds)
         if protocol == "device" and device_runs > 1:
             summary["repeat_medians"] = repeat_medians(bench, runners, result, device_runs)
             summary["run_to_run_spread"] = {
                 name: spread_between_runs(values)
                 for name, values in summary["repeat_medians"].items()
             }
-        errors = bench.spot_check(runners)
-        summary["spot_check_errors"] = errors
-        summary["rejected_while_timed"] = sorted(
-            name for name, error in errors.items() if not error <= SPOT_CHECK_TOLERANCE
-        )
+        # what the checks in the timed calls rejected (engine.timed_checks): no speedup stands
+        rejections = summary.get("rejections", {})
+        summary["rejected_while_timed"] = sorted(rejections)
         for name in summary["rejected_while_timed"]:
             summary["speedups"].pop(name, None)
         return summary
@@ -200,6 +244,26 @@ def repeat_medians(
         for name, s in again.stats.items():
             medians[name].append(s.median)
     return medians
+
+
+def runner_power(
+    bench: Bench, runners: list[Runner], reader: power.Reader, seconds: float
+) -> dict[str, dict[str, Any]]:
+    """Each runner alone for ``seconds``, back to back on the bench's stream: NVML's power and
+    SM clock meanwhile (engine.power.per_runner)."""
+    import torch
+
+    ops = bench.operand_sets[0]
+    with torch.cuda.stream(bench.stream):
+        measured = power.per_runner(
+            runners,
+            lambda r: r(ops, bench.stream),
+            bench.stream.synchronize,
+            reader,
+            seconds=seconds,
+        )
+    bench.loaded(time.monotonic() - seconds * len(runners), time.monotonic())
+    return measured
 
 
 def noop_overhead(shim: BaselineLibrary, calls: int = 2000) -> float:

@@ -21,6 +21,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from engine.baseline_names import BASELINES
+
 FASTER, TIED, SLOWER = "faster", "tied", "slower"
 VERDICTS = (FASTER, TIED, SLOWER)
 REWARD_BASELINE = "cublaslt_autotune"
@@ -176,31 +178,42 @@ class Choice:
         return self.session.ratios()
 
 
-def choose(
+def rank(
     kernels: Sequence[tuple[str, Any, Sequence[Session]]],
     *,
     protocol: str = "device",
     baseline: str = REWARD_BASELINE,
-) -> Choice | None:
-    """The shape's kernel: of ``(name, key, sessions)``, the best ratio over ``baseline`` in
-    ``protocol`` (over the baseline most sessions timed, where none timed ``baseline``),
-    compared only among kernels shown with the same kind of session (finals when any kernel has
-    one: they were timed side by side). A kernel with no paired session is never chosen (it has
-    no ratio to be chosen on)."""
+) -> list[Choice]:
+    """Of ``(name, key, sessions)``, the kernels a shape may be credited with, best first: by
+    their ratio over ``baseline`` in ``protocol`` (over the baseline most sessions timed, where
+    none timed ``baseline``), compared only among kernels shown with the same kind of session
+    (finals when any kernel has one: they were timed side by side). A kernel with no paired
+    session is never ranked (it has no ratio to be ranked on)."""
     shown = []
     for name, key, sessions in kernels:
         session = preferred([s for s in sessions if s.protocol == protocol])
         if session is not None:
             shown.append(Choice(name, session, key))
     if not shown:
-        return None
-    rank = {name: i for i, name in enumerate(SESSION_ORDER)}
-    top = min(rank.get(c.session.name, len(rank)) for c in shown)
-    pool = [c for c in shown if rank.get(c.session.name, len(rank)) == top]
+        return []
+    order = {name: i for i, name in enumerate(SESSION_ORDER)}
+    top = min(order.get(c.session.name, len(order)) for c in shown)
+    pool = [c for c in shown if order.get(c.session.name, len(order)) == top]
     timed = [b for c in pool for b in c.session.baselines]
     on = baseline if baseline in timed else max(sorted(set(timed)), key=timed.count)
     pool = [c for c in pool if on in c.session.baselines]
-    return max(pool, key=lambda c: (c.ratios()[on].value, -c.session.kernel.seconds))
+    return sorted(pool, key=lambda c: (-c.ratios()[on].value, c.session.kernel.seconds))
+
+
+def choose(
+    kernels: Sequence[tuple[str, Any, Sequence[Session]]],
+    *,
+    protocol: str = "device",
+    baseline: str = REWARD_BASELINE,
+) -> Choice | None:
+    """The shape's kernel: the first of :func:`rank`."""
+    ranked = rank(kernels, protocol=protocol, baseline=baseline)
+    return ranked[0] if ranked else None
 
 
 # -- the campaign headline ---------------------------------------------------------------------
@@ -317,7 +330,7 @@ def headline(
     *,
     protocol: str = "device",
     without: int = 0,
-    baselines: Sequence[str] = ("torch", "cublas", "cublaslt_heuristic", "cublaslt_autotune"),
+    baselines: Sequence[str] = BASELINES,
 ) -> Headline:
     """Geomean and faster/tied/slower counts over each baseline, the worst shape over
     REWARD_BASELINE, the best kernel's TFLOP/s and the highest rate any runner of those sessions

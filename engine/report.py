@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from engine import physics
-from engine.baselines import BASELINES, best_of_layouts
+from engine.baseline_names import BASELINES, INDUCTOR, TUNABLEOP
+from engine.baselines import best_of_layouts
 from engine.problem import Problem
 from engine.ratios import (
     Choice,
@@ -51,6 +52,16 @@ BASELINE_LABELS = {
     "cublas": "cuBLAS",
     "cublaslt_heuristic": "cuBLASLt heuristic",
     "cublaslt_autotune": "cuBLASLt autotuned",
+    INDUCTOR: "Inductor max-autotune",
+    TUNABLEOP: "TunableOp",
+}
+SHORT_LABELS = {  # the per-shape table's columns
+    "torch": "torch",
+    "cublas": "cuBLAS",
+    "cublaslt_heuristic": "Lt heuristic",
+    "cublaslt_autotune": "Lt autotune",
+    INDUCTOR: "Inductor",
+    TUNABLEOP: "TunableOp",
 }
 
 
@@ -561,9 +572,10 @@ def markdown(
     lines += [
         "## Per shape",
         "",
-        "| shape | protocol | kernel | µs | TFLOP/s | torch | cuBLAS | Lt heuristic "
-        "| Lt autotune |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| shape | protocol | kernel | µs | TFLOP/s | "
+        + " | ".join(SHORT_LABELS[b] for b in BASELINES)
+        + " |",
+        "|---|---|---|---|---|" + "---|" * len(BASELINES),
     ]
     for key, result in results.items():
         for protocol, point in result.points.items():

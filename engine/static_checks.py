@@ -95,6 +95,8 @@ ALLOWED_HEADERS = frozenset(
         # the gemmforge ABI and the reference loop
         "gemmforge_abi.h",
         "reference_gemm.cuh",
+        # written by the build of a source that embeds a Triton kernel (engine.triton_aot)
+        "gemmforge_triton.h",
         # CUDA toolkit
         "cuda.h",
         "cuda_runtime.h",
@@ -336,7 +338,27 @@ def check_source(source: str) -> StaticResult:
     if "\x00" in source:
         return StaticResult.from_findings([Finding(SIZE, "source contains NUL bytes")])
     text = normalise(source)
-    return StaticResult.from_findings([*check_includes(text), *check_apis(text)])
+    return StaticResult.from_findings(
+        [*check_includes(text), *check_apis(text), *check_triton(source)]
+    )
+
+
+def check_triton(source: str) -> list[Finding]:
+    """The Python of an embedded Triton kernel (engine.triton_aot), which the build runs: only
+    Triton and math, no builtin that reaches files or code, no private attributes."""
+    from engine import triton_aot
+
+    if not triton_aot.is_triton_source(source):
+        return []
+    try:
+        _spec, python = triton_aot.extract(source)
+    except triton_aot.TritonSourceError as exc:
+        return [Finding(API, f"Triton block: {exc}", None, "gemmforge-triton")]
+    before = source[: source.index(triton_aot.SEPARATOR)].count("\n") + 2  # spec, then ---
+    return [
+        Finding(API, f"Triton source {what}", None if line is None else line + before, what)
+        for line, what in triton_aot.python_findings(python)
+    ]
 
 
 # --------------------------------------------------------------------------------------------
@@ -386,6 +408,9 @@ ALLOWED_RUNTIME = frozenset(
         "cudaDriverGetVersion",
         "cudaRuntimeGetVersion",
         "cudaPointerGetAttributes",
+        # a Triton kernel's launcher loads its cubin, embedded in the library, from memory
+        "cudaLibraryLoadData",
+        "cudaLibraryGetKernel",
     }
 )
 # C, C++ and compiler-support imports of ordinary host code (exact names).

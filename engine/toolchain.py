@@ -15,7 +15,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import IntEnum
 from pathlib import Path
@@ -49,7 +49,8 @@ class ProcessResult:
     stderr: str
     seconds: float
     timed_out: bool
-    # why the child was stopped: "timeout" or "memory" (killed here, returncode None), or
+    # why the child was stopped: "timeout" or "memory" (killed here, returncode None),
+    # "stopped" (stop_children: killed here or never started, returncode None), or
     # "cpu_time" / "file_size" (its own rlimit's signal); None when it ended by itself
     killed_for: str | None = None
     sandbox: Applied | None = None  # None: run without a sandbox policy
@@ -80,6 +81,8 @@ def run(
     ``done``, asked every DONE_POLL_SECONDS: the result comes as soon as it says the child's
     work is complete (``early``), while the child still exits."""
     args = [os.fspath(a) for a in argv]
+    if (reason := stopping()) is not None:
+        return _not_started(args, reason)
     proc, applied = _start(args, cwd=cwd, env=env, stdin=stdin, policy=policy)
     return Running(args, proc, applied, policy).finish(stdin=stdin, timeout=timeout, done=done)
 
@@ -102,15 +105,21 @@ class Running:
     ) -> ProcessResult:
         started = time.monotonic()
         proc = self.proc
+        if (reason := stopping()) is not None:
+            self.discard(grace=0.0)
+            return _not_started(self.args, reason, applied=self.sandbox)
         resident_limit = self.policy.limits.resident_bytes if self.policy is not None else None
-        out, err, killed_for = _wait(proc, stdin, started + timeout, resident_limit, done)
+        with _waiting_on(proc) as stopped:
+            out, err, killed_for = _wait(proc, stdin, started + timeout, resident_limit, done)
+        if stopped.is_set() and killed_for != "done":
+            killed_for = STOPPED
         early = killed_for == "done"
         if early:
             killed_for = None
             _reap_later(proc, EXIT_GRACE_SECONDS)
         elif killed_for is None and proc.returncode is not None and proc.returncode < 0:
             killed_for = LIMIT_SIGNALS.get(-proc.returncode)
-        killed_here = killed_for in ("timeout", "memory")
+        killed_here = killed_for in ("timeout", "memory", STOPPED)
         return ProcessResult(
             command=shlex.join(self.args),
             returncode=None if killed_here or early else proc.returncode,
@@ -280,6 +289,85 @@ def kill_group(proc: subprocess.Popen[str], grace: float = 2.0) -> None:
         proc.wait(timeout=grace)
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
+
+
+# -- stopping every child at once: a cancelled campaign, a worker shutting down -----------------
+STOPPED = "stopped"  # ProcessResult.killed_for of a child ended (or never started) by stop_children
+STOP_GRACE_SECONDS = 1.0  # SIGTERM, then SIGKILL of the whole group this much later
+
+_lock = threading.Lock()
+_waiting: dict[int, tuple[subprocess.Popen[str], threading.Event]] = {}
+_stop_reason: str | None = None
+
+
+def stopping() -> str | None:
+    """Why children are being stopped in this process (None: they run)."""
+    return _stop_reason
+
+
+def stop_children(reason: str) -> int:
+    """Kills the process group of every child this process is waiting for (``run``,
+    ``Running.finish``): SIGTERM, then SIGKILL STOP_GRACE_SECONDS later. Until
+    :func:`allow_children`, every later ``run``/``finish`` returns at once with ``killed_for``
+    STOPPED, so a caller working through a batch ends within seconds. The waits it interrupts
+    return STOPPED too. Process-wide: a Celery pool process runs one task at a time. Returns how
+    many groups it signalled."""
+    global _stop_reason
+    with _lock:
+        _stop_reason = reason
+        waiting = list(_waiting.values())
+    for _proc, stopped in waiting:
+        stopped.set()
+    procs = [proc for proc, _ in waiting]
+    for proc in procs:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+    deadline = time.monotonic() + STOP_GRACE_SECONDS
+    while time.monotonic() < deadline and any(proc.poll() is None for proc in procs):
+        time.sleep(0.05)
+    for proc in procs:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    return len(procs)
+
+
+def allow_children() -> None:
+    """Children may run again (the next task of the process)."""
+    global _stop_reason
+    with _lock:
+        _stop_reason = None
+
+
+@contextlib.contextmanager
+def _waiting_on(proc: subprocess.Popen[str]) -> Iterator[threading.Event]:
+    """Registers ``proc`` for stop_children while the caller waits for it; the event is set
+    when stop_children signalled it."""
+    stopped = threading.Event()
+    with _lock:
+        _waiting[proc.pid] = (proc, stopped)
+        late = _stop_reason is not None  # stopped between the caller's check and here
+    if late:
+        stopped.set()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    try:
+        yield stopped
+    finally:
+        with _lock:
+            _waiting.pop(proc.pid, None)
+
+
+def _not_started(args: list[str], reason: str, applied: Applied | None = None) -> ProcessResult:
+    return ProcessResult(
+        command=shlex.join(args),
+        returncode=None,
+        stdout="",
+        stderr=f"not run: children are being stopped ({reason})",
+        seconds=0.0,
+        timed_out=False,
+        killed_for=STOPPED,
+        sandbox=applied,
+    )
 
 
 def truncate(text: str | None, limit: int = OUTPUT_LIMIT) -> str:

@@ -63,6 +63,8 @@ REASONS = {
     "input_modified": "changed its inputs",
     "stream": "work escaped the caller's stream (wrong or late when called as a user would)",
     "c_dependent": "the result depends on C's previous contents",
+    "nondeterministic": "repeated calls on the same inputs gave different bits",
+    "stream_escape": "while timed, work ran outside the caller's stream (it ended later)",
     "threads": "started host threads",
     "gpu_memory": "ran out of GPU memory, alone on the GPU",
     # the static gate (engine.static_checks), before any GPU time

@@ -119,6 +119,62 @@ def fill(tensor: torch.Tensor, distribution: str, gen: torch.Generator) -> None:
         raise ValueError(f"unknown distribution {distribution}")
 
 
+# Deterministic structured trials (besides the random ones): inputs a shortcut could be keyed on,
+# or that break a kernel whose arithmetic is not what it claims. The exact ones have one nonzero
+# product per output (C must equal B's rows bit for bit); the others are checked at the tolerance
+# calibrated on cuBLAS with the same inputs.
+STRUCTURED = (
+    "zero_rows_cols",
+    "zero_first",
+    "identity",
+    "permutation",
+    "powers_of_two",
+    "huge",
+    "tiny",
+)
+EXACT_STRUCTURED = frozenset({"identity", "permutation"})
+HUGE_MAX_FRACTION = 1 / 4  # huge: 5 standard deviations of C are a quarter of fp16's max
+TINY_OUTPUT_STD = 2.0**-12  # tiny: C mostly below fp16's smallest normal (2^-14) × 4
+
+
+def structured_inputs(
+    pattern: str, m: int, n: int, k: int, gen: torch.Generator, device: str = "cuda"
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A (M×K) and B (K×N) in fp16 on ``device`` (``gen``'s) for one structured trial."""
+    opts: dict[str, Any] = {"device": device, "dtype": torch.float32}
+    a = torch.randn(m, k, generator=gen, **opts)
+    b = torch.randn(k, n, generator=gen, **opts)
+    if pattern == "zero_rows_cols":
+        a[torch.randperm(m, generator=gen, device=device)[: max(1, m // 8)]] = 0
+        b[:, torch.randperm(n, generator=gen, device=device)[: max(1, n // 8)]] = 0
+    elif pattern == "zero_first":
+        a[0, 0] = 0
+        b[0, 0] = 0
+    elif pattern in EXACT_STRUCTURED:
+        a.zero_()
+        rows = torch.arange(m, device=device)
+        if pattern == "identity":
+            d = min(m, k)
+            a[rows[:d], rows[:d]] = 1
+        elif m <= k:
+            a[rows, torch.randperm(k, generator=gen, device=device)[:m]] = 1
+        else:
+            a[rows, torch.randint(0, k, (m,), generator=gen, device=device)] = 1
+    elif pattern == "powers_of_two":
+        for x in (a, b):
+            exponent = torch.randint(-3, 4, x.shape, generator=gen, device=device).float()
+            x.copy_(torch.sign(x) * torch.exp2(exponent))
+    elif pattern in ("huge", "tiny"):
+        huge = numerics.FP16_MAX * HUGE_MAX_FRACTION / 5
+        c_std = huge if pattern == "huge" else TINY_OUTPUT_STD
+        scale = (c_std / k**0.5) ** 0.5
+        a *= scale
+        b *= scale
+    else:
+        raise ValueError(f"unknown structured pattern {pattern}")
+    return a.half(), b.half()
+
+
 class StreamGate:
     """Holds the caller's stream while a call's inputs are written and the call is made, as a
     busy stream would, without running anything on the GPU meanwhile: the stream waits
@@ -316,9 +372,13 @@ class Session:
         """Runs one call and every check on it; raises Rejected with the first failing reason."""
         buffers = buffers or self.primary
         started = time.monotonic()
+        given = self.structured(distribution) if distribution in STRUCTURED else None
 
         def fill_inputs(target: Buffers) -> None:
-            if refill:
+            if given is not None:  # made before the stream is held: only copies run under it
+                target.a.body.copy_(given[0])
+                target.b.body.copy_(given[1])
+            elif refill:
                 fill(target.a.body, distribution, self.gen)
                 fill(target.b.body, distribution, self.gen)
 
@@ -342,6 +402,13 @@ class Session:
             self.checks.append(Check(name, ok, detail))
         return out.clone()
 
+    def structured(self, pattern: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """A and B of a structured trial, flat as the buffers store them (B^T for TN)."""
+        p = self.problem
+        a, b = structured_inputs(pattern, p.m, p.n, p.k, self.gen)
+        stored_b = b if p.layout is Layout.NN else b.t()
+        return a.contiguous().view(-1), stored_b.contiguous().view(-1)
+
     def _check_integrity(self, buffers, a_copy, b_copy, out, at_return, reason) -> None:
         guarded = [("A", buffers.a), ("B", buffers.b), ("C", buffers.c)]
         if self.workspace is not None:
@@ -361,10 +428,12 @@ class Session:
 
     def _check_values(self, out, a, b, distribution, reason) -> dict[str, Any]:
         ref = self.reference(a, b)
-        if distribution == "exact01":
+        if distribution == "exact01" or distribution in EXACT_STRUCTURED:
             mismatches = numerics.exact_mismatches(out, ref)
             if mismatches:
-                raise Rejected(reason or "wrong", f"{mismatches} elements differ on 0/1 inputs")
+                raise Rejected(
+                    reason or "wrong", f"{mismatches} elements differ on {distribution} inputs"
+                )
             return {"mismatches": 0}
         if distribution == "uniform":
             report = numerics.ulp_report(out, ref)
@@ -412,11 +481,25 @@ def run_checks(session: Session) -> dict[str, Any]:
     second = session.trial(
         "new buffers, same contents", "normal", buffers=session.secondary, refill=False
     )
+    # the primary buffers still hold the inputs of ``first``: the same call a third time
+    third = session.trial("same buffers, same contents again", "normal", refill=False)
+    deterministic = same_bits(first, second) and same_bits(first, third)
+    if not deterministic:
+        differ = int((first.view(torch.int16) != third.view(torch.int16)).sum()) or int(
+            (first.view(torch.int16) != second.view(torch.int16)).sum()
+        )
+        raise Rejected(
+            "nondeterministic", f"{differ} elements of C differ between calls on the same inputs"
+        )
     for i in range(3):
         session.trial(f"same buffers, new contents #{i + 1}", "normal")
+    for pattern in STRUCTURED:
+        session.trial(
+            f"structured: {pattern}", pattern, reason="precision" if pattern == "huge" else None
+        )
     if thread_count() > threads:
         raise Rejected("threads", f"started host threads ({threads} → {thread_count()})")
-    return {"deterministic": same_bits(first, second)}
+    return {"deterministic": deterministic}
 
 
 def verify(spec: dict[str, Any], seed: int) -> dict[str, Any]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import re
 from pathlib import Path
 
 import dj_database_url
@@ -48,6 +50,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "webapp.security.ContentSecurityPolicyMiddleware",
+    "webapp.security.ApiJsonErrorsMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -144,6 +148,31 @@ LOGGING = {
 
 # --- Celery (read by webapp/celery.py through the CELERY_ namespace) -----------------------------
 REDIS_URL = env_url("REDIS_URL", "redis://127.0.0.1:6379/0", schemes=("redis", "rediss", "unix"))
+
+
+def _default_namespace(database: dict) -> str:
+    """The install is its database: the broker's messages name its work items. A SQLite file
+    (one checkout) or a PostgreSQL database name, which every machine of one install shares
+    whatever host name or password it reaches it by."""
+    identity = f"{database['ENGINE']}:{database['NAME']}"
+    return "gf-" + hashlib.sha256(identity.encode()).hexdigest()[:10]
+
+
+# Every Redis key of this install (queues, unacknowledged messages, broadcasts, results, cache)
+# starts with "<GEMMFORGE_NAMESPACE>:", so that two installs sharing one Redis never take each
+# other's work. Machines of one install must agree on it (bin/run prints it).
+GEMMFORGE_NAMESPACE = env_str("GEMMFORGE_NAMESPACE", "") or _default_namespace(
+    DATABASES["default"]
+)
+if not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", GEMMFORGE_NAMESPACE):
+    raise ImproperlyConfigured(
+        "GEMMFORGE_NAMESPACE must be 1 to 64 letters, digits, '_', '.' or '-', "
+        f"got {GEMMFORGE_NAMESPACE!r}"
+    )
+_KEY_PREFIX = f"{GEMMFORGE_NAMESPACE}:"
+# A frozen or unreachable Redis answers no call: give up after this long (the web process's
+# cache calls, the broker connection's socket operations) rather than hang a request.
+REDIS_SOCKET_TIMEOUT_SECONDS = env_int("REDIS_SOCKET_TIMEOUT_SECONDS", 2, minimum=1)
 CELERY_BROKER_URL = REDIS_URL
 CELERY_RESULT_BACKEND = REDIS_URL
 CELERY_RESULT_EXPIRES = 24 * 3600
@@ -158,7 +187,12 @@ CELERY_TASK_SOFT_TIME_LIMIT = env_int("CELERY_TASK_SOFT_TIME_LIMIT", 25 * 60, mi
 CELERY_TASK_TIME_LIMIT = env_int("CELERY_TASK_TIME_LIMIT", 30 * 60, minimum=1)
 if CELERY_TASK_SOFT_TIME_LIMIT >= CELERY_TASK_TIME_LIMIT:
     raise ImproperlyConfigured("CELERY_TASK_SOFT_TIME_LIMIT must be below CELERY_TASK_TIME_LIMIT")
-CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 2 * CELERY_TASK_TIME_LIMIT}
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": 2 * CELERY_TASK_TIME_LIMIT,
+    "global_keyprefix": _KEY_PREFIX,
+    "socket_connect_timeout": REDIS_SOCKET_TIMEOUT_SECONDS,
+}
+CELERY_RESULT_BACKEND_TRANSPORT_OPTIONS = {"global_keyprefix": _KEY_PREFIX}
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
@@ -173,12 +207,25 @@ CACHES = {
     "default": {
         "BACKEND": "django.core.cache.backends.redis.RedisCache",
         "LOCATION": REDIS_URL,
-        "KEY_PREFIX": "gemmforge",
+        "KEY_PREFIX": GEMMFORGE_NAMESPACE,
+        "OPTIONS": {
+            "socket_timeout": REDIS_SOCKET_TIMEOUT_SECONDS,
+            "socket_connect_timeout": REDIS_SOCKET_TIMEOUT_SECONDS,
+        },
     }
 }
-# Launches (POSTs to /campaigns/new/) per user per window; one more is answered 429.
+# Accepted launches per user per window; one more re-renders the form with 429.
 LAUNCH_RATE_LIMIT = env_int("LAUNCH_RATE_LIMIT", 5, minimum=1)
 LAUNCH_RATE_WINDOW_SECONDS = env_int("LAUNCH_RATE_WINDOW_SECONDS", 60, minimum=1)
+# A launch estimated above this many GPU hours needs its confirmation box ticked; a user's
+# unfinished campaigns may owe at most LAUNCH_GPU_QUOTA_HOURS of estimated GPU time together.
+LAUNCH_CONFIRM_GPU_HOURS = env_int("LAUNCH_CONFIRM_GPU_HOURS", 24, minimum=0)
+LAUNCH_GPU_QUOTA_HOURS = env_int("LAUNCH_GPU_QUOTA_HOURS", 14 * 24, minimum=0)
+# Failed logins (the site's and the admin's) per user name and per client IP per window; past
+# either, logins from there are refused (429) until the window ends, the right password too.
+LOGIN_FAILURES_PER_USER = env_int("LOGIN_FAILURES_PER_USER", 10, minimum=1)
+LOGIN_FAILURES_PER_IP = env_int("LOGIN_FAILURES_PER_IP", 50, minimum=1)
+LOGIN_FAILURE_WINDOW_SECONDS = env_int("LOGIN_FAILURE_WINDOW_SECONDS", 15 * 60, minimum=1)
 
 # --- Worker heartbeats ---------------------------------------------------------------------------
 WORKER_HEARTBEAT_SECONDS = env_int("WORKER_HEARTBEAT_SECONDS", 10, minimum=1)
@@ -208,10 +255,16 @@ GEMMFORGE_DEVICE_SECONDS = env_int("GEMMFORGE_DEVICE_SECONDS", 20, minimum=1)
 GEMMFORGE_GPU_STANDBY = env_bool("GEMMFORGE_GPU_STANDBY", True)
 WORK_LEASE_SECONDS = env_int("WORK_LEASE_SECONDS", 120, minimum=1)  # extended every third of it
 WORK_MAX_ATTEMPTS = env_int("WORK_MAX_ATTEMPTS", 3, minimum=1)
+# How often a running step checks that it still holds its item and that its campaign was not
+# cancelled; when not, it kills its children (nvcc, the GPU step's child) and records nothing.
+WORK_STOP_POLL_SECONDS = env_int("WORK_STOP_POLL_SECONDS", 1, minimum=1)
 WORK_RETRY_DELAY_SECONDS = env_int("WORK_RETRY_DELAY_SECONDS", 5, minimum=0)
 WORK_REQUEUE_SECONDS = env_int("WORK_REQUEUE_SECONDS", 30, minimum=1)  # the periodic job's period
 # A queued item whose task message is older than this is sent again (a broker that lost it).
-WORK_STALE_QUEUED_SECONDS = env_int("WORK_STALE_QUEUED_SECONDS", 600, minimum=1)
+# Workers also ask for this each time they (re)connect to the broker (webapp/celery.py), which
+# covers a Redis restart at once; this is the backstop. A message that waits its turn in a long
+# queue is sent once more per period: a duplicate is harmless (the claim is conditional).
+WORK_STALE_QUEUED_SECONDS = env_int("WORK_STALE_QUEUED_SECONDS", 180, minimum=1)
 COMPILE_STEP_TIMEOUT = env_int("COMPILE_STEP_TIMEOUT", 900, minimum=1)
 GPU_STEP_TIMEOUT = env_int("GPU_STEP_TIMEOUT", 1200, minimum=1)
 if max(COMPILE_STEP_TIMEOUT, GPU_STEP_TIMEOUT) >= CELERY_TASK_SOFT_TIME_LIMIT:

@@ -1,9 +1,28 @@
 from django.contrib import admin
+from django.contrib.auth import views as auth_views
 from django.urls import include, path, re_path
 from django.views.decorators.http import require_GET
 
 from webapp.campaigns import views as campaign_views
+from webapp.security import (
+    ThrottledAdminAuthenticationForm,
+    ThrottledAuthenticationForm,
+    answer_429_when_throttled,
+)
 from webapp.workers import views as worker_views
+
+# Both logins count failures per user name and per IP (webapp.security).
+admin.site.login_form = ThrottledAdminAuthenticationForm
+admin_login = admin.site.login
+admin.site.login = answer_429_when_throttled(admin_login)  # type: ignore[method-assign]
+
+throttled_login = path(
+    "login/",
+    answer_429_when_throttled(
+        auth_views.LoginView.as_view(authentication_form=ThrottledAuthenticationForm)
+    ),
+    name="login",
+)
 
 urlpatterns = [
     path("", require_GET(campaign_views.dashboard), name="dashboard"),  # read-only: GET/HEAD
@@ -74,6 +93,6 @@ urlpatterns = [
         name="api-problem-knobs",
     ),
     path("workers/", worker_views.workers, name="workers"),
-    path("accounts/", include("django.contrib.auth.urls")),
+    path("accounts/", include([throttled_login, path("", include("django.contrib.auth.urls"))])),
     path("admin/", admin.site.urls),
 ]

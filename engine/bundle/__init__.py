@@ -12,12 +12,13 @@ import csv
 import io
 import json
 import zipfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine import abi
+from engine import abi, triton_aot
+from engine.baseline_names import BASELINE_LABELS
 from engine.campaign.storage import CandidateRecord, SqliteStorage
 from engine.compile import BASE_FLAGS
 from engine.families import get_family
@@ -31,16 +32,9 @@ from engine.ratios import (
     ShapeBest,
     Timing,
     baseline_timings,
-    choose,
     headline,
+    rank,
 )
-
-BASELINE_LABELS = {
-    "torch": "torch.matmul",
-    "cublas": "cuBLAS",
-    "cublaslt_heuristic": "cuBLASLt heuristic",
-    "cublaslt_autotune": "cuBLASLt autotuned",
-}
 
 PACKAGE_DIR = Path(__file__).resolve().parent / "package" / "gemmforge_bundle"
 ROOT = "gemmforge_bundle"
@@ -79,10 +73,14 @@ def record_session(record: CandidateRecord) -> Session | None:
 
 
 def shape_choices(
-    storage: SqliteStorage, campaign: str, problems: Sequence[Problem]
+    storage: SqliteStorage,
+    campaign: str,
+    problems: Sequence[Problem],
+    admissible: Callable[[BundleKernel], bool] | None = None,
 ) -> dict[str, tuple[Choice, CandidateRecord]]:
-    """Problem key → its kernel as engine.ratios.choose picks it (the best same-session ratio
-    over cuBLASLt-autotune) and that kernel's record; shapes with none are left out."""
+    """Problem key → its kernel and that kernel's record: the best same-session ratio over
+    cuBLASLt-autotune (engine.ratios.rank) of the kernels that pass ``admissible`` (their
+    compute-sanitizer verdict, in the CLI); shapes with none are left out."""
     out: dict[str, tuple[Choice, CandidateRecord]] = {}
     for problem in problems:
         records = {
@@ -91,9 +89,11 @@ def shape_choices(
             if r.status == "ok" and r.seconds
         }
         sessions = [(n, n, [s]) for n, r in records.items() if (s := record_session(r))]
-        choice = choose(sessions)
-        if choice is not None:
-            out[problem.key] = (choice, records[choice.kernel])
+        for choice in rank(sessions):
+            record = records[choice.kernel]
+            if admissible is None or admissible(kernel_from_record(problem, record)):
+                out[problem.key] = (choice, record)
+                break
     return out
 
 
@@ -104,11 +104,12 @@ def best_kernels(
     *,
     over: str = "torch",
     include_slower: bool = False,
+    admissible: Callable[[BundleKernel], bool] | None = None,
 ) -> list[BundleKernel]:
-    """Per problem, its chosen kernel (shape_choices), kept only when it is faster than the
-    ``over`` baseline beyond the noise (the op falls back to torch.matmul otherwise) unless
-    ``include_slower``."""
-    chosen = shape_choices(storage, campaign, problems)
+    """Per problem, its chosen kernel (shape_choices: the best admissible one), kept only when
+    it is faster than the ``over`` baseline beyond the noise (the op falls back to torch.matmul
+    otherwise) unless ``include_slower``."""
+    chosen = shape_choices(storage, campaign, problems, admissible)
     return [
         kernel_from_record(p, chosen[p.key][1])
         for p in problems
@@ -116,9 +117,14 @@ def best_kernels(
     ]
 
 
-def bundle_headline(storage: SqliteStorage, campaign: str, problems: Sequence[Problem]) -> Headline:
+def bundle_headline(
+    storage: SqliteStorage,
+    campaign: str,
+    problems: Sequence[Problem],
+    admissible: Callable[[BundleKernel], bool] | None = None,
+) -> Headline:
     """The campaign headline over every shape, bundled or not (the README opens with it)."""
-    chosen = shape_choices(storage, campaign, problems)
+    chosen = shape_choices(storage, campaign, problems, admissible)
     bests = [
         ShapeBest(p.key, float(p.flops), chosen[p.key][0]) for p in problems if p.key in chosen
     ]
@@ -126,16 +132,46 @@ def bundle_headline(storage: SqliteStorage, campaign: str, problems: Sequence[Pr
 
 
 def kernel_from_record(problem: Problem, record: CandidateRecord) -> BundleKernel:
+    if record.source is not None:  # model-written (engine.llm): its source as measured
+        from engine.llm.evaluate import SourceKernel
+
+        return BundleKernel(
+            problem=problem,
+            name=record.name,
+            source=record.source,
+            archs=tuple(SourceKernel.ARCHS),
+            speedups=record.speedups(),
+            seconds=record.seconds,
+        )
     family = get_family(record.family)
     config = family.from_knobs({**record.knobs, "layout": problem.layout.value})
     return BundleKernel(
         problem=problem,
         name=config.name,
-        source=config.render(),
+        source=bundled_source(config.render(), tuple(config.archs)),
         archs=tuple(config.archs),
         speedups=record.speedups(),
         seconds=record.seconds,
     )
+
+
+def bundled_source(source: str, archs: tuple[str, ...]) -> str:
+    """What a bundle ships for ``source``: itself, or for a Triton kernel the launcher with its
+    compiled cubin in place (engine.triton_aot.self_contained), so that the bundle builds with
+    nvcc alone and runs without Triton. Builds the kernel (or takes it from the compile cache);
+    raises BundleError when it does not build."""
+    if not triton_aot.is_triton_source(source):
+        return source
+    from engine.compile import compile_source
+
+    built = compile_source(source, archs=archs)
+    header = built.entry / triton_aot.HEADER_NAME if built.entry else None
+    if built.ok and (header is None or not header.is_file()):  # an entry packed without it
+        built = compile_source(source, archs=archs, use_cache=False)
+        header = built.entry / triton_aot.HEADER_NAME if built.entry else None
+    if not built.ok or header is None or not header.is_file():
+        raise BundleError(f"the Triton kernel does not build: {built.error}")
+    return triton_aot.self_contained(source, header.read_text())
 
 
 def manifest(kernels: Iterable[BundleKernel], environment: dict[str, Any]) -> dict[str, Any]:

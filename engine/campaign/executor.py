@@ -107,7 +107,12 @@ class LocalGpuExecutor:
         device_seconds: float = 20.0,
         after_verification: Callable[[], None] | None = None,
         shim: BaselineLibrary | None = None,
+        auditor: Callable[..., Any] | None = None,
     ) -> None:
+        from engine import audit as audit_module
+
+        # suspiciously fast candidates are audited before their time counts (engine.audit)
+        self.auditor = auditor or audit_module.audit
         self.device_seconds = device_seconds
         self.protocols = tuple(protocols)
         self.verify_jobs = max(1, verify_jobs)
@@ -226,8 +231,44 @@ class LocalGpuExecutor:
                 outcome = failures[candidate.name]
             else:
                 outcome = outcome_from_record(candidate.name, record, self.protocols)
+                if outcome.ok:
+                    outcome = self._audited(problem, candidate, outcome, record, phases)
             outcomes.append(_with_gpu_seconds(outcome, share))
         return outcomes
+
+    def _audited(
+        self,
+        problem: Problem,
+        candidate: CompiledCandidate,
+        outcome: Outcome,
+        record: Mapping[str, Any],
+        phases: Phases,
+    ) -> Outcome:
+        """``outcome``, or, for a candidate the audit rule picks (engine.audit), what its audit
+        says: rejected with the failing step's reason, or its time in the audit's fresh
+        process."""
+        from engine.audit import audit_trigger
+
+        floor = float(record["protocols"][self.protocols[0]].get("floor_seconds", 0.0))
+        trigger = audit_trigger(outcome.seconds or 0.0, outcome.baselines, floor)
+        if not trigger or candidate.library is None:
+            return outcome
+        with phases("audit"):
+            result = self.auditor(candidate.name, Path(candidate.library), problem, trigger)
+        phases.info["audited"] = phases.info.get("audited", 0) + 1
+        timings = {**outcome.timings, "audit": result.to_dict()}
+        if not result.ok:
+            return Outcome(
+                candidate.name, STATUS_REJECTED, result.reason, result.message, timings=timings
+            )
+        return Outcome(
+            candidate.name,
+            STATUS_OK,
+            seconds=result.seconds,
+            baselines=result.baselines,
+            timings=timings,
+            cublaslt_kernels=outcome.cublaslt_kernels,
+        )
 
     def _verification_fork_server(self) -> Any:
         """One fork server for every batch this executor verifies itself (it imports torch
@@ -303,8 +344,12 @@ def outcome_from_record(name: str, record: Mapping[str, Any], protocols: Sequenc
                 if (runner := baseline_runner(b, v)) in kept
             }
     primary = record["protocols"][protocols[0]]
-    if name in primary.get("rejected_while_timed", ()):
-        return Outcome(name, STATUS_REJECTED, "spot_check", "wrong values while timed")
+    for protocol in protocols:  # the checks in the timed calls of any protocol
+        summary = record["protocols"][protocol]
+        if name in summary.get("rejected_while_timed", ()):
+            why = summary.get("rejections", {}).get(name, {})
+            message = f"while timed ({protocol}): {why.get('message', 'wrong values')}"
+            return Outcome(name, STATUS_REJECTED, why.get("reason", "spot_check"), message)
     if name in primary.get("impossible", ()):
         return Outcome(name, STATUS_REJECTED, "impossible", "faster than the physical floor")
     return Outcome(

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from engine import cublaslt_kernels, sandbox, toolchain
+from engine.baseline_names import TORCH_TUNED
 from engine.campaign.executor import STATUS_OK
 from engine.campaign.storage import CandidateRecord
 from engine.compile import CompileResult
@@ -32,18 +33,33 @@ FINAL_TIMEOUT = 600.0
 
 
 def top_records(records: Sequence[CandidateRecord], baseline: str, k: int) -> list[CandidateRecord]:
-    """The ``k`` best verified family candidates by speedup over ``baseline``."""
-    ok = [
-        r
-        for r in records
-        if r.status == STATUS_OK and r.source is None and baseline in r.baselines and r.seconds
-    ]
+    """The ``k`` best verified candidates by speedup over ``baseline``, model-written ones
+    (engine.llm, with their source) included: they are sanitized and re-measured like any."""
+    ok = [r for r in records if r.status == STATUS_OK and baseline in r.baselines and r.seconds]
     ok.sort(key=lambda r: r.seconds / r.baselines[baseline])
     return ok[:k]
 
 
-def config_of(record: CandidateRecord) -> KernelConfig:
+def config_of(record: CandidateRecord) -> Any:
+    """The record's kernel: a family config, or a model-written source (engine.llm)."""
+    if record.source is not None:
+        from engine.llm.evaluate import SourceKernel
+
+        return SourceKernel(record.source, Layout.parse(str(record.knobs.get("layout", "nn"))))
     return get_family(record.family).from_knobs(dict(record.knobs))
+
+
+def compile_sources(kernels: Sequence[Any]) -> list[CompileResult]:
+    """Model-written kernels built as the campaign built them (engine.llm.evaluate: the
+    candidate flags, each layout's define), through the compile cache."""
+    from engine.llm.evaluate import default_builder
+
+    build = default_builder()
+    out: list[CompileResult] = []
+    for kernel in kernels:
+        [result] = build([kernel.render()], kernel.layout, tuple(kernel.archs))
+        out.append(result)
+    return out
 
 
 RemeasureJob = tuple[Problem, dict[str, Path]]  # a problem and its candidates' libraries
@@ -59,6 +75,7 @@ def remeasure(
     device_seconds: float = 20.0,
     timeout: float = FINAL_TIMEOUT,
     python: str = sys.executable,
+    extra_baselines: Sequence[str] = TORCH_TUNED,
 ) -> dict[str, Any]:
     """One problem's re-measurement (see :func:`remeasure_batch`): its record, or
     ``{"error": ...}``."""
@@ -68,6 +85,7 @@ def remeasure(
         device_seconds=device_seconds,
         timeout=timeout,
         python=python,
+        extra_baselines=extra_baselines,
     )
     return record
 
@@ -80,6 +98,9 @@ def remeasure_batch(
     timeout: float = FINAL_TIMEOUT,
     python: str = sys.executable,
     on_record: Callable[[int, dict[str, Any]], None] = lambda _i, _record: None,
+    heat_seconds: float | None = None,
+    probe_overhead: bool = True,
+    extra_baselines: Sequence[str] = TORCH_TUNED,
 ) -> list[dict[str, Any]]:
     """measure() on each job in turn, in one child process; a record per job, in order.
 
@@ -94,7 +115,12 @@ def remeasure_batch(
     The child loads the candidates, so it runs in the candidate sandbox (engine.sandbox) like the
     verifier: the allow-listed environment with a private HOME and TMPDIR, an empty working
     directory, the GPU children's limits and, where the OS allows, no network. Each record says
-    what it ran under (``sandbox``)."""
+    what it ran under (``sandbox``). ``extra_baselines``: the torch-tuned baselines the child
+    tunes and times beside NVIDIA's (engine.baseline_names.TORCH_TUNED; all by default).
+
+    ``heat_seconds`` (measure's default when None) and ``probe_overhead=False`` are for sweeps
+    that only rank kernels in the device protocol: a shorter heat-up, no host-overhead probe."""
+    options = {"heat_seconds": heat_seconds, "probe_overhead": None if probe_overhead else False}
     records: list[dict[str, Any]] = []
     while len(records) < len(jobs):
         done = len(records)
@@ -103,7 +129,16 @@ def remeasure_batch(
             records.append(record)
             on_record(done + index, record)
 
-        failure = _remeasure_child(jobs[done:], protocols, device_seconds, timeout, python, take)
+        failure = _remeasure_child(
+            jobs[done:],
+            protocols,
+            device_seconds,
+            timeout,
+            python,
+            take,
+            extra_baselines,
+            options,
+        )
         if failure is not None and len(records) < len(jobs):
             take(len(records) - done, {"error": failure})
     return records
@@ -116,6 +151,8 @@ def _remeasure_child(
     timeout: float,
     python: str,
     on_record: Callable[[int, dict[str, Any]], None],
+    extra_baselines: Sequence[str] = TORCH_TUNED,
+    options: dict[str, Any] | None = None,
 ) -> str | None:
     """One child over ``jobs``; hands each record it wrote to ``on_record``; returns why it
     stopped early (None when it did every job)."""
@@ -134,6 +171,8 @@ def _remeasure_child(
                     ],
                     "protocols": list(protocols),
                     "device_seconds": device_seconds,
+                    "extra_baselines": list(extra_baselines),
+                    **{k: v for k, v in (options or {}).items() if v is not None},
                 }
             )
         )
@@ -191,16 +230,32 @@ def final_summary(record: dict[str, Any]) -> dict[str, Any]:
             "best_baselines": result["best_baselines"],
             "speedups": result["speedups"],
             "rejected_while_timed": result["rejected_while_timed"],
+            "rejections": result.get("rejections", {}),  # why (engine.timed_checks)
         }
         # each runner's interquartile range, where kept: what tells a tie from a win
         if kept := quartiles(result.get("stats") or {}):
             out[protocol]["quartiles"] = kept
+        for key in ("power", "power_by_runner"):  # NVML, where the child could read it
+            if key in result:
+                out[protocol][key] = result[key]
     summary = {"protocols": out, "environment": record["environment"]}
     if "sandbox" in record:
         summary["sandbox"] = record["sandbox"]
     if kernels := cublaslt_kernels.from_record(record):
         summary["cublaslt_kernels"] = kernels
+    if tuning := torch_tuning(record):
+        summary["torch_baselines"] = tuning
     return summary
+
+
+def torch_tuning(record: dict[str, Any]) -> dict[str, Any]:
+    """Per torch-tuned runner (``inductor_max_autotune_nn``, …): its tuning time and its pick
+    (Inductor: the fastest choice and what the code runs; TunableOp: the kernels it chose)."""
+    out: dict[str, Any] = {}
+    for name, report in record.get("autotune", {}).items():
+        if name.startswith(TORCH_TUNED):
+            out[name] = {k: v for k, v in report.items() if k != "choices"}
+    return out
 
 
 Sanitizer = Callable[[Path], Any]  # library → a result with .ok and .to_dict()
@@ -266,6 +321,7 @@ def final_measurements(
     progress: Callable[[str], None] = lambda _msg: None,
     saved: SavedFinals | None = None,
     batch: int = FINAL_BATCH,
+    extra_baselines: Sequence[str] = TORCH_TUNED,
 ) -> dict[str, Any]:
     """{problem key: final summary} for every problem with a verified family candidate.
 
@@ -276,8 +332,11 @@ def final_measurements(
     saved = saved or SavedFinals(None)
     chosen = {r.problem.key: top_records(r.records, baseline, top) for r in results}
     configs = {rec.name: config_of(rec) for recs in chosen.values() for rec in recs}
-    names = list(configs)
-    built = dict(zip(names, compile([configs[n] for n in names]), strict=True)) if names else {}
+    family = [n for n, c in configs.items() if c.FAMILY != "llm"]
+    written = [n for n, c in configs.items() if c.FAMILY == "llm"]
+    built = dict(zip(family, compile([configs[n] for n in family]), strict=True)) if family else {}
+    if written:
+        built.update(zip(written, compile_sources([configs[n] for n in written]), strict=True))
     ids = {n: kernel_id(n, b.source_hash) for n, b in built.items()}
     verdicts: dict[str, dict[str, Any]] = {}
     if sanitizer is not None:
@@ -331,6 +390,7 @@ def final_measurements(
             protocols=protocols,
             device_seconds=device_seconds,
             on_record=keep,
+            extra_baselines=extra_baselines,
         )
     return finals
 
@@ -356,6 +416,9 @@ def main(argv: list[str]) -> int:
                 candidates={name: Path(p) for name, p in job["libraries"].items()},
                 protocols=tuple(spec["protocols"]),
                 device_seconds=float(spec["device_seconds"]),
+                extra_baselines=tuple(spec.get("extra_baselines", ())),
+                **({"heat_seconds": float(spec["heat_seconds"])} if "heat_seconds" in spec else {}),
+                probe_overhead=bool(spec.get("probe_overhead", True)),
                 config=config,
                 shim=shim,
                 progress=lambda msg: print(msg, file=sys.stderr, flush=True),

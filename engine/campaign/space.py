@@ -9,6 +9,7 @@ so validity is settled here, by the families' own predicate.
 from __future__ import annotations
 
 import functools
+import importlib.util
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -21,9 +22,20 @@ DEFAULT_FAMILIES_BY_ARCH = {"sm_90": ("sm90", "sm80"), "sm_90a": ("sm90", "sm80"
 OTHER_FAMILY_DISTANCE = 99  # knob distance between configs of different families
 
 
+HOPPER_ARCHS = ("sm_90", "sm_90a")
+
+
 def families_for_arch(arch: str) -> tuple[str, ...]:
-    """Families whose kernels run on ``arch`` (sm80 kernels run on every arch we know)."""
-    return DEFAULT_FAMILIES_BY_ARCH.get(arch, ("sm80",))
+    """Families whose kernels run on ``arch`` (sm80 kernels run on every arch we know), and on
+    Hopper the triton family where Triton is installed (it compiles that family's kernels)."""
+    families = DEFAULT_FAMILIES_BY_ARCH.get(arch, ("sm80",))
+    if arch in HOPPER_ARCHS and triton_installed():
+        families += ("triton",)
+    return families
+
+
+def triton_installed() -> bool:
+    return importlib.util.find_spec("triton") is not None
 
 
 @functools.cache

@@ -19,7 +19,34 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="also bundle kernels that do not beat torch.matmul (for inspection)",
     )
+    parser.add_argument(
+        "--allow-unsanitized",
+        action="store_true",
+        help="also bundle kernels without a passing compute-sanitizer verdict in the campaign's "
+        "finals (<db>.finals.json; for inspection: by default each shape gets its best "
+        "sanitized kernel)",
+    )
     parser.set_defaults(func=run)
+
+
+def sanitized_in(finals: Path):
+    """Whether a bundle kernel passed compute-sanitizer in the campaign's finals (the verdicts
+    engine.campaign.final.SavedFinals keeps, by kernel name and source)."""
+    from engine.campaign.final import SavedFinals, kernel_id
+    from engine.compile import source_hash
+
+    saved = SavedFinals(finals if finals.is_file() else None)
+
+    def admissible(kernel) -> bool:
+        verdict = saved.sanitized(kernel_id(kernel.name, source_hash(kernel.source)))
+        return verdict is not None and bool(verdict.get("ok"))
+
+    return admissible
+
+
+def finals_path(db: Path) -> Path:
+    """Where ``engine optimize`` keeps a campaign's finals (and sanitizer verdicts)."""
+    return db.with_suffix(".finals.json")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -37,8 +64,15 @@ def run(args: argparse.Namespace) -> int:
             problems = storage.problems(args.campaign)
         except ProblemError as exc:
             raise SystemExit(f"error: bad problem in the database: {exc}") from None
-        kernels = best_kernels(storage, args.campaign, problems, include_slower=args.include_slower)
-        summary = bundle_headline(storage, args.campaign, problems)
+        admissible = None if args.allow_unsanitized else sanitized_in(finals_path(args.db))
+        kernels = best_kernels(
+            storage,
+            args.campaign,
+            problems,
+            include_slower=args.include_slower,
+            admissible=admissible,
+        )
+        summary = bundle_headline(storage, args.campaign, problems, admissible)
         environment = settings.get("environment", {})
     finally:
         storage.close()

@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from engine.baseline_names import TORCH_TUNED
 from engine.compile import CompileResult, compile_source
 from engine.problem import Layout, Problem, ProblemError
 
@@ -41,3 +42,12 @@ def compile_kernel_file(
         print(result.log, file=sys.stderr)
         raise SystemExit(f"error: {path} did not compile: {result.error}")
     return result
+
+
+def torch_baselines(value: str) -> tuple[str, ...]:
+    """``--torch-baselines`` (comma separated names of TORCH_TUNED; '' for none)."""
+    names = tuple(n for n in (x.strip() for x in value.split(",")) if n)
+    unknown = [n for n in names if n not in TORCH_TUNED]
+    if unknown:
+        raise SystemExit(f"error: unknown torch baselines {unknown}: expected of {TORCH_TUNED}")
+    return names

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from engine.baseline_names import TORCH_TUNED
 from engine.campaign import (
     INPUT_PROPOSER_NAMES,
     PROPOSER_NAMES,
@@ -37,7 +38,9 @@ from engine.campaign import (
 from engine.campaign.final import SavedFinals, final_measurements
 from engine.campaign.loop import compile_configs
 from engine.campaign.mirror import MirrorFileError, load_targets, with_exact_mirrors
+from engine.commands.common import torch_baselines
 from engine.config import load as load_config
+from engine.families import FAMILIES
 from engine.problem import Layout, Problem, ProblemError
 
 CLI_PROPOSERS = (*PROPOSER_NAMES, *INPUT_PROPOSER_NAMES, "llm")
@@ -99,6 +102,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="full: every valid config of the GPU's families; library: the curated, prebuildable "
         "configs of engine/families/library.py (GPU runs only)",
     )
+    parser.add_argument(
+        "--families",
+        help="kernel families to search, comma separated (default: the GPU's, "
+        "engine.campaign.space.families_for_arch; e.g. triton alone)",
+    )
     parser.add_argument("--jobs", type=int, help="parallel nvcc processes")
     parser.add_argument(
         "--device-seconds",
@@ -122,11 +130,27 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--final-device-seconds", type=float, default=20.0)
     parser.add_argument(
+        "--final-torch-baselines",
+        default=",".join(TORCH_TUNED),
+        help="torch-tuned baselines the finals time too, comma separated; '' for none",
+    )
+    parser.add_argument(
         "--no-sanitize",
         action="store_true",
         help="skip compute-sanitizer on the top kernels (by default one that fails is dropped)",
     )
     parser.set_defaults(func=run)
+
+
+def chosen_families(args: argparse.Namespace, arch: str) -> tuple[str, ...]:
+    """--families (each a known family), or the arch's own."""
+    if not getattr(args, "families", None):
+        return families_for_arch(arch)
+    chosen = tuple(f.strip() for f in args.families.split(",") if f.strip())
+    unknown = [f for f in chosen if f not in FAMILIES]
+    if unknown or not chosen:
+        raise SystemExit(f"error: --families: unknown {unknown}; known {sorted(FAMILIES)}")
+    return chosen
 
 
 def parse_mix(proposers: str, mix: str | None) -> dict[str, float]:
@@ -215,7 +239,7 @@ def run(args: argparse.Namespace) -> int:
             device_seconds=args.device_seconds,
             heat_seconds=args.heat_seconds,
         )
-        families = families_for_arch(executor.arch)
+        families = chosen_families(args, executor.arch)
 
         if args.space == "library":
 
@@ -231,7 +255,7 @@ def run(args: argparse.Namespace) -> int:
             def space_for(problem: Problem) -> SearchSpace:
                 return SearchSpace.full(problem, families=families)
 
-    families = families_for_arch(executor.arch)
+    families = chosen_families(args, executor.arch)
     policy = None
     policy_file = None
     if "rl" in mix:
@@ -314,6 +338,7 @@ def run(args: argparse.Namespace) -> int:
             sanitizer=None if args.no_sanitize else sanitizer,
             progress=lambda msg: print(msg, flush=True),
             saved=SavedFinals(Path(db).with_suffix(".finals.json")),
+            extra_baselines=torch_baselines(args.final_torch_baselines),
         )
         print_finals(report["final"], settings.baseline)
     out = args.out or Path(db).with_name(f"{name}.json")

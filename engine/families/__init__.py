@@ -5,10 +5,12 @@ from __future__ import annotations
 from engine.families.base import VALID, KernelConfig, Validity, invalid
 from engine.families.sm80 import Sm80Config
 from engine.families.sm90 import Sm90Config
+from engine.families.triton import TritonConfig
 
 FAMILIES: dict[str, type[KernelConfig]] = {
     Sm90Config.FAMILY: Sm90Config,
     Sm80Config.FAMILY: Sm80Config,
+    TritonConfig.FAMILY: TritonConfig,
 }
 
 
@@ -26,6 +28,7 @@ __all__ = [
     "KernelConfig",
     "Sm80Config",
     "Sm90Config",
+    "TritonConfig",
     "Validity",
     "get_family",
     "invalid",

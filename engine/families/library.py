@@ -15,7 +15,8 @@ import itertools
 from engine.families.base import KernelConfig
 from engine.families.sm80 import Sm80Config
 from engine.families.sm90 import Sm90Config
-from engine.problem import Layout
+from engine.families.triton import TritonConfig, inductor_configs
+from engine.problem import Layout, Problem
 
 SM90_COOP_TILES = ((128, 128, 64), (128, 256, 64), (256, 128, 64), (128, 128, 128), (128, 64, 64))
 SM90_PINGPONG_TILES = ((64, 128, 64), (64, 256, 64), (128, 128, 64), (128, 64, 64), (64, 64, 128))
@@ -192,7 +193,67 @@ def sm80_library(layout: Layout) -> list[Sm80Config]:
     return [c for c in configs if c.is_valid(None, "sm_90")]
 
 
-LIBRARIES = {"sm90": sm90_library, "sm80": sm80_library}
+# Triton: every config torch Inductor's max-autotune tries on a problem of CUDA-L2's grid (its mm
+# configs scaled to the problem: 44 in all), so the family never lacks what Inductor picks; then
+# what Inductor does not try. Split-K reduced by the tile's last split (one launch) for small
+# M·N with a long K, with tiles whose count times the splits fills 132 SMs about once;
+# Inductor's persistent TMA configs (off by default in Inductor); and lean tiles for the
+# latency-bound problems (under ~15 µs): few warps, a deep pipeline, and no group-M reordering
+# where one wave covers the problem.
+TRITON_GRID = (64, 128, 256, 512, 1024, 2048, 4096, 8192, 12288, 16384)
+TRITON_SPLIT_TILES = (
+    (32, 32, 128, 3, 4),
+    (64, 32, 128, 4, 4),
+    (64, 64, 64, 4, 4),
+    (64, 64, 128, 3, 4),
+)
+TRITON_SPLITS = (2, 4, 8, 16)
+TRITON_PERSISTENT_TMA = (
+    (128, 256, 64, 3, 8),
+    (128, 128, 64, 3, 8),
+    (128, 128, 128, 3, 8),
+    (128, 128, 128, 3, 4),
+    (128, 128, 64, 4, 8),
+    (128, 128, 64, 5, 8),
+    (256, 128, 64, 4, 8),
+    (128, 128, 64, 5, 4),
+)
+TRITON_LEAN_TILES = (
+    (16, 64, 128, 4, 4),
+    (32, 64, 64, 4, 4),
+    (32, 64, 128, 3, 4),
+    (64, 32, 64, 4, 4),
+    (64, 64, 64, 2, 4),
+    (64, 64, 128, 2, 4),
+    (64, 128, 64, 3, 4),
+    (128, 64, 64, 3, 4),
+)
+
+
+def triton_library(layout: Layout) -> list[TritonConfig]:
+    def config(tile, **knobs) -> TritonConfig:
+        tm, tn, tk, stages, warps = tile
+        knobs.setdefault("even_k", knobs.get("loads", "pointer") == "pointer")
+        return TritonConfig(
+            layout=layout, tile_m=tm, tile_n=tn, tile_k=tk, stages=stages, warps=warps, **knobs
+        )
+
+    configs: dict[str, TritonConfig] = {}
+    for m, n, k in itertools.product(TRITON_GRID, repeat=3):
+        for c in inductor_configs(Problem(m, n, k, layout)):
+            configs.setdefault(c.name, c)
+    extra = [
+        *(config(t, splits=s) for t, s in itertools.product(TRITON_SPLIT_TILES, TRITON_SPLITS)),
+        *(config((64, 64, 64, 4, 4), splits=s, loads="tma") for s in TRITON_SPLITS),
+        *(config(t, schedule="persistent", loads="tma") for t in TRITON_PERSISTENT_TMA),
+        *(config(t, group_m=g) for t, g in itertools.product(TRITON_LEAN_TILES, (1, 8))),
+    ]
+    for c in extra:
+        configs.setdefault(c.name, c)
+    return [c for c in configs.values() if c.is_valid()]
+
+
+LIBRARIES = {"sm90": sm90_library, "sm80": sm80_library, "triton": triton_library}
 
 
 def library(family: str, layout: Layout, limit: int | None = None) -> list[KernelConfig]:

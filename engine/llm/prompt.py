@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine import abi
+from engine import abi, triton_aot
 from engine.problem import Layout, Problem
 
 Message = dict[str, str]  # {"role": "system" | "user" | "assistant", "content": ...}
@@ -181,6 +181,9 @@ def build_messages(ctx: PromptContext) -> list[Message]:
             + "\n".join(rows)
             + ("\n\n" + "\n\n".join(shown) if shown else "")
         )
+    shown = [ctx.best, *ctx.examples]
+    if any(e is not None and e.source and triton_aot.is_triton_source(e.source) for e in shown):
+        parts.append(TRITON_NOTE)
     if ctx.last_error:
         parts.append("## Last error\n" + _clip(ctx.last_error, MAX_ERROR_CHARS))
     if ctx.notes:
@@ -191,6 +194,19 @@ def build_messages(ctx: PromptContext) -> list[Message]:
         "single ```cuda fenced block (no other code blocks)."
     )
     return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "\n\n".join(parts)}]
+
+
+TRITON_NOTE = (
+    "## Triton kernels\n"
+    "A kernel above whose source holds a `/* gemmforge-triton ... gemmforge-triton */` block is "
+    "a Triton kernel: the build compiles the Python after `---` with triton.compile for this "
+    "GPU (the JSON before it gives the kernel's name, signature, constexpr values, warps and "
+    "stages) and the launcher below the block runs its cubin. You may answer with such a file: "
+    "keep the launcher and the kernel's parameters (A, B, C, M, N, K, workspace, then the "
+    "constexprs the JSON names), change the Triton code and the JSON's values. The Python may "
+    "import only triton, triton.language and math, and may not use open, exec, eval, "
+    "getattr or private attributes."
+)
 
 
 def repair_message(stage: str, error: str) -> Message:

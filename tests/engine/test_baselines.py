@@ -71,8 +71,31 @@ def test_candidates_are_never_baselines():
     assert best_of_layouts({"candidate": 1.0, "my_kernel_nn": 1.0}) == {}
 
 
-def test_the_baselines_are_torch_cublas_and_both_cublaslt_flavours():
-    assert BASELINES == ("torch", "cublas", "cublaslt_heuristic", "cublaslt_autotune")
+def test_the_baselines_are_nvidias_four_then_what_torch_tunes_itself():
+    assert BASELINES == (
+        "torch",
+        "cublas",
+        "cublaslt_heuristic",
+        "cublaslt_autotune",
+        "inductor_max_autotune",
+        "tunableop",
+    )
+
+
+def test_inductor_and_tunableop_times_take_the_faster_layout_like_the_others():
+    best = best_of_layouts(
+        {
+            "inductor_max_autotune_nn": 6.1e-6,
+            "inductor_max_autotune_tn": 5.8e-6,
+            "tunableop_nn": 7.0e-6,
+            "tunableop_tn": 7.2e-6,
+            "mine": 1.0e-6,
+        }
+    )
+    assert best == {
+        "inductor_max_autotune": {"seconds": 5.8e-6, "layout": "tn"},
+        "tunableop": {"seconds": 7.0e-6, "layout": "nn"},
+    }
 
 
 # -- the cuBLASLt autotune cache (issue 7): once per shape and environment, on disk ----------
@@ -199,7 +222,7 @@ def test_a_measurement_session_sets_up_cached_baselines_before_its_run(monkeypat
 
     built: list[str] = []
     monkeypatch.setattr(measure, "collect", lambda **_: type("Env", (), {"key": "env"})())
-    monkeypatch.setattr(measure, "Bench", lambda problem, seed: FakeBench(problem))
+    monkeypatch.setattr(measure, "Bench", lambda problem, seed, **_: FakeBench(problem))
     monkeypatch.setattr(
         baselines,
         "baseline_runners",

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.bundle import best_kernels, write_bundle
+from engine.bundle import best_kernels, kernel_from_record, write_bundle
 from engine.campaign.storage import CandidateRecord, SqliteStorage
 from engine.cli import main
 from engine.problem import Problem
@@ -81,7 +81,47 @@ def test_it_picks_the_highest_reward_kernel_per_shape_when_asked(campaign_db):
     assert "gemmforge_hgemm" in kernels[0].source
 
 
+def sanitizer_verdicts(db: Path, verdicts: dict[str, bool]) -> None:
+    """compute-sanitizer verdicts in the campaign's finals file, as engine optimize saves them."""
+    from engine.campaign.final import SavedFinals, kernel_id
+    from engine.compile import source_hash
+
+    storage = SqliteStorage(db)
+    records = {r.name: r for r in storage.candidates("recorded", PROBLEM.key)}
+    storage.close()
+    saved = SavedFinals(db.with_suffix(".finals.json"))
+    for name, ok in verdicts.items():
+        source = kernel_from_record(PROBLEM, records[name]).source
+        saved.add_sanitized(kernel_id(name, source_hash(source)), {"ok": ok})
+
+
+def ranked_names(db: Path) -> list[str]:
+    storage = SqliteStorage(db)
+    ranked = sorted(storage.candidates("recorded", PROBLEM.key), key=lambda r: -r.reward)
+    storage.close()
+    return [r.name for r in ranked]
+
+
+def bundled_kernels(out: Path) -> list[str]:
+    manifest = json.loads(zipfile.ZipFile(out).read("gemmforge_bundle/kernels.json"))
+    return [k["name"] for k in manifest["kernels"]]
+
+
+def test_the_cli_bundles_only_kernels_that_passed_compute_sanitizer(campaign_db, tmp_path):
+    best, second = ranked_names(campaign_db)[:2]
+    out = tmp_path / "bundle.zip"
+    args = ["bundle", "recorded", "--db", str(campaign_db), "--out", str(out), "--include-slower"]
+    assert main(args) == 0
+    assert bundled_kernels(out) == []  # no verdicts: nothing sanitized, nothing bundled
+    sanitizer_verdicts(campaign_db, {best: False, second: True})
+    assert main(args) == 0
+    assert bundled_kernels(out) == [second]  # the best failed: the best that passed
+    assert main([*args, "--allow-unsanitized"]) == 0
+    assert bundled_kernels(out) == [best]
+
+
 def test_the_cli_writes_a_zip_with_sources_manifest_results_and_readme(campaign_db, tmp_path):
+    sanitizer_verdicts(campaign_db, {ranked_names(campaign_db)[0]: True})
     out = tmp_path / "bundle.zip"
     assert (
         main(

@@ -42,16 +42,24 @@ def record(name: str, seconds: float | None, status: str = STATUS_OK, **kw) -> C
     )
 
 
-def test_top_records_ranks_verified_family_candidates_by_speed():
+def test_top_records_ranks_verified_candidates_by_speed():
     records = [
         record("slow", 20.0),
         record("fast", 8.0),
         record("failed", None, STATUS_REJECTED),
-        record("llm", 1.0, source="// model-written"),
         record("middle", 12.0),
     ]
     assert [r.name for r in top_records(records, "cublaslt_autotune", 2)] == ["fast", "middle"]
     assert config_of(records[1]).knobs() == dict(records[1].knobs)
+
+
+def test_a_model_written_top_kernel_goes_to_the_finals_with_its_source():
+    """It becomes a shape's best like any: sanitized and re-measured in the finals too."""
+    records = [record("fast", 8.0), record("llm", 1.0, source="// model-written")]
+    top = top_records(records, "cublaslt_autotune", 2)
+    assert [r.name for r in top] == ["llm", "fast"]
+    kernel = config_of(top[0])
+    assert (kernel.FAMILY, kernel.render()) == ("llm", "// model-written")
 
 
 def test_final_summary_keeps_the_error_of_a_failed_remeasurement():

@@ -26,7 +26,7 @@ def batch_of(*names: str) -> list[CompiledCandidate]:
 
 
 def record_for(names) -> dict:
-    base = {"cublaslt_autotune": {"seconds": 2e-4, "layout": "nn"}}
+    base = {"cublaslt_autotune": {"seconds": 1.2e-4, "layout": "nn"}}  # under the audit rule
     return {
         "protocols": {
             "device": {

@@ -319,3 +319,36 @@ def test_shapes_whose_results_do_not_say_take_cublaslts_kernel_from_the_bench_fi
 def test_the_command_refuses_a_kernels_file_that_is_not_one(tmp_path):
     with pytest.raises(SystemExit, match="no 'kernels'"):
         cli.main(["report", str(RUN1), "--out", str(tmp_path), "--cublaslt-kernels", str(RUN1)])
+
+
+def test_a_final_with_inductor_and_tunableop_gets_their_columns_and_summary_rows(tmp_path):
+    final = {
+        "problems": [],
+        "final": {
+            "64x64x64_nn": {
+                "protocols": {
+                    "device": {
+                        "seconds": {"k1": 6e-6},
+                        "speedups": {"k1": {}},
+                        "best_baselines": {
+                            "cublaslt_autotune": {"seconds": 6.3e-6},
+                            "inductor_max_autotune": {"seconds": 5.7e-6},
+                            "tunableop": {"seconds": 6.6e-6},
+                        },
+                        "rejected_while_timed": [],
+                    }
+                }
+            }
+        },
+    }
+    path = tmp_path / "campaign.json"
+    path.write_text(json.dumps(final))
+    results = report.load_results([path])
+    summary = report.summarize(results)
+    inductor = summary["device"]["baselines"]["inductor_max_autotune"]["all"]
+    assert inductor["geomean"] == pytest.approx(5.7 / 6.0)
+    text = report.markdown(results, summary, [], environment="test")
+    assert "| Inductor max-autotune | all | 1 | 0.950 |" in text
+    assert "| Lt autotune | Inductor | TunableOp |" in text
+    row = next(line for line in text.splitlines() if line.startswith("| 64x64x64_nn | device"))
+    assert row.endswith("| 1.050 | 0.950 | 1.100 |")

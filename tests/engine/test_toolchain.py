@@ -228,3 +228,67 @@ def test_a_child_that_never_says_done_is_waited_for_and_timed_out_as_before(tmp_
     )
     assert ran.timed_out
     assert not ran.early
+
+
+# --- stop_children: a cancelled campaign, a worker shutting down --------------------------------
+
+
+@pytest.fixture
+def stoppable():
+    from engine import toolchain
+
+    toolchain.allow_children()
+    yield toolchain
+    toolchain.allow_children()
+
+
+def run_in_thread(**kwargs):
+    import threading
+
+    box: dict = {}
+    thread = threading.Thread(target=lambda: box.setdefault("result", run(**kwargs)))
+    thread.start()
+    return thread, box
+
+
+def test_stop_children_kills_a_waited_for_group_within_seconds(tmp_path, stoppable):
+    pidfile = tmp_path / "grandchild.pid"
+    # nvcc's shape: a driver that started a compiler which ignores SIGTERM
+    argv = ["sh", "-c", f"(trap '' TERM; exec sleep 60) & echo $! > {pidfile}; wait"]
+    thread, box = run_in_thread(argv=argv, timeout=300)
+    grandchild = read_pid(pidfile)
+    started = time.monotonic()
+    assert stoppable.stop_children("campaign 7 cancelled") == 1
+    thread.join(10)
+    assert time.monotonic() - started < 3
+    result = box["result"]
+    assert (result.killed_for, result.returncode, result.ok) == ("stopped", None, False)
+    assert not result.timed_out
+    assert wait_until_gone(grandchild, seconds=1)
+
+
+def test_after_a_stop_nothing_new_starts_until_children_are_allowed(tmp_path, stoppable):
+    marker = tmp_path / "ran"
+    stoppable.stop_children("worker shutting down")
+    result = run(["touch", str(marker)], timeout=10)
+    assert result.killed_for == "stopped"
+    assert "worker shutting down" in result.stderr
+    assert not marker.exists()
+    stoppable.allow_children()
+    assert run(["touch", str(marker)], timeout=10).ok
+    assert marker.exists()
+
+
+def test_a_started_child_given_its_input_after_a_stop_is_ended(stoppable):
+    running = stoppable.start(["cat"])
+    stoppable.stop_children("cancelled")
+    result = running.finish(stdin="x", timeout=10)
+    assert result.killed_for == "stopped"
+    assert not running.alive()
+
+
+def test_a_child_that_ends_by_itself_is_not_reported_stopped(stoppable):
+    result = run([sys.executable, "-c", "print('hi')"], timeout=30)
+    assert result.ok
+    assert result.killed_for is None
+    assert stoppable.stop_children("nothing running") == 0

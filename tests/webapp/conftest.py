@@ -55,6 +55,10 @@ def _empty_cache():
     """Rate-limit counters (webapp/ratelimit.py) start at zero in every test."""
     from django.core.cache import cache
 
+    from webapp import ratelimit
+
     cache.clear()
+    ratelimit.reset_fallback()
     yield
     cache.clear()
+    ratelimit.reset_fallback()

@@ -3,14 +3,18 @@ our own (redis-server on a spare port, never the shared one: one test restarts i
 workers and Celery beat as subprocesses, the GPU step replayed from the recorded H200 run.
 
 (a) kill -9 a worker mid-campaign → another finishes it, no candidate lost or measured twice;
-(b) restart Redis mid-campaign → it completes; (c) a compile step that hangs → timed out,
-recorded, the campaign goes on; (d) a step that always crashes → stops at the attempt cap.
+(b) restart Redis mid-campaign → it completes, the lost messages re-sent when the worker
+reconnects; (c) a compile step that hangs → timed out, recorded, the campaign goes on; (d) a step
+that always crashes → stops at the attempt cap; (e) cancel a campaign, or stop the worker, while
+a compile runs → its process group is killed within seconds, nothing is recorded; (f) Redis
+frozen (SIGSTOP) → launching still answers, no 500; (g) two installs on one Redis keep apart.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -341,6 +345,9 @@ def test_a_killed_worker_loses_nothing_and_measures_nothing_twice(services, stac
 def test_a_redis_restart_mid_campaign_is_survived(services, stack):
     env, conn, redis = services
     stack.env["GEMMFORGE_REPLAY_DELAY_MS"] = "500"
+    # the periodic re-send of stale messages cannot help within this test: the worker's
+    # reconnection must ask for the lost messages (webapp.celery.ResendOnConnect)
+    stack.env["WORK_STALE_QUEUED_SECONDS"] = "600"
     campaign = create_campaign(env, "redis", "4096x4096x4096,1024x1024x1024", 8)
     stack.beat()
     stack.worker("r1")
@@ -403,3 +410,173 @@ def test_a_step_that_always_crashes_stops_at_the_attempt_cap(services, stack):
     )
     assert problem == ("failed", "failed")
     assert executions(stack) == Counter()
+
+
+# --- (e) cancel and shutdown stop the step's children within seconds ----------------------------
+
+
+def hanging_hook(stack: Stack, tmp_path: Path) -> Path:
+    """Every compile step runs a 300 s command (nvcc's stand-in) that writes its pid first."""
+    pidfile = tmp_path / "hook.pid"
+    stack.env["GEMMFORGE_COMPILE_HOOK"] = f"sh -c 'echo $$ > {pidfile}; exec sleep 300'"
+    stack.env["COMPILE_STEP_TIMEOUT"] = "600"
+    return pidfile
+
+
+def hook_pid(pidfile: Path, stack: Stack) -> int:
+    wait_until(lambda: pidfile.is_file() and pidfile.read_text().strip(), "the hook", stack)
+    return int(pidfile.read_text())
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state not in ("Z", "X")
+
+
+def test_cancelling_kills_the_running_compile_within_seconds_and_records_nothing(
+    services, stack, tmp_path
+):
+    env, conn, _ = services
+    pidfile = hanging_hook(stack, tmp_path)
+    campaign = create_campaign(env, "cancel", "4096x4096x4096", 8)
+    stack.beat()
+    stack.worker("k1")
+    pid = hook_pid(pidfile, stack)
+    # what services.campaign_control("cancel") does: one conditional UPDATE of the status
+    conn.execute("UPDATE campaigns_campaign SET status = 'cancelled' WHERE id = %s", (campaign,))
+    cancelled = time.monotonic()
+    wait_until(lambda: not alive(pid), "the hook to be killed", stack, timeout_s=10)
+    assert time.monotonic() - cancelled < 5
+    time.sleep(2)  # the step has ended: nothing of it is recorded
+    assert candidates(conn, campaign) == []
+    assert campaign_status(conn, campaign) == "cancelled"
+    log = (stack.tmp / "k1.log").read_text()
+    assert "its campaign was cancelled" in log
+    # the worker says which broker and namespace it uses (a worker elsewhere must match them)
+    broker = f"127.0.0.1:{services[2].port}"
+    assert re.search(rf"worker k1@faults: broker redis://{broker}/0, every key prefixed gf-", log)
+
+
+def test_stopping_a_worker_kills_its_compile_and_hands_the_item_back(services, stack, tmp_path):
+    env, conn, _ = services
+    pidfile = hanging_hook(stack, tmp_path)
+    campaign = create_campaign(env, "shutdown", "4096x4096x4096", 8)
+    stack.beat()
+    stack.worker("s1")
+    pid = hook_pid(pidfile, stack)
+    worker = stack.processes["s1"]
+    stopped = time.monotonic()
+    worker.send_signal(signal.SIGTERM)  # what bin/run's Ctrl-C sends: a warm shutdown
+    worker.wait(30)
+    assert time.monotonic() - stopped < 15, stack.logs()  # was the compile's 300 s
+    assert not alive(pid)
+    status, attempts, reason = one(
+        conn,
+        "SELECT status, attempts, reason FROM campaigns_workitem WHERE campaign_id = %s",
+        campaign,
+    )
+    assert (status, attempts) == ("queued", 0)
+    assert reason == "released by s1@faults, shutting down"
+    assert candidates(conn, campaign) == []
+
+
+# --- (f) Redis frozen: launching answers ------------------------------------------------------
+
+
+@pytest.fixture
+def own_redis(tmp_path):
+    if shutil.which("redis-server") is None:
+        unreachable("redis-server is not installed; ./bin/test installs it")
+    redis = OwnRedis(tmp_path)
+    redis.start()
+    yield redis
+    if redis.process is not None and redis.process.poll() is None:
+        os.kill(redis.process.pid, signal.SIGCONT)
+    redis.stop()
+
+
+def production_cache(url: str) -> dict:
+    """The cache of webapp/settings.py (its socket timeouts, its key prefix) at ``url``."""
+    import webapp.settings as real
+
+    return {"default": {**real.CACHES["default"], "LOCATION": url}}
+
+
+LAUNCH = {
+    "name": "frozen",
+    "shapes": "4096x4096x4096",
+    "layout": "tn",
+    "budget_per_shape": "64",
+    "proposer_mix": "rl=1",
+    "reward_protocol": "device",
+}
+
+
+@pytest.mark.django_db
+def test_launching_while_redis_is_frozen_answers_and_keeps_the_limit(
+    own_redis, alice_client, alice, settings
+):
+    from django.test import Client
+
+    from webapp.campaigns.models import Campaign
+
+    settings.CACHES = production_cache(own_redis.url)
+    settings.LAUNCH_RATE_LIMIT = 2
+    assert alice_client.post("/campaigns/new/", LAUNCH).status_code == 302  # counted in Redis
+    os.kill(own_redis.process.pid, signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        response = alice_client.post("/campaigns/new/", LAUNCH)
+        took = time.monotonic() - started
+        assert response.status_code == 302, response.content[:2000]
+        assert took < 2 * settings.REDIS_SOCKET_TIMEOUT_SECONDS + 2
+        # a limit still holds, counted afresh in this process meanwhile (it cannot read what
+        # Redis had); Redis is not waited for on each request
+        started = time.monotonic()
+        accepted = alice_client.post("/campaigns/new/", LAUNCH)
+        refused = alice_client.post("/campaigns/new/", LAUNCH)
+        assert time.monotonic() - started < 1
+        assert (accepted.status_code, refused.status_code) == (302, 429)
+        assert "Too many launches" in refused.content.decode()
+        # logging in (its failures are counted the same way) answers too
+        login = Client().post("/accounts/login/", {"username": "alice", "password": "x"})
+        assert login.status_code == 200
+        # and reading pages needs no Redis at all
+        assert alice_client.get("/").status_code == 200
+    finally:
+        os.kill(own_redis.process.pid, signal.SIGCONT)
+    assert Campaign.objects.filter(owner=alice).count() == 3
+
+
+# --- (g) two installs on one Redis -------------------------------------------------------------
+
+
+def test_two_installs_on_one_redis_never_take_each_others_work(own_redis):
+    import redis as redis_client
+    from celery import Celery
+
+    def install(namespace: str) -> Celery:
+        """A Celery app configured as webapp/settings.py configures it for ``namespace``."""
+        app = Celery(namespace, broker=own_redis.url, backend=own_redis.url, set_as_current=False)
+        app.conf.broker_transport_options = {"global_keyprefix": f"{namespace}:"}
+        app.conf.result_backend_transport_options = {"global_keyprefix": f"{namespace}:"}
+        return app
+
+    first, second = install("gf-first"), install("gf-second")
+    try:
+        first.send_task("webapp.workers.tasks.ping", queue="compile")
+        raw = redis_client.Redis.from_url(own_redis.url)
+        assert raw.llen("gf-first:compile") == 1
+        assert raw.llen("compile") == raw.llen("gf-second:compile") == 0
+        with second.connection_for_read() as conn:
+            assert conn.default_channel.basic_get("compile") is None
+        with first.connection_for_read() as conn:
+            message = conn.default_channel.basic_get("compile")
+            assert message is not None
+            assert message.headers["task"] == "webapp.workers.tasks.ping"
+    finally:
+        first.close()
+        second.close()

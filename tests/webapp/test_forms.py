@@ -93,7 +93,7 @@ def test_it_caps_the_number_of_shapes():
     lines = "\n".join(f"{8 * (i + 1)}x8x8" for i in range(MAX_SHAPES + 1))
     assert f"over the limit of {MAX_SHAPES}" in shape_errors(form_with(lines))[0]
     lines = "\n".join(f"{8 * (i + 1)}x8x8" for i in range(MAX_SHAPES))
-    assert form_with(lines).is_valid()
+    assert form_with(lines, confirm_large="on").is_valid()  # 1024 × 256: two GPU days
 
 
 def test_it_rejects_an_unknown_layout():
@@ -147,7 +147,7 @@ def test_lines_grid_and_preset_are_merged_without_duplicates():
     ],
 )
 def test_the_presets(preset, tokens, count, example):
-    form = form_with(preset=preset, tokens=tokens, layout="tn")
+    form = form_with(preset=preset, tokens=tokens, layout="tn", confirm_large="on")
     assert form.is_valid(), form.errors
     shapes = [p.shape for p in form.cleaned_data["problems"]]
     assert len(shapes) == count

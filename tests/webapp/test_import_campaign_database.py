@@ -105,12 +105,17 @@ def engine_db(tmp_path) -> Path:
     return path
 
 
-def final_report(path: Path, cublaslt_kernels: dict | None = None) -> None:
+def final_report(
+    path: Path,
+    cublaslt_kernels: dict | None = None,
+    torch_baselines: dict | None = None,
+    baselines: dict[str, float] = BASELINES,
+) -> None:
     """The engine's --out file beside the database, with a final re-measurement of SQUARE (and
     what cuBLASLt ran, as engine.campaign.final records it)."""
     first, second = (c.name for c in library_configs(SQUARE, 2))
-    seconds = {f"{b}_nn": t for b, t in BASELINES.items()}
-    seconds |= {f"{b}_tn": t + 1e-6 for b, t in BASELINES.items()}  # NN is the faster layout
+    seconds = {f"{b}_nn": t for b, t in baselines.items()}
+    seconds |= {f"{b}_tn": t + 1e-6 for b, t in baselines.items()}  # NN is the faster layout
     protocols = {
         "device": {"statistic": "median", "seconds": {**seconds, first: 2.1e-5, second: 1.9e-5}},
         "offline": {"statistic": "mean", "seconds": {**seconds, first: 3.0e-5}},
@@ -122,6 +127,8 @@ def final_report(path: Path, cublaslt_kernels: dict | None = None) -> None:
     }
     if cublaslt_kernels:
         report["final"][SQUARE.key]["cublaslt_kernels"] = cublaslt_kernels
+    if torch_baselines:
+        report["final"][SQUARE.key]["torch_baselines"] = torch_baselines
     (path.parent / "campaign.json").write_text(json.dumps(report))
 
 
@@ -315,6 +322,30 @@ def test_the_shape_page_names_the_kernel_cublaslt_ran_where_the_finals_recorded_
     page = client.get(reverse("problem-detail", args=[square.id])).content.decode()
     assert pick["label"] in page  # NN, the faster layout, is the one shown
     assert "the kernel it ran where a re-measurement recorded it" in page
+
+
+def test_inductor_and_tunableop_rows_name_what_they_ran(engine_db, alice):
+    """The finals' torch-tuned baselines are baselines of the dashboard like the others, with
+    Inductor's pick and TunableOp's kernel as the kernel they ran."""
+    final_report(
+        engine_db,
+        torch_baselines={
+            "inductor_max_autotune_nn": {
+                "tuning_seconds": 5.1,
+                "runs": "triton",
+                "pick": {"name": "triton_mm_3", "info": {"num_stages": 5, "num_warps": 4}},
+            },
+            "tunableop_nn": {"tuning_seconds": 0.2, "results": [{"kernel": "Default"}]},
+        },
+        baselines={**BASELINES, "inductor_max_autotune": 1.8e-5, "tunableop": 2.0e-5},
+    )
+    call_command("import_results", str(engine_db), owner="alice")
+    rows = BaselineResult.objects.filter(m=1024, n=1024, k=1024, layout="nn")
+    inductor = rows.get(baseline="inductor_max_autotune", variant="nn").timings["device"]
+    assert inductor["median_s"] == 1.8e-5
+    assert inductor["kernel"] == "triton triton_mm_3 (num_stages=5, num_warps=4)"
+    assert rows.get(baseline="tunableop", variant="nn").timings["device"]["kernel"] == "Default"
+    assert "kernel" not in rows.get(baseline="tunableop", variant="tn").timings["device"]
 
 
 def test_without_recorded_kernels_the_shape_page_names_none(client, engine_db, alice):

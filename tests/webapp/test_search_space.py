@@ -9,6 +9,7 @@ from unittest import mock
 import pytest
 from django.urls import reverse
 
+from engine.campaign.space import families_for_arch
 from engine.families.library import library
 from engine.problem import Layout
 from engine.problem import Problem as EngineProblem
@@ -65,7 +66,8 @@ def test_the_local_executor_searches_the_library_when_the_campaign_asks(alice, s
     settings.GEMMFORGE_EXECUTOR = "local"
     problem = make(alice, "library").problems.get()
     space = runner.search_space(problem, Campaign.SearchSpace.LIBRARY)
-    curated = {c.name for f in ("sm90", "sm80") for c in library(f, Layout.NN)}
+    families = families_for_arch(problem.arch)
+    curated = {c.name for f in families for c in library(f, Layout.NN)}
     assert 0 < len(space) <= len(curated)
     assert set(space.by_name) <= curated
     assert len(runner.search_space(problem, Campaign.SearchSpace.FULL)) > len(space)

@@ -228,10 +228,30 @@ def test_the_launch_limit_resets_with_the_next_window(client, alice, settings, m
     assert client.post("/campaigns/new/", LAUNCH).status_code == 302
 
 
-def test_the_launch_view_carries_the_rate_limit():
-    from webapp.campaigns import views
+@pytest.mark.django_db
+def test_only_accepted_launches_count_against_the_limit(client, alice, settings):
+    settings.LAUNCH_RATE_LIMIT = 2
+    client.force_login(alice)
+    for _ in range(5):  # each has an error: nothing launched, nothing counted
+        assert client.post("/campaigns/new/", {**LAUNCH, "shapes": "8x9x8"}).status_code == 200
+    assert client.post("/campaigns/new/", LAUNCH).status_code == 302
+    assert client.post("/campaigns/new/", LAUNCH).status_code == 302
+    assert client.post("/campaigns/new/", LAUNCH).status_code == 429
+    assert Campaign.objects.count() == 2
 
-    assert "@launch.rate_limit" in Path(views.__file__).read_text()
+
+@pytest.mark.django_db
+def test_a_refused_launch_renders_the_form_again_with_the_message(client, alice, settings):
+    settings.LAUNCH_RATE_LIMIT = 1
+    client.force_login(alice)
+    assert client.post("/campaigns/new/", LAUNCH).status_code == 302
+    refused = client.post("/campaigns/new/", {**LAUNCH, "name": "second try"})
+    assert refused.status_code == 429
+    assert refused["Content-Type"].startswith("text/html")
+    page = refused.content.decode()
+    assert 'id="launch-form"' in page
+    assert 'value="second try"' in page  # what was typed is kept
+    assert "Nothing was launched; your form is kept" in page
 
 
 # --- Downloads by id only -----------------------------------------------------------------------

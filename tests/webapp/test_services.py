@@ -186,6 +186,7 @@ def test_a_real_worker_answers_ping_and_shows_on_the_workers_page(tmp_path):
         DATABASE_URL=f"sqlite:///{tmp_path / 'db.sqlite3'}",
         REDIS_URL=REDIS_URL,
         STATIC_ROOT=str(tmp_path / "static"),
+        GEMMFORGE_NAMESPACE=f"test-{token}",  # every key of the worker's starts with it
     )
     manage(env, "migrate", "--noinput")
     manage(env, "collectstatic", "--noinput")
@@ -204,7 +205,13 @@ def test_a_real_worker_answers_ping_and_shows_on_the_workers_page(tmp_path):
         web_log,
     )  # fmt: skip
     client = Celery("services-test", broker=REDIS_URL, backend=REDIS_URL, set_as_current=False)
-    client.conf.update(task_serializer="json", result_serializer="json", accept_content=["json"])
+    client.conf.update(
+        task_serializer="json",
+        result_serializer="json",
+        accept_content=["json"],
+        broker_transport_options={"global_keyprefix": f"test-{token}:"},
+        result_backend_transport_options={"global_keyprefix": f"test-{token}:"},
+    )
     try:
         result = client.send_task(
             "webapp.workers.tasks.ping", kwargs={"payload": token}, queue=queue
@@ -230,13 +237,11 @@ def test_a_real_worker_answers_ping_and_shows_on_the_workers_page(tmp_path):
         stop(worker)
         stop(web)
         client.close()
-        _forget_queue(queue)
+        _forget_namespace(f"test-{token}:")
 
 
-def _forget_queue(queue: str) -> None:
-    """Drop the throwaway queue's binding that kombu leaves in Redis."""
+def _forget_namespace(prefix: str) -> None:
+    """Drop every key the throwaway namespace left in Redis (bindings, queues, results)."""
     r = redis.Redis.from_url(REDIS_URL)
-    for member in r.smembers("_kombu.binding.celery"):
-        if queue.encode() in member:
-            r.srem("_kombu.binding.celery", member)
-    r.delete(queue)
+    for key in r.scan_iter(match=f"{prefix}*"):
+        r.delete(key)

@@ -132,3 +132,44 @@ def test_settings_read_redis_url_for_the_broker(monkeypatch):
 def test_settings_read_allowed_hosts(monkeypatch):
     monkeypatch.setenv("ALLOWED_HOSTS", "gemmforge.example,10.0.0.5")
     assert load_settings()["ALLOWED_HOSTS"] == ["gemmforge.example", "10.0.0.5"]
+
+
+def namespace_for(monkeypatch, **env) -> dict:
+    monkeypatch.delenv("GEMMFORGE_NAMESPACE", raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    return load_settings()
+
+
+def test_every_redis_key_of_an_install_carries_its_namespace(monkeypatch):
+    settings = namespace_for(monkeypatch, GEMMFORGE_NAMESPACE="gf-lab2")
+    assert settings["GEMMFORGE_NAMESPACE"] == "gf-lab2"
+    assert settings["CELERY_BROKER_TRANSPORT_OPTIONS"]["global_keyprefix"] == "gf-lab2:"
+    assert settings["CELERY_RESULT_BACKEND_TRANSPORT_OPTIONS"]["global_keyprefix"] == "gf-lab2:"
+    assert settings["CACHES"]["default"]["KEY_PREFIX"] == "gf-lab2"
+
+
+def test_the_default_namespace_is_the_installs_database(monkeypatch, tmp_path):
+    main_host = "postgres://gemmforge:secret@127.0.0.1:5432/gemmforge"
+    gpu_host = "postgres://gemmforge:other@main.internal:6432/gemmforge"
+    one = namespace_for(monkeypatch, DATABASE_URL=main_host)["GEMMFORGE_NAMESPACE"]
+    same = namespace_for(monkeypatch, DATABASE_URL=gpu_host)["GEMMFORGE_NAMESPACE"]
+    other = namespace_for(monkeypatch, DATABASE_URL=main_host.replace("/gemmforge", "/lab2"))
+    first = namespace_for(monkeypatch, DATABASE_URL=f"sqlite:///{tmp_path / 'a' / 'db.sqlite3'}")
+    second = namespace_for(monkeypatch, DATABASE_URL=f"sqlite:///{tmp_path / 'b' / 'db.sqlite3'}")
+    assert one == same  # every machine of one install agrees, whatever host it reaches it by
+    assert one.startswith("gf-")
+    assert other["GEMMFORGE_NAMESPACE"] != one
+    assert first["GEMMFORGE_NAMESPACE"] != second["GEMMFORGE_NAMESPACE"]  # two checkouts
+
+
+@pytest.mark.parametrize("value", ["has space", "a:b", "x" * 65, "tab\there"])
+def test_a_namespace_that_would_not_make_a_clean_key_prefix_is_refused(monkeypatch, value):
+    monkeypatch.setenv("GEMMFORGE_NAMESPACE", value)
+    with pytest.raises(ImproperlyConfigured, match="GEMMFORGE_NAMESPACE"):
+        load_settings()
+
+
+def test_lost_messages_are_re_sent_within_minutes_by_default(monkeypatch):
+    monkeypatch.delenv("WORK_STALE_QUEUED_SECONDS", raising=False)
+    assert load_settings()["WORK_STALE_QUEUED_SECONDS"] <= 300

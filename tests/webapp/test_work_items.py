@@ -173,3 +173,80 @@ def test_a_transfer_campaign_starts_from_an_earlier_campaigns_winners(
     for candidate in proposed:  # where each came from, kept from proposal to record
         assert candidate.proposal == {"carried_from": "4096x4096x4096_tn"}
         assert candidate.outcome["meta"] == candidate.proposal
+
+
+# -- a broker that lost its messages; cancel; a worker shutting down -----------------------------
+
+
+def queued_item(owner, *, status=Campaign.Status.RUNNING, age_s: float = 60) -> WorkItem:
+    campaign = make_campaign(owner, shapes=("4096x4096x4096",))
+    Campaign.objects.filter(id=campaign.id).update(status=status)
+    item = work.work_item_create(problem=campaign.problems.get(), kind="compile", round=0)
+    WorkItem.objects.filter(id=item.id).update(enqueued=timezone.now() - timedelta(seconds=age_s))
+    return item
+
+
+def test_a_worker_connecting_re_sends_what_was_queued_before_once(alice):
+    item = queued_item(alice)
+    paused = queued_item(alice, status=Campaign.Status.PAUSED)
+    connected = timezone.now().timestamp()
+    with mock.patch.object(work, "work_send", autospec=True) as send:
+        assert work.work_resend_queued(before=connected) == 1
+        # a second worker that connected at the same moment sends nothing more
+        assert work.work_resend_queued(before=connected) == 0
+    send.assert_called_once_with(item_id=item.id, kind="compile", queue="compile")
+    assert WorkItem.objects.get(id=paused.id).status == WorkItem.Status.QUEUED
+
+
+def test_an_item_sent_after_the_connection_is_not_sent_again(alice):
+    queued_item(alice, age_s=0)
+    with mock.patch.object(work, "work_send", autospec=True) as send:
+        assert work.work_resend_queued(before=timezone.now().timestamp() - 30) == 0
+    send.assert_not_called()
+
+
+def test_the_connect_task_calls_the_re_send(alice):
+    from webapp.campaigns import tasks
+
+    queued_item(alice)
+    with mock.patch.object(work, "work_send", autospec=True):
+        assert tasks.work_resend.delay(before=timezone.now().timestamp()).get() == 1
+
+
+def test_a_cancelled_campaigns_step_records_nothing(alice):
+    item = queued_item(alice)
+    token = work.work_item_claim(item_id=item.id, hostname="a@host")
+    Campaign.objects.filter(id=item.campaign_id).update(status=Campaign.Status.CANCELLED)
+    assert not work.work_item_ours(item_id=item.id, token=token)
+    with pytest.raises(work.LeaseLost, match="cancelled"):
+        work.work_item_hold(item_id=item.id, token=token)
+    with pytest.raises(work.LeaseLost, match="cancelled"):  # the whole step, proposals made
+        runner.compile_step(item_id=item.id, token=token)
+    assert not Candidate.objects.filter(problem__campaign_id=item.campaign_id).exists()
+
+
+def test_the_lease_keeper_stops_the_steps_children_once_the_campaign_is_cancelled(alice, settings):
+    settings.WORK_STOP_POLL_SECONDS = 1
+    item = queued_item(alice)
+    token = work.work_item_claim(item_id=item.id, hostname="a@host")
+    with mock.patch.object(work, "work_item_ours", autospec=True, return_value=False), \
+         mock.patch.object(work.toolchain, "stop_children", autospec=True) as stop:  # fmt: skip
+        keeper = work.LeaseKeeper(item_id=item.id, token=token)
+        with keeper:
+            keeper.join(5)
+    assert keeper.lost
+    stop.assert_called_once()
+    assert "its campaign was cancelled" in stop.call_args.args[0]
+
+
+def test_a_worker_shutting_down_hands_its_running_items_back(alice):
+    item = queued_item(alice)
+    other = queued_item(alice)
+    work.work_item_claim(item_id=item.id, hostname="leaving@host")
+    work.work_item_claim(item_id=other.id, hostname="staying@host")
+    with mock.patch.object(work, "work_send", autospec=True):
+        assert work.work_release_worker(hostname="leaving@host") == 1
+    item.refresh_from_db()
+    assert (item.status, item.attempts, item.lease_token) == (WorkItem.Status.QUEUED, 0, "")
+    assert item.reason == "released by leaving@host, shutting down"
+    assert WorkItem.objects.get(id=other.id).status == WorkItem.Status.RUNNING

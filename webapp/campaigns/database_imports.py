@@ -31,6 +31,7 @@ from typing import Any
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 
+from engine.baseline_names import tuned_label
 from engine.baselines import best_of_layouts
 from engine.campaign.storage import CandidateRecord, SqliteStorage
 from engine.families.library import LIBRARIES, library
@@ -242,7 +243,7 @@ def import_final(*, campaign: Campaign, final: Mapping[str, Any]) -> int:
                 seconds,
                 environment,
                 protocol=protocol,
-                kernels=cublaslt_kernel_labels(section),
+                kernels={**cublaslt_kernel_labels(section), **torch_baseline_labels(section)},
                 statistic=statistic,
             )
             kernels = {n: s for n, s in seconds.items() if n not in BASELINE_KEYS}
@@ -273,6 +274,16 @@ def import_final(*, campaign: Campaign, final: Mapping[str, Any]) -> int:
                 candidate.save(update_fields=["timings"])
         problem_refresh_best(problem=problem)
     return count
+
+
+def torch_baseline_labels(section: Mapping[str, Any]) -> dict[str, str]:
+    """``inductor_max_autotune_<layout>`` and ``tunableop_<layout>`` → what it ran (Inductor's
+    pick, TunableOp's kernels), from a final's ``torch_baselines`` (engine.campaign.final)."""
+    labels: dict[str, str] = {}
+    for runner, report in (section.get("torch_baselines") or {}).items():
+        if isinstance(report, Mapping) and (label := tuned_label(dict(report))):
+            labels[str(runner)] = label
+    return labels
 
 
 def cublaslt_kernel_labels(section: Mapping[str, Any]) -> dict[str, str]:

@@ -14,8 +14,12 @@ from webapp.campaigns.launch import (
     PRESET_CHOICES,
     PROPOSERS,
     REWARD_PROTOCOLS,
+    confirm_threshold_seconds,
+    duration_text,
     estimated_gpu_seconds,
     preset_shapes,
+    queued_gpu_seconds,
+    quota_seconds,
 )
 from webapp.campaigns.models import BaselineResult, Campaign, Candidate, Layout, gpu_pools
 
@@ -26,6 +30,16 @@ MAX_TOKEN_COUNTS = 16
 MAX_BUDGET_PER_SHAPE = 4096
 MAX_SHOWN_ERRORS = 5
 _SPLIT = re.compile(r"[\s,;]+")
+# Bidirectional controls (embeddings, overrides, isolates, marks): a name with U+202E would show
+# reversed on every page that lists it.
+BIDI_CONTROLS = re.compile("[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def capped(errors: list[str], *, limit: int = MAX_SHOWN_ERRORS) -> list[str]:
+    """The first ``limit`` errors and how many more there are: 30 000 junk lines give a short
+    page, not one line per junk line."""
+    more = len(errors) - limit
+    return errors[:limit] + ([f"… and {more} more"] if more > 0 else [])
 
 
 def parse_values(text: str, *, what: str, limit: int) -> list[int]:
@@ -45,7 +59,7 @@ def parse_values(text: str, *, what: str, limit: int) -> list[int]:
         else:
             values[int(item)] = None
     if errors:
-        raise forms.ValidationError(errors[:MAX_SHOWN_ERRORS])
+        raise forms.ValidationError(capped(errors))
     if len(values) > limit:
         raise forms.ValidationError(f"{what}: {len(values)} values is over the limit of {limit}")
     return list(values)
@@ -75,6 +89,10 @@ def parse_mix(text: str) -> dict[str, float]:
             )
         shares[name] = share
     total = sum(shares.values())
+    if not math.isfinite(total):  # rl=1e308, evolve=1e308: each finite, their sum is not
+        raise forms.ValidationError(
+            "the shares add up to more than a number can hold: give smaller shares, e.g. rl=0.5"
+        )
     if shares and total <= 0:
         raise forms.ValidationError("the shares add up to 0: give at least one a positive share")
     return {name: share / total for name, share in shares.items() if share > 0}
@@ -152,14 +170,29 @@ class CampaignForm(forms.Form):
         "quick to build (and prebuilt where kernels were carried); full: every valid config.",
     )
 
-    def __init__(self, *args, **kwargs):
+    confirm_large = forms.BooleanField(
+        required=False,
+        label="Launch it although it is large",
+        help_text="Needed when the estimated GPU time is over the confirmation threshold.",
+    )
+
+    def __init__(self, *args, owner_id: int | None = None, **kwargs):
+        """``owner_id``: whose per-user quota of queued GPU time the launch counts against
+        (None: no quota check, e.g. a form only rendered)."""
         super().__init__(*args, **kwargs)
+        self.owner_id = owner_id
         pools = gpu_pools()
         field = self.fields["gpu_pool"]
         field.choices = [("", "per shape (its arch)"), *[(p, p) for p in pools]]
         field.error_messages["invalid_choice"] = (
             f"Unknown GPU pool %(value)s: choose one of {', '.join(pools)}, or leave it empty."
         )
+
+    def clean_name(self) -> str:
+        name = BIDI_CONTROLS.sub("", self.cleaned_data["name"]).strip()
+        if not name:
+            raise forms.ValidationError("Enter a name with visible characters.")
+        return name
 
     def clean_gpu_pool(self) -> str:
         return self.cleaned_data.get("gpu_pool") or ""
@@ -184,7 +217,7 @@ class CampaignForm(forms.Form):
             else:
                 found.append((p.m, p.n, p.k))
         if errors:
-            raise forms.ValidationError(errors)
+            raise forms.ValidationError(capped(errors))
         return found
 
     def clean_grid_m(self) -> list[int]:
@@ -240,16 +273,37 @@ class CampaignForm(forms.Form):
             except ProblemError as exc:
                 errors.append(f"{m}x{n}x{k}: {exc}")
         if errors:
-            more = len(errors) - MAX_SHOWN_ERRORS
-            shown = errors[:MAX_SHOWN_ERRORS] + ([f"… and {more} more"] if more > 0 else [])
-            self.add_error(None, forms.ValidationError(shown))
+            self.add_error(None, forms.ValidationError(capped(errors)))
             return cleaned
         cleaned["problems"] = problems
         if "budget_per_shape" in cleaned:
             cleaned["estimated_gpu_s"] = estimated_gpu_seconds(
                 shapes=len(problems), budget_per_shape=cleaned["budget_per_shape"]
             )
+            self._check_size(cleaned["estimated_gpu_s"], confirmed=cleaned.get("confirm_large"))
         return cleaned
+
+    def _check_size(self, estimate: float, *, confirmed: bool | None) -> None:
+        """A large launch needs its box ticked; none may take the owner past their quota."""
+        threshold = confirm_threshold_seconds()
+        if estimate > threshold and not confirmed:
+            self.add_error(
+                "confirm_large",
+                f"This campaign is estimated at {duration_text(estimate)} of GPU time, over "
+                f"{duration_text(threshold)}: tick the box to launch it anyway.",
+            )
+        if self.owner_id is None:
+            return
+        queued = queued_gpu_seconds(owner_id=self.owner_id)
+        quota = quota_seconds()
+        if queued + estimate > quota:
+            self.add_error(
+                None,
+                f"Over your quota of queued GPU time: this campaign is estimated at "
+                f"{duration_text(estimate)} and your unfinished campaigns still owe "
+                f"{duration_text(queued)}, more than {duration_text(quota)} together. Cancel "
+                f"or wait for one, or launch fewer shapes or a smaller budget.",
+            )
 
 
 class CandidateFilterForm(forms.Form):

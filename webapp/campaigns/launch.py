@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# views.campaign_new is decorated with @launch.rate_limit (webapp/ratelimit.py).
-from webapp.ratelimit import launch_rate_limit as rate_limit  # noqa: F401
+from django.conf import settings
+from django.db.models import Count
+
+from webapp import ratelimit
 
 PROPOSERS = ("rl", "evolve", "random", "transfer")  # engine.campaign.PROPOSER_NAMES
 DEFAULT_MIX = {"rl": 0.5, "evolve": 0.3, "random": 0.2}  # engine.campaign.loop.DEFAULT_MIX
@@ -81,3 +83,56 @@ def duration_text(seconds: float) -> str:
     if seconds < 48 * 3600:
         return f"{seconds / 3600:.1f} h"
     return f"{seconds / 86400:.1f} days"
+
+
+# -- what a launch may ask for --------------------------------------------------------------------
+# A campaign still owes GPU time while it is queued, running or paused.
+OWING = ("queued", "running", "paused")  # Campaign.Status values
+
+
+def launch_window(*, user_id: int) -> ratelimit.Window:
+    """The launch rate limit: settings.LAUNCH_RATE_LIMIT accepted launches per user per window."""
+    return ratelimit.Window(
+        scope="launch",
+        key=str(user_id),
+        limit=settings.LAUNCH_RATE_LIMIT,
+        seconds=settings.LAUNCH_RATE_WINDOW_SECONDS,
+    )
+
+
+def queued_gpu_seconds(*, owner_id: int) -> float:
+    """The estimated GPU time ``owner``'s unfinished campaigns still owe: the candidates their
+    budgets leave (shapes × budget − candidates so far), at GPU_SECONDS_PER_CANDIDATE each."""
+    from webapp.campaigns.models import Campaign, Candidate
+
+    owing = Campaign.objects.filter(owner_id=owner_id, status__in=OWING)
+    planned = {
+        c["id"]: c["shapes"] * c["budget_per_shape"]
+        for c in owing.annotate(shapes=Count("problems")).values("id", "shapes", "budget_per_shape")
+    }
+    made = dict(
+        Candidate.objects.filter(problem__campaign__in=list(planned))
+        .values("problem__campaign")
+        .annotate(n=Count("id"))
+        .values_list("problem__campaign", "n")
+    )
+    left = sum(max(0, want - made.get(cid, 0)) for cid, want in planned.items())
+    return left * GPU_SECONDS_PER_CANDIDATE
+
+
+def rate_limited_text(wait: int) -> str:
+    limit, window = settings.LAUNCH_RATE_LIMIT, settings.LAUNCH_RATE_WINDOW_SECONDS
+    return (
+        f"Too many launches: at most {limit} per {window} s. Nothing was launched; your "
+        f"form is kept: submit it again in {wait} s."
+    )
+
+
+def confirm_threshold_seconds() -> float:
+    """A launch estimated above this much GPU time needs its confirmation box ticked."""
+    return settings.LAUNCH_CONFIRM_GPU_HOURS * 3600.0
+
+
+def quota_seconds() -> float:
+    """The most estimated GPU time one user may have queued (running and paused included)."""
+    return settings.LAUNCH_GPU_QUOTA_HOURS * 3600.0

@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 
+from engine.baseline_names import BASELINE_LABELS, BASELINES
 from engine.problem import Layout as EngineLayout
 from engine.problem import Problem as EngineProblem
 
@@ -221,11 +222,10 @@ class Candidate(models.Model):
 class BaselineResult(models.Model):
     """A vendor library's timings for one shape on one GPU environment."""
 
-    class Baseline(models.TextChoices):
-        TORCH = "torch", "torch.matmul"
-        CUBLAS = "cublas", "cuBLAS"
-        CUBLASLT_HEURISTIC = "cublaslt_heuristic", "cuBLASLt (heuristic)"
-        CUBLASLT_AUTOTUNE = "cublaslt_autotune", "cuBLASLt (autotuned)"
+    # the engine's names (engine.baseline_names), so a baseline added there is one here
+    Baseline = models.TextChoices(
+        "Baseline", [(name.upper(), (name, BASELINE_LABELS[name])) for name in BASELINES]
+    )
 
     m = models.PositiveIntegerField()
     n = models.PositiveIntegerField()

@@ -504,6 +504,8 @@ def run_gpu_child(
                 done=done,
             )
         returned = time.time()
+        if ran.killed_for == toolchain.STOPPED:  # cancelled, or the worker is shutting down
+            raise LeaseLost(f"GPU step stopped: {ran.stderr[-300:]}")
         if ran.timed_out:
             message = f"GPU step killed after {settings.GPU_STEP_TIMEOUT} s"
             return [

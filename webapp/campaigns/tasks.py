@@ -33,3 +33,11 @@ def work_requeue() -> dict[str, int]:
     """Periodic (Celery beat): start queued campaigns, re-queue expired leases, fail items past
     their attempt cap, re-send lost messages."""
     return work.work_requeue()
+
+
+@shared_task(name="webapp.campaigns.tasks.work_resend")
+def work_resend(before: float) -> int:
+    """Sent by a worker each time it connects to the broker (webapp.celery.ResendOnConnect):
+    re-send the queued items last sent before ``before`` (a Unix time), whose messages a
+    restarted broker may have lost. Returns how many were sent."""
+    return work.work_resend_queued(before=before)

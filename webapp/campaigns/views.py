@@ -12,6 +12,7 @@ from pygments import highlight
 from pygments.formatters import HtmlFormatter
 from pygments.lexers import CppLexer
 
+from webapp import ratelimit
 from webapp.campaigns import artifacts, diffs, exports, launch, live, ratios, selectors, services
 from webapp.campaigns.forms import MAX_SHAPES, CampaignForm, CandidateFilterForm, HeatmapForm
 from webapp.campaigns.models import Campaign, Candidate, Problem
@@ -41,31 +42,19 @@ def dashboard(request):
 
 
 @login_required
-@launch.rate_limit
 @require_http_methods(["GET", "POST"])
 def campaign_new(request):
-    form = CampaignForm(request.POST or None)
+    form = CampaignForm(request.POST or None, owner_id=request.user.pk)
+    status, retry_after = 200, 0
     if request.method == "POST" and form.is_valid():
-        data = form.cleaned_data
-        campaign = services.campaign_create(
-            owner=request.user,
-            name=data["name"],
-            layout=data["layout"],
-            problems=data["problems"],
-            budget_per_shape=data["budget_per_shape"],
-            proposer_mix=data["proposer_mix"],
-            reward_protocol=data["reward_protocol"],
-            gpu_pool=data.get("gpu_pool", ""),
-            search_space=data.get("search_space") or Campaign.SearchSpace.FULL,
-        )
-        merged = f", {data['duplicates']} duplicates merged" if data["duplicates"] else ""
-        messages.success(
-            request,
-            f"Launched {len(data['problems'])} shapes{merged}; estimated GPU time "
-            f"{launch.duration_text(data['estimated_gpu_s'])}.",
-        )
-        return redirect("campaign-detail", campaign_id=campaign.id)
-    return render(
+        # only an accepted launch counts against the rate limit (a form with errors does not)
+        retry_after = ratelimit.take(launch.launch_window(user_id=request.user.pk))
+        if retry_after:
+            status = 429
+            form.add_error(None, launch.rate_limited_text(retry_after))
+        else:
+            return campaign_launch(request, form.cleaned_data)
+    response = render(
         request,
         "campaigns/new.html",
         {
@@ -74,7 +63,32 @@ def campaign_new(request):
             "seconds_per_candidate": launch.GPU_SECONDS_PER_CANDIDATE,
             "max_shapes": MAX_SHAPES,
         },
+        status=status,
     )
+    if retry_after:
+        response["Retry-After"] = str(retry_after)
+    return response
+
+
+def campaign_launch(request, data: dict):
+    campaign = services.campaign_create(
+        owner=request.user,
+        name=data["name"],
+        layout=data["layout"],
+        problems=data["problems"],
+        budget_per_shape=data["budget_per_shape"],
+        proposer_mix=data["proposer_mix"],
+        reward_protocol=data["reward_protocol"],
+        gpu_pool=data.get("gpu_pool", ""),
+        search_space=data.get("search_space") or Campaign.SearchSpace.FULL,
+    )
+    merged = f", {data['duplicates']} duplicates merged" if data["duplicates"] else ""
+    messages.success(
+        request,
+        f"Launched {len(data['problems'])} shapes{merged}; estimated GPU time "
+        f"{launch.duration_text(data['estimated_gpu_s'])}.",
+    )
+    return redirect("campaign-detail", campaign_id=campaign.id)
 
 
 @require_GET

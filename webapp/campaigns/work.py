@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import uuid
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -21,6 +22,7 @@ from django.db import close_old_connections, connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from engine import toolchain
 from webapp.campaigns.models import Campaign, Problem, WorkItem
 
 logger = logging.getLogger(__name__)
@@ -115,6 +117,8 @@ def work_item_hold(*, item_id: int, token: str) -> WorkItem:
     item = WorkItem.objects.select_for_update().get(id=item_id)
     if item.status != WorkItem.Status.RUNNING or item.lease_token != token:
         raise LeaseLost(f"work item {item_id} is {item.status} under another lease")
+    if Campaign.objects.filter(id=item.campaign_id, status=Campaign.Status.CANCELLED).exists():
+        raise LeaseLost(f"work item {item_id}: its campaign was cancelled")
     return item
 
 
@@ -125,8 +129,22 @@ def work_item_done(item: WorkItem, *, result: dict[str, Any]) -> None:
     item.save(update_fields=["status", "result", "lease_token", "lease_expires", "updated"])
 
 
+def work_item_ours(*, item_id: int, token: str) -> bool:
+    """Still running under this lease, for a campaign that was not cancelled."""
+    return (
+        WorkItem.objects.filter(id=item_id, status=WorkItem.Status.RUNNING, lease_token=token)
+        .exclude(campaign__status=Campaign.Status.CANCELLED)
+        .exists()
+    )
+
+
 class LeaseKeeper(threading.Thread):
-    """Extends a lease every third of its length until stopped; ``lost`` once it could not."""
+    """Extends a lease every third of its length until stopped; ``lost`` once it could not.
+
+    Every WORK_STOP_POLL_SECONDS it also checks that the item is still ours: once its campaign
+    was cancelled, or its lease taken (re-queued by a worker shutting down, or expired), it kills
+    this process's children (engine.toolchain.stop_children: nvcc, the GPU step's child, a hook)
+    and later ones do not start, so the step ends within seconds and records nothing."""
 
     def __init__(self, *, item_id: int, token: str) -> None:
         super().__init__(name=f"lease-{item_id}", daemon=True)
@@ -135,25 +153,40 @@ class LeaseKeeper(threading.Thread):
         self.lost = False
 
     def run(self) -> None:
+        extend_every = settings.WORK_LEASE_SECONDS / 3
+        poll = min(settings.WORK_STOP_POLL_SECONDS, extend_every)
+        next_extend = time.monotonic() + extend_every
         try:
-            while not self.stopping.wait(settings.WORK_LEASE_SECONDS / 3):
+            while not self.stopping.wait(poll):
                 close_old_connections()
                 try:
-                    if not work_item_extend(item_id=self.item_id, token=self.token):
-                        self.lost = True
-                        return
+                    if time.monotonic() >= next_extend:
+                        next_extend = time.monotonic() + extend_every
+                        if not work_item_extend(item_id=self.item_id, token=self.token):
+                            return self._lose("its lease was taken")
+                    if not work_item_ours(item_id=self.item_id, token=self.token):
+                        return self._lose("its campaign was cancelled or its lease taken")
                 except Exception:  # a database hiccup: the next beat retries
-                    logger.exception("extending the lease of work item %s failed", self.item_id)
+                    logger.exception("checking the lease of work item %s failed", self.item_id)
         finally:
             connection.close()
 
+    def _lose(self, why: str) -> None:
+        self.lost = True
+        if not self.stopping.is_set():
+            killed = toolchain.stop_children(f"work item {self.item_id}: {why}")
+            logger.warning("work item %s: %s; stopped %d child process groups", self.item_id,
+                           why, killed)  # fmt: skip
+
     def __enter__(self) -> LeaseKeeper:
+        toolchain.allow_children()  # a stop for this process's previous task is over
         self.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.stopping.set()
         self.join(10)
+        toolchain.allow_children()
 
 
 # -- failure, retry, expiry --------------------------------------------------------------------
@@ -257,12 +290,55 @@ def work_requeue() -> dict[str, int]:
                 work_enqueue(held)
                 counts["requeued"] += 1
     stale = now - timedelta(seconds=settings.WORK_STALE_QUEUED_SECONDS)
+    counts["resent"] = _resend_queued_before(stale, now=now)
+    return counts
+
+
+def _resend_queued_before(moment: datetime, *, now: datetime) -> int:
+    """Send again the queued items of running campaigns last sent before ``moment``; each once,
+    however many callers race (a conditional UPDATE of ``enqueued`` claims it)."""
+    sent = 0
     for item in WorkItem.objects.filter(
-        status=WorkItem.Status.QUEUED, campaign__status=Campaign.Status.RUNNING, enqueued__lt=stale
+        status=WorkItem.Status.QUEUED, campaign__status=Campaign.Status.RUNNING, enqueued__lt=moment
     ):
         if WorkItem.objects.filter(
             id=item.id, status=WorkItem.Status.QUEUED, enqueued=item.enqueued
         ).update(enqueued=now):
             work_send(item_id=item.id, kind=item.kind, queue=item.queue)
-            counts["resent"] += 1
-    return counts
+            sent += 1
+    return sent
+
+
+def work_resend_queued(*, before: float) -> int:
+    """After a worker (re)connected to the broker at Unix time ``before``: what was sent before
+    then may be gone with a restarted broker. Several workers reconnecting at once send each
+    item once: the first marks it sent now, after the others' ``before``."""
+    moment = datetime.fromtimestamp(before, tz=UTC)
+    sent = _resend_queued_before(moment, now=timezone.now())
+    if sent:
+        logger.warning("a worker (re)connected to the broker: re-sent %d queued work items", sent)
+    return sent
+
+
+def work_release_worker(*, hostname: str) -> int:
+    """A worker shutting down hands back the items it runs: queued again at once (the attempt
+    not counted) and sent, so that another worker takes them now rather than after the lease
+    expires; its own steps see the lease gone (LeaseKeeper) and stop their children. Returns
+    how many it released."""
+    released = 0
+    for item in WorkItem.objects.filter(status=WorkItem.Status.RUNNING, worker=hostname):
+        with transaction.atomic():
+            changed = WorkItem.objects.filter(
+                id=item.id, status=WorkItem.Status.RUNNING, lease_token=item.lease_token
+            ).update(
+                status=WorkItem.Status.QUEUED,
+                attempts=F("attempts") - 1,
+                lease_token="",
+                lease_expires=None,
+                reason=f"released by {hostname}, shutting down",
+                enqueued=timezone.now(),
+            )
+            if changed:
+                work_enqueue(item)
+                released += 1
+    return released
