@@ -111,6 +111,11 @@ def parse_args() -> argparse.Namespace:
         metavar="LAYOUT=A:B",
         help="time LAYOUT on SWEEP_SHAPES[A:B] (repeatable; default nn=0:16 and tn=0:16)",
     )
+    parser.add_argument(
+        "--shapes",
+        help="comma-separated MxNxK shapes that --time's spans index (default: SWEEP_SHAPES), "
+        "e.g. bench/fresh_shapes.py's",
+    )
     parser.add_argument("--device-seconds", type=float, default=20.0, help="per shape and run")
     parser.add_argument("--deadline", type=float, help="start no new shape after N seconds")
     parser.add_argument("--sanitize-best", action="store_true")
@@ -161,14 +166,16 @@ def library_limits(args: argparse.Namespace) -> dict[tuple[str, str], int]:
     return limits
 
 
-def timing_plan(specs: list[str]) -> list[tuple[str, Layout]]:
-    """``["nn=0:16", "tn=0:8"]`` → (shape, layout) pairs, shape by shape."""
+def timing_plan(
+    specs: list[str], shapes: tuple[str, ...] = SWEEP_SHAPES
+) -> list[tuple[str, Layout]]:
+    """``["nn=0:16", "tn=0:8"]`` → (shape, layout) pairs of ``shapes``, shape by shape."""
     plan: list[tuple[int, str, Layout]] = []
     for spec in specs:
         layout_text, _, span = spec.partition("=")
         first, last = (int(x) for x in span.split(":"))
         layout = Layout.parse(layout_text)
-        plan += [(i, SWEEP_SHAPES[i], layout) for i in range(first, min(last, len(SWEEP_SHAPES)))]
+        plan += [(i, shapes[i], layout) for i in range(first, min(last, len(shapes)))]
     plan.sort(key=lambda item: (item[0], item[2].value))
     return [(shape, layout) for _, shape, layout in plan]
 
@@ -283,7 +290,8 @@ def main() -> int:
     (args.out / "families.json").write_text(json.dumps(report, indent=1, default=str))
 
     shim = load_shim(config)
-    plan = timing_plan(args.time or ["nn=0:16", "tn=0:16"])
+    shapes = tuple(s.strip() for s in args.shapes.split(",")) if args.shapes else SWEEP_SHAPES
+    plan = timing_plan(args.time or ["nn=0:16", "tn=0:16"], shapes)
     if args.merge:  # what the merged run's deadline left untimed comes first
         left = [tuple(key.rsplit("_", 1)) for key in report.pop("not_timed", [])]
         plan = [(shape, Layout.parse(layout)) for shape, layout in left] + plan

@@ -4,7 +4,7 @@
 #   usage (on the device): bash bench/gpu_run.sh
 #     [tests|bench|clock|all|checks|families|campaign|library|smoke|library2|library3|resume|
 #      stack|bundle|grid64|profile|splitk|raster|reduction|tiles|cublaslt|interference|warm|
-#      baselines|timed|triton]
+#      baselines|timed|triton|fresh]
 #   [extra args]
 set -uo pipefail  # pipefail: a pipeline's status is its first failing command's
 stage=${1:-all}; shift || true
@@ -15,7 +15,7 @@ if ls .whl/*.whl >/dev/null 2>&1; then
   export PYTHONPATH=/tmp/site
 fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
-if [[ $stage == library* || $stage =~ ^(smoke|checks|stack|bundle|resume|grid64|profile|splitk|raster|reduction|tiles|cublaslt|interference|warm|triton)$ ]]; then
+if [[ $stage == library* || $stage =~ ^(smoke|checks|stack|bundle|resume|grid64|profile|splitk|raster|reduction|tiles|cublaslt|interference|warm|triton|fresh)$ ]]; then
   # inside the checkout (ignored): kept between calls while the lent machine stays warm
   export ENGINE_CACHE_DIR=$PWD/.cache/device
   mkdir -p "$ENGINE_CACHE_DIR/kernels"
@@ -126,6 +126,14 @@ if [[ $stage == library ]]; then  # issue 4: the curated library, built, verifie
     --device-seconds 3 --deadline "${LIBRARY_DEADLINE:-500}" "$@" 2>&1 \
     | tee "$OUT/library.log" | tail -60 || status=1
   cp "$OUT/families.json" "$ENGINE_CACHE_DIR/library-run1.json"
+  pack_device_kernels
+fi
+if [[ $stage == fresh ]]; then  # issue 31: a replay table of shapes no earlier table holds (NN library)
+  shapes=$(python3 bench/fresh_shapes.py --count 16 --seed "${FRESH_SEED:-2031}")
+  echo "$shapes" > "$OUT/fresh-shapes.txt"
+  python3 bench/family_sweep.py --out "$OUT" --library --layouts nn --verify-jobs 12 --shapes "$shapes" \
+    --time nn=0:16 --device-seconds 3 --deadline "${FRESH_DEADLINE:-480}" "$@" 2>&1 \
+    | tee "$OUT/fresh.log" | tail -60 || status=1
   pack_device_kernels
 fi
 if [[ $stage == smoke ]]; then  # every library2 code path in a minute, before the long run

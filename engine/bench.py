@@ -29,6 +29,7 @@ import torch
 from engine import numerics, physics
 from engine import timed_checks as tc
 from engine.problem import Layout, Problem
+from engine.protocols import PROTOCOLS  # noqa: F401  (its old home; the names live there)
 from engine.stats import TimingStats, summarize
 
 L2_FLUSH_BYTES = 256 << 20
@@ -40,7 +41,6 @@ LOAD_GAP_S = 0.2
 # 1024x4096x16384 (every runner together; NOTES §2), so a run spans that wandering.
 DEVICE_MIN_SECONDS = 1.0
 HEAT_POLL_S = 2e-4  # Bench.heat_while's sleep between looks at the GPU (a round queued behind)
-PROTOCOLS = ("device", "offline", "server", "graph")
 PREPARE_COST_SAMPLES = 5  # calls whose input refresh and C poison are timed with events
 
 

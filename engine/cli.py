@@ -14,6 +14,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "prebuild",
     "optimize",
     "replay",
+    "pretrain_policy",
     "bundle",
     "train_llm",
     "report",

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 from engine.families import get_family
 from engine.phases import Phases
 from engine.problem import Problem
+from engine.protocols import PROTOCOLS
 
 if TYPE_CHECKING:
     from engine.forkserver import ForkServer
@@ -83,8 +84,10 @@ def run_batch(
     fork_server: ForkServer | None = None,
     warmed: Warmed | None = None,
     verified_mark: Path | None = None,
+    protocol: str = "device",
 ) -> list[dict]:
-    """The batch's outcomes (dicts of engine.campaign.executor.Outcome); ``phases`` gets where
+    """The batch's outcomes (dicts of engine.campaign.executor.Outcome), timed in ``protocol``
+    (the campaign's reward protocol); ``phases`` gets where
     the time went (engine.phases); ``fork_server``: one started for the verifications (else
     engine.verify's choice); ``warmed``: what a standby child prepared for them;
     ``verified_mark``: a file created once the verdicts are in (local only)."""
@@ -94,7 +97,8 @@ def run_batch(
         with phases("imports"):
             from engine.campaign.executor import CompiledCandidate, ReplayExecutor, ReplayTable
 
-            executor = ReplayExecutor(ReplayTable.load([executor_spec[len("replay:") :]]))
+            table = ReplayTable.load([executor_spec[len("replay:") :]])
+            executor = ReplayExecutor(table, protocol=protocol)
         if delay_s:
             with phases("timing"):
                 time.sleep(delay_s)  # stands in for the GPU's time
@@ -117,6 +121,7 @@ def run_batch(
         fork_server=fork_server,
         warmed=warmed,
         verified_mark=verified_mark,
+        protocol=protocol,
     )
 
 
@@ -130,6 +135,7 @@ def run_local(
     fork_server: ForkServer | None = None,
     warmed: Warmed | None = None,
     verified_mark: Path | None = None,
+    protocol: str = "device",
 ) -> list[dict]:
     """Verification children first, torch after: the children (one per candidate) start before
     this process imports torch, and run while it imports torch and sets up the measurement
@@ -160,6 +166,7 @@ def run_local(
         )
 
         executor = LocalGpuExecutor(
+            protocols=(protocol,),
             arch=arch,
             verify_jobs=verify_jobs,
             device_seconds=device_seconds,
@@ -280,6 +287,12 @@ def main(
     parser.add_argument("--warm-after", type=Path, help="standby: warm verifiers once it exists")
     parser.add_argument("--warm-verifiers", type=int, default=1, help="standby: how many")
     parser.add_argument("--verified-mark", type=Path, help="local: created once verified")
+    parser.add_argument(
+        "--protocol",
+        default="device",
+        choices=PROTOCOLS,
+        help="the timing protocol of the outcomes (the campaign's reward protocol)",
+    )
     args = parser.parse_args(argv)
     if args.standby:
         return standby(args)
@@ -303,6 +316,7 @@ def main(
         fork_server=fork_server,
         warmed=warmed,
         verified_mark=args.verified_mark,
+        protocol=args.protocol,
     )
     phases.close(time.perf_counter() - clock)
     result = {

@@ -5,8 +5,9 @@ executor.py   GpuExecutor protocol; LocalGpuExecutor (this GPU) and ReplayExecut
 storage.py    CampaignStorage protocol; SqliteStorage for the CLI
 proposers.py  random, evolutionary, learned-policy and transfer proposers, mixed per campaign
 mirror.py     the mirror proposer: our configs nearest to the kernels cuBLASLt runs
-policy.py     the torch policy (REINFORCE, persisted per GPU arch)
-loop.py       the rounds, budgets, early stops, pipelined compiles, results JSON
+policy.py     the torch policy (REINFORCE, persisted per GPU arch, shared through a locked file)
+round.py      one round: propose, compile, execute, records and rewards, learn (CLI and web)
+loop.py       the CLI's rounds in one process: budgets, early stops, pipelined compiles, JSON
 replay.py     the replay benchmark: every strategy against a recorded table, on the CPU
 """
 
@@ -32,7 +33,7 @@ from engine.campaign.loop import (
     reward_of,
 )
 from engine.campaign.mirror import MirrorProposer
-from engine.campaign.policy import Policy, policy_path
+from engine.campaign.policy import InMemoryLearner, Policy, PolicyFile, policy_path
 from engine.campaign.proposers import (
     EvolveProposer,
     PolicyProposer,
@@ -43,6 +44,7 @@ from engine.campaign.proposers import (
     propose_batch,
     split_batch,
 )
+from engine.campaign.round import Round, RoundSettings, batch_size_for
 from engine.campaign.space import SearchSpace, families_for_arch
 from engine.campaign.storage import CampaignStorage, CandidateRecord, SqliteStorage
 from engine.problem import Problem
@@ -56,7 +58,6 @@ def make_proposers(
     mix: Mapping[str, float],
     *,
     policy: Policy | None = None,
-    seed: int = 0,
     known: Sequence[tuple[Problem, CandidateRecord]] = (),
     mirror_targets: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
 ) -> dict[str, Proposer]:
@@ -80,7 +81,7 @@ def make_proposers(
         elif name == "rl":
             if policy is None:
                 raise ValueError("the rl proposer needs a policy")
-            out[name] = PolicyProposer(policy, seed=seed)
+            out[name] = PolicyProposer(policy)
         else:
             expected = (*PROPOSER_NAMES, *INPUT_PROPOSER_NAMES)
             raise ValueError(f"unknown proposer {name!r}: expected one of {expected}")
@@ -97,9 +98,11 @@ __all__ = [
     "CompiledCandidate",
     "EvolveProposer",
     "GpuExecutor",
+    "InMemoryLearner",
     "LocalGpuExecutor",
     "Outcome",
     "Policy",
+    "PolicyFile",
     "PolicyProposer",
     "ProblemResult",
     "Progress",
@@ -108,9 +111,12 @@ __all__ = [
     "RandomProposer",
     "ReplayExecutor",
     "ReplayTable",
+    "Round",
+    "RoundSettings",
     "SearchSpace",
     "SqliteStorage",
     "TransferProposer",
+    "batch_size_for",
     "campaign_report",
     "families_for_arch",
     "make_proposers",

@@ -31,6 +31,7 @@ STATUS_COMPILE_ERROR = "compile_error"
 STATUS_REJECTED = "rejected"  # failed verification, or rejected while timed
 STATUS_TIMEOUT = "timeout"  # nvcc or the verifier ran out of time
 STATUS_MISSING = "missing"  # replay only: the table has no time for this candidate
+REPLAY_PROTOCOL = "device"  # the protocol a replay table's times were recorded in
 FAILURES = (STATUS_COMPILE_ERROR, STATUS_REJECTED, STATUS_TIMEOUT, STATUS_MISSING)
 
 
@@ -437,11 +438,23 @@ class ReplayTable:
 
 class ReplayExecutor:
     """Answers from a ReplayTable: no compile, no GPU. Counts executions per (problem, name),
-    so tests can prove that nothing is measured twice."""
+    so tests can prove that nothing is measured twice. The tables hold device-protocol times:
+    asked for another ``protocol``, it refuses rather than reward one protocol's times as
+    another's."""
 
     needs_libraries = False
 
-    def __init__(self, table: ReplayTable, *, gpu_seconds_per_candidate: float = 0.0) -> None:
+    def __init__(
+        self,
+        table: ReplayTable,
+        *,
+        gpu_seconds_per_candidate: float = 0.0,
+        protocol: str = REPLAY_PROTOCOL,
+    ) -> None:
+        if protocol != REPLAY_PROTOCOL:
+            raise ValueError(
+                f"the replay tables hold {REPLAY_PROTOCOL}-protocol times only, not {protocol!r}"
+            )
         self.table = table
         self.arch = table.arch
         self.gpu_seconds_per_candidate = gpu_seconds_per_candidate
@@ -466,7 +479,7 @@ class ReplayExecutor:
                     STATUS_OK,
                     seconds=seconds,
                     baselines=baselines,
-                    timings={"device": {"seconds": seconds, "baselines": baselines}},
+                    timings={REPLAY_PROTOCOL: {"seconds": seconds, "baselines": baselines}},
                     gpu_seconds=self.gpu_seconds_per_candidate,
                 )
             )

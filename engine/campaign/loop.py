@@ -1,51 +1,53 @@
-"""The campaign loop: propose → compile → verify and time → reward → learn, per problem.
+"""The campaign loop: the rounds of engine.campaign.round, per problem, in one process.
 
 For each problem, rounds run until a stop: the candidate budget, the campaign's GPU-seconds
 budget, the space exhausted, no better candidate for ``patience`` rounds, or the policy converged
 (its entropy over the untried configs below ``min_entropy``). When the executor needs compiled
 libraries, the next batch is proposed and compiled in a background thread while the current one
-runs on the GPU (so the policy's update lags by one batch); a replay executor needs only names
+runs on the GPU (so the policy's update lags by one batch; ``pipeline=False`` proposes each round
+after the one before was learnt, as the web app's steps do); a replay executor needs only names
 and runs unpipelined. Every outcome is stored before the next round, and names already stored
 are never executed again: a stopped campaign resumes where it was.
 
-Reward = log(best baseline time / candidate time), baseline ``cublaslt_autotune`` (best of both
-layouts) by default; a failure (compile error, rejection, timeout) gets ``failure_reward`` and
-its reason is stored.
+What a round proposes, how its outcomes become records, their rewards and what the policy learns
+are engine.campaign.round's: the web app's Celery steps run the same rounds. Reward =
+log(best baseline time / candidate time) in the executor's protocol, baseline
+``cublaslt_autotune`` (best of both layouts) by default; a failure (compile error, rejection,
+timeout) gets ``failure_reward`` and its reason is stored.
 """
 
 from __future__ import annotations
 
 import math
-import random
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 from engine.baseline_names import NVIDIA
-from engine.campaign.executor import (
-    STATUS_COMPILE_ERROR,
-    STATUS_OK,
-    STATUS_REJECTED,
-    STATUS_TIMEOUT,
-    CompiledCandidate,
-    GpuExecutor,
-    Outcome,
-)
+from engine.campaign.executor import STATUS_OK, CompiledCandidate, GpuExecutor, Outcome
 from engine.campaign.policy import Policy
-from engine.campaign.proposers import LearnsCublasLtKernels, Proposal, Proposer, propose_batch
+from engine.campaign.proposers import LearnsCublasLtKernels, Proposal, Proposer
+from engine.campaign.round import (
+    DEFAULT_MIX,
+    FAILURE_REWARD,
+    Compiler,
+    PolicyLearner,
+    Round,
+    RoundSettings,
+    batch_size_for,
+    reward_of,
+)
 from engine.campaign.space import SearchSpace
 from engine.campaign.storage import CampaignStorage, CandidateRecord
-from engine.compile import CompileResult, compile_configs
-from engine.families import KernelConfig
+from engine.compile import compile_configs
 from engine.problem import Problem
+from engine.protocols import DEFAULT_PROTOCOL, PROTOCOLS
 
-DEFAULT_MIX = {"rl": 0.5, "evolve": 0.3, "random": 0.2}
 FINAL = ("budget", "exhausted", "no_improvement", "converged", "gpu_budget")
 
-Compiler = Callable[[Sequence[KernelConfig]], list[CompileResult]]
+__all__ = ["DEFAULT_MIX", "FINAL", "Campaign", "CampaignSettings", "compile_configs", "reward_of"]
 
 
 @dataclass(frozen=True)
@@ -53,24 +55,42 @@ class CampaignSettings:
     name: str = "campaign"
     budget: int = 64  # candidates per problem
     gpu_seconds: float | None = None  # for the whole campaign
-    batch_size: int = 8
+    batch_size: int | None = None  # None: round.batch_size_for(budget), several rounds a shape
     mix: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_MIX))
     baseline: str = "cublaslt_autotune"
-    failure_reward: float = -2.0  # log speedup of 0.14x: below every recorded kernel but a few
+    failure_reward: float = FAILURE_REWARD
     patience: int | None = None  # rounds without a better candidate before stopping
     min_entropy: float | None = None  # stop when the policy's normalised entropy falls below
     seed: int = 0
     pipeline: bool = True
+    protocol: str = DEFAULT_PROTOCOL  # the executor's timing protocol, which the reward uses
 
     def __post_init__(self) -> None:
         if self.baseline not in NVIDIA:  # the search's GPU steps time these, not TORCH_TUNED
             raise ValueError(f"unknown baseline {self.baseline!r}: expected one of {NVIDIA}")
-        if self.budget < 1 or self.batch_size < 1:
+        if self.budget < 1 or (self.batch_size is not None and self.batch_size < 1):
             raise ValueError("budget and batch size must be at least 1")
+        if self.protocol not in PROTOCOLS:
+            raise ValueError(f"unknown protocol {self.protocol!r}: expected one of {PROTOCOLS}")
+
+    @property
+    def batch(self) -> int:
+        return self.batch_size or batch_size_for(self.budget)
+
+    def round_settings(self) -> RoundSettings:
+        return RoundSettings(
+            budget=self.budget,
+            batch_size=self.batch,
+            mix=self.mix,
+            baseline=self.baseline,
+            failure_reward=self.failure_reward,
+            seed=self.seed,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["mix"] = dict(self.mix)
+        out["batch_size"] = self.batch
         return out
 
 
@@ -115,15 +135,11 @@ class Progress:
     eta: float | None  # seconds, from this run's pace
 
 
-def reward_of(outcome: Outcome, baseline: str, failure_reward: float) -> float:
-    if not outcome.ok or outcome.seconds is None or outcome.seconds <= 0:
-        return failure_reward
-    if baseline not in outcome.baselines:
-        raise ValueError(f"{outcome.name}: no {baseline} time in the outcome")
-    return math.log(outcome.baselines[baseline] / outcome.seconds)
-
-
 class Campaign:
+    """``learner``: where the policy learns each round (engine.campaign.policy.PolicyFile or
+    InMemoryLearner; None: it does not learn online). ``policy``: the one the rl proposer
+    samples, for the entropy stop."""
+
     def __init__(
         self,
         problems: Sequence[Problem],
@@ -134,7 +150,7 @@ class Campaign:
         proposers: Mapping[str, Proposer],
         space_for: Callable[[Problem], SearchSpace],
         policy: Policy | None = None,
-        policy_file: Path | None = None,
+        learner: PolicyLearner | None = None,
         compiler: Compiler | None = None,
         progress: Callable[[Progress], None] | None = None,
         after_record: Callable[[CandidateRecord], None] | None = None,
@@ -146,11 +162,14 @@ class Campaign:
         self.proposers = dict(proposers)
         self.space_for = space_for
         self.policy = policy
-        self.policy_file = policy_file
-        self.compiler = compiler or compile_configs
+        self.round = Round(
+            settings.round_settings(),
+            proposers,
+            learner=learner,
+            compiler=compiler or compile_configs,
+        )
         self.progress = progress
         self.after_record = after_record
-        self.rng = random.Random(settings.seed)
         self.gpu_seconds = 0.0
         self.campaign_done = 0
         self.executed = 0
@@ -171,6 +190,9 @@ class Campaign:
             results.append(self.run_problem(problem))
         return results
 
+    def stream(self, problem: Problem) -> str:
+        return f"{self.settings.name}/{problem.key}"
+
     def run_problem(self, problem: Problem) -> ProblemResult:
         s = self.settings
         history = self.storage.candidates(s.name, problem.key)
@@ -181,13 +203,18 @@ class Campaign:
         space = self.space_for(problem)
         tried = {r.name for r in history}
         round_no = max((r.round for r in history), default=-1) + 1
+        if history:  # resumed: what the proposers keep, and the last round learnt (once)
+            self.round.observe(problem, space, history)
+            last = [r for r in history if r.round == round_no - 1]
+            stream = self.stream(problem)
+            self.round.learn(problem, space, last, stream=stream, round_no=round_no - 1)
         best = max((r.reward for r in history if r.status == STATUS_OK), default=-math.inf)
         stale = 0
         executed = 0
         pipelined = s.pipeline and self.executor.needs_libraries
         pool = ThreadPoolExecutor(1, thread_name_prefix="compile") if pipelined else None
         try:
-            batch = self._propose(problem, space, history, tried, set())
+            batch = self._propose(problem, space, history, tried, round_no, set())
             ready = self._submit(pool, batch)
             stopped = self._stop_reason(problem, space, history, tried, stale) if not batch else ""
             while batch:
@@ -195,16 +222,22 @@ class Campaign:
                 upcoming: list[Proposal] = []
                 if pool is not None:
                     upcoming = self._propose(
-                        problem, space, history, tried, {p.config.name for p in batch}
+                        problem, space, history, tried, round_no + 1, {p.config.name for p in batch}
                     )
                     ready = self._submit(pool, upcoming)
-                outcomes = self._execute(problem, compiled, failed, tried)
-                records = self._records(batch, outcomes, round_no)
+                outcomes = self.round.execute(problem, self.executor, compiled, failed, tried=tried)
+                self.gpu_seconds += sum(o.gpu_seconds for o in outcomes.values())
+                records = self.round.records(batch, outcomes, round_no=round_no)
+                self.campaign_done += len(records)
+                self.executed += len(records)
                 self.storage.record(s.name, problem.key, records)
                 history += records
                 tried.update(r.name for r in records)
                 executed += len(records)
-                self._learn(problem, space, records)
+                self.round.observe(problem, space, records)
+                self.round.learn(
+                    problem, space, records, stream=self.stream(problem), round_no=round_no
+                )
                 self._learn_cublaslt_kernels(problem, outcomes.values())
                 round_best = max(
                     (r.reward for r in records if r.status == STATUS_OK), default=-math.inf
@@ -220,7 +253,7 @@ class Campaign:
                 if stopped:
                     break
                 if pool is None:
-                    upcoming = self._propose(problem, space, history, tried, set())
+                    upcoming = self._propose(problem, space, history, tried, round_no, set())
                     ready = self._submit(None, upcoming)
                 batch = upcoming
             stopped = stopped or self._stop_reason(problem, space, history, tried, stale)
@@ -238,103 +271,30 @@ class Campaign:
         space: SearchSpace,
         history: list[CandidateRecord],
         tried: set[str],
+        round_no: int,
         in_flight: set[str],
     ) -> list[Proposal]:
         s = self.settings
-        room = s.budget - len(history) - len(in_flight)
-        if room <= 0 or (s.gpu_seconds is not None and self.gpu_seconds >= s.gpu_seconds):
+        if s.gpu_seconds is not None and self.gpu_seconds >= s.gpu_seconds:
             return []
-        return propose_batch(
-            self.proposers,
-            s.mix,
+        return self.round.propose(
             problem,
             space,
-            min(s.batch_size, room),
-            history=history,
+            history,
+            round_no=round_no,
             exclude=tried | in_flight,
-            rng=self.rng,
+            in_flight=len(in_flight),
         )
 
     def _submit(
         self, pool: ThreadPoolExecutor | None, batch: list[Proposal]
     ) -> Future[tuple[list[CompiledCandidate], dict[str, Outcome]]]:
+        needs = self.executor.needs_libraries
         if pool is not None:
-            return pool.submit(self._compile, batch)
+            return pool.submit(self.round.compile, batch, needs_libraries=needs)
         future: Future[tuple[list[CompiledCandidate], dict[str, Outcome]]] = Future()
-        future.set_result(self._compile(batch))
+        future.set_result(self.round.compile(batch, needs_libraries=needs))
         return future
-
-    def _compile(self, batch: list[Proposal]) -> tuple[list[CompiledCandidate], dict[str, Outcome]]:
-        """Compiled candidates, and failure outcomes for those that did not build."""
-        if not batch:
-            return [], {}
-        configs = [p.config for p in batch]
-        if not self.executor.needs_libraries:
-            return [CompiledCandidate(c.name, c) for c in configs], {}
-        results = self.compiler(configs)
-        compiled, failed = [], {}
-        for config, result in zip(configs, results, strict=True):
-            if result.ok and result.library is not None:
-                compiled.append(CompiledCandidate(config.name, config, result.library))
-            elif gate := getattr(result, "rejected_by", ""):  # engine.llm: the static gate
-                failed[config.name] = Outcome(config.name, STATUS_REJECTED, gate, result.log)
-            else:
-                status = STATUS_TIMEOUT if result.timed_out else STATUS_COMPILE_ERROR
-                failed[config.name] = Outcome(
-                    config.name,
-                    status,
-                    "nvcc_timeout" if result.timed_out else "nvcc",
-                    result.error or "did not compile",
-                )
-        return compiled, failed
-
-    def _execute(
-        self,
-        problem: Problem,
-        compiled: list[CompiledCandidate],
-        failed: dict[str, Outcome],
-        tried: set[str],
-    ) -> dict[str, Outcome]:
-        fresh = [c for c in compiled if c.name not in tried]  # never run a stored name again
-        outcomes = dict(failed)
-        if fresh:
-            for outcome in self.executor.execute(problem, fresh):
-                outcomes[outcome.name] = outcome
-        self.gpu_seconds += sum(o.gpu_seconds for o in outcomes.values())
-        return outcomes
-
-    def _records(
-        self, batch: list[Proposal], outcomes: dict[str, Outcome], round_no: int
-    ) -> list[CandidateRecord]:
-        s = self.settings
-        records = []
-        for proposal in batch:
-            outcome = outcomes.get(proposal.config.name)
-            if outcome is None:
-                continue
-            records.append(
-                CandidateRecord(
-                    name=outcome.name,
-                    family=proposal.config.FAMILY,
-                    knobs=proposal.config.knobs(),
-                    proposer=proposal.proposer,
-                    parent=proposal.parent,
-                    status=outcome.status,
-                    reason=outcome.reason,
-                    message=outcome.message,
-                    reward=reward_of(outcome, s.baseline, s.failure_reward),
-                    seconds=outcome.seconds,
-                    baselines=dict(outcome.baselines),
-                    timings=dict(outcome.timings),
-                    gpu_seconds=outcome.gpu_seconds,
-                    round=round_no,
-                    source=proposal.source,
-                    meta=dict(proposal.meta),
-                )
-            )
-        self.campaign_done += len(records)
-        self.executed += len(records)
-        return records
 
     def _learn_cublaslt_kernels(self, problem: Problem, outcomes: Iterable[Outcome]) -> None:
         """What cuBLASLt ran beside the batch, to the proposers that copy it."""
@@ -344,14 +304,6 @@ class Campaign:
         for proposer in self.proposers.values():
             if isinstance(proposer, LearnsCublasLtKernels):
                 proposer.learn_cublaslt_kernels(problem, kernels)
-
-    def _learn(self, problem: Problem, space: SearchSpace, records: list[CandidateRecord]) -> None:
-        """Every proposer sees every result (the policy learns from all of them, off-policy
-        samples used as they are)."""
-        for proposer in self.proposers.values():
-            proposer.observe(problem, space, records)
-        if self.policy is not None and self.policy_file is not None:
-            self.policy.save(self.policy_file)
 
     def _stop_reason(
         self,

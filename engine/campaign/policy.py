@@ -14,16 +14,29 @@ the exact expected reward Σ p(c)·r(c) instead gets stuck: once p settles on a 
 gradient towards a better one it gives almost no mass vanishes with that mass, and on the
 2026-12-03 H200 table the best configs of small shapes stayed ranked ~100th of 192 even on the
 training shapes.) A policy is saved per GPU arch with a description of the knob space it was
-built on; a file for another space is ignored on load.
+built on (its ``space_id``, a hash of that description); a file for another space is ignored on
+load.
+
+Several processes share an arch's policy through :class:`PolicyFile` (the Celery compile steps of
+every campaign, the CLI): each round's rewards are learnt once (the policy remembers the last
+round it learnt of each campaign's problem, ``applied``), under an exclusive lock on the file,
+loading the latest version first and replacing the file atomically, so that no process loses
+another's update and a reader never sees half a file. A fresh install starts from the policy the
+repository ships for its arch (:func:`pretrained_path`, rebuilt by ``python -m engine
+pretrain-policy`` from every recorded table), else from a uniform one.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import fcntl
+import hashlib
+import json
 import math
 import os
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -40,8 +53,35 @@ FEATURE_SCALE = 16.0  # log2 sizes are ~6..20; keep inputs near unit range
 TARGET_TEMPERATURE = -math.log(0.95)  # pretraining target: 5 % slower → 1/e of the weight
 
 
+PRETRAINED_DIR = Path(__file__).resolve().parent / "pretrained"
+
+
 def policy_path(cache_dir: Path, arch: str) -> Path:
     return Path(cache_dir) / "policy" / f"{arch}.pt"
+
+
+def policy_families(arch: str, searched: Sequence[str] = ()) -> tuple[str, ...]:
+    """The families an arch's policy has logits for: every family that runs on ``arch`` (on
+    Hopper triton too, whether or not this machine has Triton to build it, so that one policy
+    serves the machines that have it and those that do not), and any other ``searched``."""
+    from engine.campaign.space import DEFAULT_FAMILIES_BY_ARCH, HOPPER_ARCHS
+
+    families = DEFAULT_FAMILIES_BY_ARCH.get(arch, ("sm80",))
+    if arch in HOPPER_ARCHS and "triton" in FAMILIES:
+        families += ("triton",)
+    return families + tuple(f for f in searched if f not in families)
+
+
+def pretrained_path(arch: str) -> Path:
+    """The policy the repository ships for ``arch`` (it may be missing, or for another space)."""
+    return PRETRAINED_DIR / f"{arch}.pt"
+
+
+# A space's logit-index matrix per policy space_id, shared by every Policy of that space: a compile
+# step loads the arch's policy anew each round, and a full sm90 space holds 275 000 configs.
+_INDEX_CACHE: weakref.WeakKeyDictionary[SearchSpace, dict[str, torch.Tensor]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def problem_tensor(problem: Problem) -> torch.Tensor:
@@ -83,9 +123,10 @@ class Policy:
         self.optimizer = torch.optim.Adam(self.net.parameters(), lr=lr)
         self.running: dict[str, float] = {}  # problem key → running mean reward
         self.updates = 0
-        self._index_cache: weakref.WeakKeyDictionary[SearchSpace, torch.Tensor] = (
-            weakref.WeakKeyDictionary()
-        )
+        self.applied: dict[str, int] = {}  # stream (campaign/problem) → last round learnt
+        self.trained_on: list[str] = []  # what pretrained it (tables, campaign files)
+        text = json.dumps(self.describe(), sort_keys=True)
+        self.space_id = hashlib.sha256(text.encode()).hexdigest()[:16]
 
     # -- the space -------------------------------------------------------------------------
     def describe(self) -> dict[str, Any]:
@@ -108,13 +149,14 @@ class Policy:
         return out
 
     def _index(self, space: SearchSpace) -> torch.Tensor:
-        cached = self._index_cache.get(space)
+        by_policy = _INDEX_CACHE.setdefault(space, {})
+        cached = by_policy.get(self.space_id)
         if cached is None:
             rows = [self.indices(c) for c in space.configs]
             width = max((len(r) for r in rows), default=1)
             pad = self.n_logits  # points at the appended constant-0 logit
             cached = torch.tensor([r + [pad] * (width - len(r)) for r in rows], dtype=torch.long)
-            self._index_cache[space] = cached
+            by_policy[self.space_id] = cached
         return cached
 
     # -- the distribution --------------------------------------------------------------------
@@ -196,6 +238,23 @@ class Policy:
         self.updates += 1
         return {"loss": loss.item(), "entropy": entropy.item(), "baseline": baseline}
 
+    def learn_once(
+        self,
+        problem: Problem,
+        space: SearchSpace,
+        rewards: Mapping[str, float],
+        *,
+        stream: str,
+        step: int,
+    ) -> bool:
+        """:meth:`update` with round ``step`` of ``stream`` unless a round at or after it was
+        learnt already (a retried step, a resumed campaign); True when it learnt."""
+        if self.applied.get(stream, -1) >= step:
+            return False
+        self.update(problem, space, rewards)
+        self.applied[stream] = step
+        return True
+
     def pretrain(
         self,
         tasks: Sequence[tuple[Problem, SearchSpace, Mapping[str, float]]],
@@ -248,7 +307,19 @@ class Policy:
         twin.optimizer.load_state_dict(copy.deepcopy(self.optimizer.state_dict()))
         twin.running = dict(self.running)
         twin.updates = self.updates
+        twin.applied = dict(self.applied)
+        twin.trained_on = list(self.trained_on)
         return twin
+
+    def adopt(self, other: Policy) -> None:
+        """Takes ``other``'s weights, optimiser state and bookkeeping (same space), in place: the
+        proposers holding this object see them."""
+        self.net.load_state_dict(other.net.state_dict())
+        self.optimizer.load_state_dict(other.optimizer.state_dict())
+        self.running = dict(other.running)
+        self.updates = other.updates
+        self.applied = dict(other.applied)
+        self.trained_on = list(other.trained_on)
 
     def save(self, path: Path) -> None:
         """Atomic write of the weights, optimiser state, running baselines and space."""
@@ -258,6 +329,9 @@ class Policy:
         torch.save(
             {
                 "space": self.describe(),
+                "space_id": self.space_id,
+                "applied": dict(self.applied),
+                "trained_on": list(self.trained_on),
                 "state_dict": self.net.state_dict(),
                 "optimizer": self.optimizer.state_dict(),
                 "running": dict(self.running),
@@ -289,4 +363,89 @@ class Policy:
         policy.optimizer.load_state_dict(data["optimizer"])
         policy.running = {str(k): float(v) for k, v in data["running"].items()}
         policy.updates = int(data["updates"])
+        policy.applied = {str(k): int(v) for k, v in data.get("applied", {}).items()}
+        policy.trained_on = [str(x) for x in data.get("trained_on", [])]
         return policy
+
+
+class InMemoryLearner:
+    """Learns each round's rewards into a policy held by this process only."""
+
+    def __init__(self, policy: Policy) -> None:
+        self.policy = policy
+
+    def learn(
+        self,
+        problem: Problem,
+        space: SearchSpace,
+        records: Sequence[Any],
+        *,
+        stream: str,
+        step: int,
+    ) -> bool:
+        rewards = {r.name: r.reward for r in records}
+        return self.policy.learn_once(problem, space, rewards, stream=stream, step=step)
+
+
+class PolicyFile:
+    """An arch's policy shared through ``path`` by several processes (module docstring).
+
+    ``policy`` is this process's copy, the object its proposers hold: :meth:`refresh` and
+    :meth:`learn` bring the latest version into it. Where ``path`` holds no policy for this space,
+    the first is ``start`` (the shipped pretrained one) if that one fits, else a fresh one."""
+
+    def __init__(
+        self, path: Path, families: Sequence[str], *, start: Path | None = None, seed: int = 0
+    ) -> None:
+        self.path = Path(path)
+        self.families = tuple(families)
+        self.start = start
+        self.seed = seed
+        self.policy, self.origin = self._initial()
+
+    def _initial(self) -> tuple[Policy, str]:
+        saved = Policy.load(self.path, self.families)
+        if saved is not None:
+            return saved, "file"
+        if self.start is not None:
+            shipped = Policy.load(self.start, self.families)
+            if shipped is not None:
+                return shipped, "pretrained"
+        return Policy(self.families, seed=self.seed), "fresh"
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path.with_name(self.path.name + ".lock"), "a+") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def refresh(self) -> Policy:
+        """The latest saved version (no lock: a save replaces the file atomically)."""
+        saved = Policy.load(self.path, self.families)
+        if saved is not None:
+            self.policy.adopt(saved)
+        return self.policy
+
+    def learn(
+        self,
+        problem: Problem,
+        space: SearchSpace,
+        records: Sequence[Any],
+        *,
+        stream: str,
+        step: int,
+    ) -> bool:
+        """Under the lock: the latest version, round ``step``'s rewards learnt once, saved."""
+        rewards = {r.name: r.reward for r in records}
+        with self._locked():
+            current = Policy.load(self.path, self.families) or self.policy
+            learnt = current.learn_once(problem, space, rewards, stream=stream, step=step)
+            if learnt:
+                current.save(self.path)
+            if current is not self.policy:
+                self.policy.adopt(current)
+        return learnt

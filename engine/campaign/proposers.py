@@ -234,13 +234,14 @@ def carried_over(family: str, knobs: Mapping[str, Any], problem: Problem) -> Ker
 
 
 class PolicyProposer:
-    """Samples the learned policy without replacement; learns online from every batch."""
+    """Samples the learned policy without replacement, seeded from the round's ``rng``. It learns
+    nothing itself: the round teaches the policy (engine.campaign.round.Round.learn), once per
+    round, so that a proposer rebuilt from a stored history does not learn that history again."""
 
     name = "rl"
 
-    def __init__(self, policy: Policy, *, seed: int = 0) -> None:
+    def __init__(self, policy: Policy) -> None:
         self.policy = policy
-        self.generator = torch.Generator().manual_seed(seed)
 
     def propose(
         self,
@@ -252,14 +253,14 @@ class PolicyProposer:
         exclude: set[str],
         rng: random.Random,
     ) -> list[Proposal]:
-        configs = self.policy.sample(problem, space, n, exclude=exclude, generator=self.generator)
+        generator = torch.Generator().manual_seed(rng.getrandbits(63))
+        configs = self.policy.sample(problem, space, n, exclude=exclude, generator=generator)
         return [Proposal(c, self.name) for c in configs]
 
     def observe(
         self, problem: Problem, space: SearchSpace, records: Sequence[CandidateRecord]
     ) -> None:
-        rewards = {r.name: r.reward for r in records}
-        self.policy.update(problem, space, rewards)
+        return None
 
 
 def split_batch(n: int, mix: Mapping[str, float]) -> dict[str, int]:

@@ -25,8 +25,8 @@ from typing import Any
 from engine.campaign import make_proposers
 from engine.campaign.executor import ReplayExecutor, ReplayTable
 from engine.campaign.loop import Campaign, CampaignSettings
-from engine.campaign.policy import Policy
-from engine.campaign.space import SearchSpace, families_for_arch
+from engine.campaign.policy import InMemoryLearner, Policy, policy_families
+from engine.campaign.space import SearchSpace
 from engine.campaign.storage import CandidateRecord, SqliteStorage
 from engine.problem import Problem
 
@@ -43,6 +43,9 @@ STRATEGIES: dict[str, dict[str, float]] = {
 }
 TARGET = 0.95
 CHECKPOINTS = (1, 2, 4, 8, 16, 32)
+# How a strategy spends its budget: in rounds of ``batch_size`` with the policy learning after
+# each (online), in the same rounds with the policy frozen, or in one round of the whole budget.
+VARIANTS = ("online", "frozen", "one-shot")
 
 
 def default_tables() -> list[Path]:
@@ -57,7 +60,7 @@ def pretrained_policy(
     table: ReplayTable, train: Sequence[Problem], *, baseline: str, steps: int, seed: int = 0
 ) -> Policy:
     """A fresh policy trained on the recorded rewards of ``train``."""
-    policy = Policy(families_for_arch(table.arch), seed=seed)
+    policy = Policy(policy_families(table.arch), seed=seed)
     tasks = []
     for problem in train:
         space = space_of(table, problem)
@@ -113,9 +116,10 @@ def run_strategy(
     baseline: str,
     policy: Policy | None,
     known: Sequence[tuple[Problem, CandidateRecord]] = (),
+    online: bool = True,
 ) -> list[float]:
     """Best-so-far speedup after each candidate of one replayed campaign (``known``: the other
-    shapes' results, for a transfer proposer)."""
+    shapes' results, for a transfer proposer; ``online``: the policy learns after each round)."""
     mix = STRATEGIES[strategy]
     settings = CampaignSettings(
         name=f"replay-{strategy}-{seed}",
@@ -131,9 +135,10 @@ def run_strategy(
         settings=settings,
         executor=ReplayExecutor(table),
         storage=SqliteStorage(":memory:"),
-        proposers=make_proposers(mix, policy=policy, seed=seed, known=known),
+        proposers=make_proposers(mix, policy=policy, known=known),
         space_for=lambda p: space_of(table, p),
         policy=policy,
+        learner=InMemoryLearner(policy) if policy is not None and online else None,
     )
     (result,) = campaign.run()
     return result.best_so_far(baseline)
@@ -149,8 +154,19 @@ def replay_benchmark(
     pretrain_steps: int = 200,
     baseline: str = "cublaslt_autotune",
     shapes: Sequence[str] | None = None,
+    variants: Sequence[str] = ("online",),
+    target: float = TARGET,
+    start_policy: Policy | None = None,
     progress: Callable[[str], None] = lambda _msg: None,
 ) -> dict[str, Any]:
+    """``variants`` (VARIANTS): with more than one, each run's strategy is labelled
+    ``<strategy>/<variant>``, and the summary pairs every variant with the first.
+    ``start_policy``: every rl run starts from a copy of it (e.g. the shipped policy, trained on
+    other tables) instead of one pretrained on the table's other shapes."""
+    unknown = sorted(set(variants) - set(VARIANTS))
+    if unknown or not variants:
+        raise ValueError(f"unknown variants {unknown}: expected some of {VARIANTS}")
+    labels = [s if len(variants) == 1 else f"{s}/{v}" for s in strategies for v in variants]
     problems = table.problems()
     held_shapes = list(dict.fromkeys(p.shape for p in problems))
     if shapes:
@@ -160,14 +176,16 @@ def replay_benchmark(
         held = [p for p in problems if p.shape == shape]
         train = [p for p in problems if p.shape != shape]
         policy = None
-        if any("rl" in STRATEGIES[s] for s in strategies):
+        if start_policy is not None:
+            policy = start_policy
+        elif any("rl" in STRATEGIES[s] for s in strategies):
             policy = pretrained_policy(table, train, baseline=baseline, steps=pretrain_steps)
         known = table_records(table, train, baseline=baseline)
         for problem in held:
             speedups = table.speedups(problem, baseline)
             optimum = max(speedups.values())
             for seed in range(seeds):
-                for strategy in strategies:
+                for strategy, variant in [(s, v) for s in strategies for v in variants]:
                     uses_policy = "rl" in STRATEGIES[strategy]
                     fresh = policy.clone() if policy is not None and uses_policy else None
                     curve = run_strategy(
@@ -176,21 +194,22 @@ def replay_benchmark(
                         strategy,
                         seed=campaign_seed(problem, seed),
                         budget=budget,
-                        batch_size=batch_size,
+                        batch_size=budget if variant == "one-shot" else batch_size,
                         baseline=baseline,
                         policy=fresh,
                         known=known,
+                        online=variant == "online",
                     )
                     normalised = [x / optimum for x in curve]
                     normalised += [normalised[-1]] * (budget - len(normalised))
                     reached = next(
-                        (i + 1 for i, x in enumerate(normalised) if x >= TARGET - 1e-12), None
+                        (i + 1 for i, x in enumerate(normalised) if x >= target - 1e-12), None
                     )
                     runs.append(
                         {
                             "problem": problem.key,
                             "configs": len(speedups),
-                            "strategy": strategy,
+                            "strategy": strategy if len(variants) == 1 else f"{strategy}/{variant}",
                             "seed": seed,
                             "optimum": optimum,
                             "to_target": reached,
@@ -202,26 +221,76 @@ def replay_benchmark(
         "settings": {
             "tables": table.sources,
             "strategies": list(strategies),
+            "variants": list(variants),
             "seeds": seeds,
             "budget": budget,
             "batch_size": batch_size,
-            "pretrain_steps": pretrain_steps,
+            "pretrain_steps": pretrain_steps if start_policy is None else None,
+            "start_policy": list(start_policy.trained_on) if start_policy is not None else None,
             "baseline": baseline,
-            "target": TARGET,
+            "target": target,
             "held_out": "leave-one-shape-out (both layouts of a shape)",
             "transfer_knows": "every recorded config of the other shapes",
             "campaign_seed": "crc32 of '<problem key>/<seed>'",
         },
-        "summary": summarize(runs, strategies, budget),
+        "summary": summarize(runs, labels, budget),
+        "paired": paired_variants(runs, strategies, variants) if len(variants) > 1 else {},
         "runs": runs,
     }
+
+
+def paired_variants(
+    runs: Sequence[dict[str, Any]], strategies: Sequence[str], variants: Sequence[str]
+) -> dict[str, Any]:
+    """Per strategy, each variant against the first, run by run (same problem and seed):
+    candidates to the target (never: budget + 1) and the best found at the end of the budget;
+    wins are runs where the first variant needed fewer candidates."""
+    out: dict[str, Any] = {}
+    for strategy in strategies:
+        by_label: dict[str, dict[tuple[str, int], dict[str, Any]]] = {}
+        for run in runs:
+            by_label.setdefault(run["strategy"], {})[(run["problem"], run["seed"])] = run
+        first = by_label.get(f"{strategy}/{variants[0]}", {})
+        for other in variants[1:]:
+            theirs = by_label.get(f"{strategy}/{other}", {})
+            keys = sorted(first.keys() & theirs.keys())
+            if not keys:
+                continue
+            budget = len(first[keys[0]]["curve"])
+            steps = [
+                (first[k]["to_target"] or budget + 1, theirs[k]["to_target"] or budget + 1)
+                for k in keys
+            ]
+            diffs = [b - a for a, b in steps]
+            end = [first[k]["curve"][-1] - theirs[k]["curve"][-1] for k in keys]
+            out[f"{strategy}: {variants[0]} vs {other}"] = {
+                "runs": len(keys),
+                "wins": sum(d > 0 for d in diffs),
+                "ties": sum(d == 0 for d in diffs),
+                "losses": sum(d < 0 for d in diffs),
+                "mean_saved_candidates": statistics.fmean(diffs),
+                "mean_saved_interval": bootstrap_interval(diffs),
+                "mean_end_gain": statistics.fmean(end),
+            }
+    return out
+
+
+def bootstrap_interval(values: Sequence[float], *, draws: int = 2000, seed: int = 0) -> list[float]:
+    """A 95 % percentile-bootstrap interval of the mean of ``values``."""
+    import random
+
+    rng = random.Random(seed)
+    n = len(values)
+    means = sorted(statistics.fmean(rng.choices(values, k=n)) for _ in range(draws))
+    return [means[int(0.025 * draws)], means[int(0.975 * draws) - 1]]
 
 
 def summarize(
     runs: Sequence[dict[str, Any]], strategies: Sequence[str], budget: int
 ) -> dict[str, Any]:
     """Per group of table size (and all together), per strategy: candidates to the target
-    (median and mean; a run that never gets there counts as budget + 1) and mean curves."""
+    (median, mean and a 95 % bootstrap interval of the mean; a run that never gets there counts
+    as budget + 1) and mean curves."""
     groups: dict[str, list[dict[str, Any]]] = {"all": list(runs)}
     for run in runs:
         groups.setdefault(f"{run['configs']} configs", []).append(run)
@@ -239,6 +308,7 @@ def summarize(
                 "problems": len({r["problem"] for r in mine}),
                 "median_to_target": statistics.median(steps),
                 "mean_to_target": statistics.fmean(steps),
+                "mean_to_target_interval": bootstrap_interval(steps),
                 "reached": sum(r["to_target"] is not None for r in mine) / len(mine),
                 "mean_curve": curve,
                 "at": {str(c): curve[c - 1] for c in CHECKPOINTS if c <= budget},
@@ -250,12 +320,19 @@ def summarize(
     return out
 
 
+def interval(stats: dict[str, Any]) -> str:
+    low_high = stats.get("mean_to_target_interval")
+    return f"{low_high[0]:.2f}…{low_high[1]:.2f}" if low_high else "-"
+
+
 def format_table(report: dict[str, Any]) -> str:
     budget = report["settings"]["budget"]
     checkpoints = [c for c in CHECKPOINTS if c <= budget]
     lines = []
+    share = f"{report['settings'].get('target', TARGET):.0%}"
     header = (
-        f"{'group':12} {'strategy':18} {'runs':>5} {'med→95%':>8} {'mean→95%':>9} {'reached':>8} "
+        f"{'group':12} {'strategy':18} {'runs':>5} {'med→' + share:>8} {'mean→' + share:>9} "
+        f"{'95% CI':>13} {'reached':>8} "
         f"{'rand/x':>7} " + " ".join(f"{'@' + str(c):>6}" for c in checkpoints)
     )
     lines.append(header)
@@ -265,12 +342,22 @@ def format_table(report: dict[str, Any]) -> str:
             ratio = s.get("random_over_this")
             lines.append(
                 f"{group:12} {strategy:18} {s['runs']:5d} {s['median_to_target']:8.1f} "
-                f"{s['mean_to_target']:9.2f} {s['reached']:8.0%} "
+                f"{s['mean_to_target']:9.2f} {interval(s):>13} {s['reached']:8.0%} "
                 f"{(f'{ratio:.2f}x' if ratio else '-'):>7} "
                 + " ".join(f"{s['at'][str(c)]:6.3f}" for c in checkpoints)
             )
+    target = report["settings"].get("target", TARGET)
+    for name, p in report.get("paired", {}).items():
+        low, high = p["mean_saved_interval"]
+        lines.append(
+            f"{name}: {p['wins']} wins, {p['ties']} ties, {p['losses']} losses over "
+            f"{p['runs']} runs; candidates saved to {target:.0%}: "
+            f"mean {p['mean_saved_candidates']:+.2f} "
+            f"(95 % CI {low:+.2f} … {high:+.2f}); best at the end {p['mean_end_gain']:+.4f}"
+        )
     lines.append(
-        f"med/mean→95%: candidates until the best found is ≥ {TARGET:.0%} of the table's optimum "
+        f"med/mean→{target:.0%}: candidates until the best found is ≥ {target:.0%} of the "
+        "table's optimum "
         f"(never: counted as {budget + 1}); @k: mean best/optimum after k candidates"
     )
     return "\n".join(lines)

@@ -23,8 +23,10 @@ from engine.campaign import (
     Campaign,
     CampaignSettings,
     CandidateRecord,
+    InMemoryLearner,
     LocalGpuExecutor,
     Policy,
+    PolicyFile,
     Progress,
     ReplayExecutor,
     ReplayTable,
@@ -38,10 +40,13 @@ from engine.campaign import (
 from engine.campaign.final import SavedFinals, final_measurements
 from engine.campaign.loop import compile_configs
 from engine.campaign.mirror import MirrorFileError, load_targets, with_exact_mirrors
+from engine.campaign.policy import policy_families, pretrained_path
+from engine.campaign.round import batch_size_for
 from engine.commands.common import torch_baselines
 from engine.config import load as load_config
 from engine.families import FAMILIES
 from engine.problem import Layout, Problem, ProblemError
+from engine.protocols import DEFAULT_PROTOCOL, PROTOCOLS
 
 CLI_PROPOSERS = (*PROPOSER_NAMES, *INPUT_PROPOSER_NAMES, "llm")
 
@@ -57,7 +62,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--layout", default="tn", choices=[x.value for x in Layout])
     parser.add_argument("--budget", type=int, default=64, help="candidates per shape")
     parser.add_argument("--gpu-seconds", type=float, help="GPU-seconds budget for the campaign")
-    parser.add_argument("--batch", type=int, default=8, help="candidates per round")
+    parser.add_argument(
+        "--batch",
+        type=int,
+        help="candidates per round (default: the budget over 4 rounds, at most 8; the dashboard's "
+        "campaigns choose the same)",
+    )
+    parser.add_argument(
+        "--protocol",
+        default=DEFAULT_PROTOCOL,
+        choices=PROTOCOLS,
+        help="the timing protocol the GPU steps time and the reward uses (replay: device only)",
+    )
+    parser.add_argument(
+        "--no-pipeline",
+        action="store_true",
+        help="GPU runs: propose each round after the one before was learnt (as the dashboard's "
+        "steps do) instead of compiling the next batch while the GPU runs this one",
+    )
     parser.add_argument(
         "--proposers",
         default="rl,evolve,random",
@@ -208,12 +230,14 @@ def run(args: argparse.Namespace) -> int:
             name=name,
             budget=args.budget,
             gpu_seconds=args.gpu_seconds,
-            batch_size=args.batch,
+            batch_size=args.batch or batch_size_for(args.budget),
             mix=mix,
             baseline=args.baseline,
             patience=args.patience,
             min_entropy=args.min_entropy,
             seed=args.seed,
+            pipeline=not args.no_pipeline,
+            protocol=args.protocol,
         )
     except ValueError as exc:
         raise SystemExit(f"error: {exc}") from None
@@ -221,6 +245,8 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit("error: the llm proposer writes new sources: it needs a GPU run")
     if "llm" in mix and not (args.llm_model or args.llm_base_url):
         raise SystemExit("error: --proposers llm needs --llm-model (and --llm-base-url for openai)")
+    if args.replay and args.protocol != "device":
+        raise SystemExit("error: the replay tables hold device-protocol times only")
     if args.replay:
         for path in args.replay:
             if not path.is_file():
@@ -235,6 +261,7 @@ def run(args: argparse.Namespace) -> int:
 
     else:
         executor = LocalGpuExecutor(
+            protocols=(args.protocol,),
             verify_jobs=args.verify_jobs,
             device_seconds=args.device_seconds,
             heat_seconds=args.heat_seconds,
@@ -257,20 +284,25 @@ def run(args: argparse.Namespace) -> int:
 
     families = chosen_families(args, executor.arch)
     policy = None
-    policy_file = None
+    learner: PolicyFile | InMemoryLearner | None = None
     if "rl" in mix:
-        policy_file = args.policy or policy_path(config.cache_dir, executor.arch)
-        policy = Policy.load(policy_file, families) or Policy(families, seed=args.seed)
-        print(
-            f"policy: {policy_file} ({policy.updates} earlier updates)"
-            if policy.updates
-            else f"policy: fresh (will be saved to {policy_file})",
-            flush=True,
+        path = args.policy or policy_path(config.cache_dir, executor.arch)
+        shared = PolicyFile(
+            path, policy_families(executor.arch, families), start=pretrained_path(executor.arch)
         )
+        policy = shared.policy
+        origin = {
+            "file": f"{path} ({policy.updates} updates, space {policy.space_id})",
+            "pretrained": f"the shipped pretrained policy for {executor.arch}",
+            "fresh": "fresh",
+        }[shared.origin]
+        saved_to = "not saved" if args.no_save_policy else f"saved to {path} after each round"
+        print(f"policy: {origin}; {saved_to}", flush=True)
         if args.pretrain:
             pretrain(policy, args.pretrain, baseline=args.baseline, steps=args.pretrain_steps)
-        if args.no_save_policy:
-            policy_file = None
+            if not args.no_save_policy:
+                policy.save(path)
+        learner = InMemoryLearner(policy) if args.no_save_policy else shared
     db = args.db or config.cache_dir / "campaigns.sqlite"
     storage = SqliteStorage(db)
     print(
@@ -297,7 +329,6 @@ def run(args: argparse.Namespace) -> int:
     proposers = make_proposers(
         {k: v for k, v in mix.items() if k != "llm"},
         policy=policy,
-        seed=args.seed,
         known=known,
         mirror_targets=targets,
     )
@@ -312,7 +343,7 @@ def run(args: argparse.Namespace) -> int:
         proposers=proposers,
         space_for=space_for,
         policy=policy,
-        policy_file=policy_file,
+        learner=learner,
         compiler=compiler,
         progress=print_progress,
         after_record=after_record_hook,

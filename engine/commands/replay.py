@@ -8,6 +8,7 @@ from pathlib import Path
 from engine.campaign.executor import ReplayTable
 from engine.campaign.replay import (
     STRATEGIES,
+    VARIANTS,
     default_tables,
     format_table,
     replay_benchmark,
@@ -34,6 +35,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--pretrain-steps", type=int, default=200)
     parser.add_argument("--baseline", default="cublaslt_autotune")
     parser.add_argument("--shapes", help="comma-separated MxNxK shapes to hold out (default all)")
+    parser.add_argument(
+        "--variants",
+        default="online",
+        help=f"from {','.join(VARIANTS)}: rounds of --batch with the policy learning after each "
+        "(online) or frozen, or the whole budget in one round (one-shot); several: compared",
+    )
+    parser.add_argument(
+        "--target",
+        type=float,
+        default=0.95,
+        help="the share of the table's optimum a run must reach (candidates to it are counted)",
+    )
+    parser.add_argument(
+        "--policy",
+        type=Path,
+        help="start every rl run from this saved policy (e.g. engine/campaign/pretrained/sm_90.pt, "
+        "trained on the other tables) instead of pretraining on the table's other shapes",
+    )
     parser.add_argument("--out", type=Path, default=Path("replay.json"), help="report JSON")
     parser.add_argument("--plot", type=Path, help="PNG (default: the report's name, .png)")
     parser.set_defaults(func=run)
@@ -50,7 +69,17 @@ def run(args: argparse.Namespace) -> int:
     unknown = sorted(set(strategies) - set(STRATEGIES))
     if unknown:
         raise SystemExit(f"error: unknown strategies {unknown}: expected {sorted(STRATEGIES)}")
+    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    if set(variants) - set(VARIANTS) or not variants:
+        raise SystemExit(f"error: --variants must be from {list(VARIANTS)}")
     table = ReplayTable.load(tables)
+    start_policy = None
+    if args.policy is not None:
+        from engine.campaign.policy import Policy, policy_families
+
+        start_policy = Policy.load(args.policy, policy_families(table.arch))
+        if start_policy is None:
+            raise SystemExit(f"error: {args.policy} holds no policy for {table.arch}'s space")
     report = replay_benchmark(
         table,
         strategies=strategies,
@@ -60,6 +89,9 @@ def run(args: argparse.Namespace) -> int:
         pretrain_steps=args.pretrain_steps,
         baseline=args.baseline,
         shapes=args.shapes.split(",") if args.shapes else None,
+        variants=variants,
+        target=args.target,
+        start_policy=start_policy,
         progress=lambda msg: print(msg, flush=True),
     )
     print(format_table(report))

@@ -121,7 +121,7 @@ def test_compile_failures_are_stored_with_their_reason_and_never_executed(table)
     storage = SqliteStorage(":memory:")
     gpu = StubGpu()
     c = campaign(table, storage, executor=gpu, name="c", budget=8, failure_reward=-3.0)
-    c.compiler = lambda configs: [fake_compile(ok=i % 2 == 0) for i in range(len(configs))]
+    c.round.compiler = lambda configs: [fake_compile(ok=i % 2 == 0) for i in range(len(configs))]
     (result,) = c.run()
     failures = [r for r in result.records if r.status == "compile_error"]
     assert len(failures) == 4
@@ -145,7 +145,7 @@ def test_the_next_batch_compiles_while_the_current_one_executes(table):
             assert second_compile_started.wait(5), "the next batch was not compiled in parallel"
 
     c = campaign(table, SqliteStorage(":memory:"), executor=StubGpu(before_execute), name="c")
-    c.compiler = compiler
+    c.round.compiler = compiler
     (result,) = c.run()
     assert result.stopped == "budget"
     assert len(result.records) == 12

@@ -55,7 +55,15 @@ def test_the_local_step_passes_its_tuning_and_compiles_for_the_gpus_arch(monkeyp
         "local", Problem.parse("4096x4096x4096", "nn"), batch, verify_jobs=6, device_seconds=4
     )
     assert callable(made[0].pop("after_verification"))
-    assert made == [{"arch": "sm_90", "verify_jobs": 6, "device_seconds": 4, "shim": None}]
+    assert made == [
+        {
+            "protocols": ("device",),  # the campaign's reward protocol (--protocol)
+            "arch": "sm_90",
+            "verify_jobs": 6,
+            "device_seconds": 4,
+            "shim": None,
+        }
+    ]
     assert compiled == ["sm_90"]
     assert executed == [["/lib.so"]]
     assert [(o["name"], o["status"]) for o in outcomes] == [(config.name, "ok")]

@@ -39,9 +39,9 @@ def test_a_replayed_step_stores_its_phases(alice, settings, django_capture_on_co
     campaign_for(alice)
     with django_capture_on_commit_callbacks(execute=True):
         work.work_requeue()
-    [gpu] = WorkItem.objects.filter(kind="gpu")
+    gpu = WorkItem.objects.filter(kind="gpu").order_by("round").first()
     phases = gpu.result["phases_s"]
-    assert gpu.result["measured"] == 4
+    assert gpu.result["measured"] == len(gpu.payload["candidates"]) > 0
     assert {"child_start", "imports", "timing", "child_exit", "record", "other"} <= set(phases)
     assert phases["timing"] >= 0.1  # the replay's stand-in for the GPU's time
     assert phases["child_start"] > 0  # an interpreter and its imports take time

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from engine.campaign.round import batch_size_for
 from tests import bench_scripts
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -268,14 +269,15 @@ def test_a_campaign_completes_through_the_whole_stack(tmp_path):
     assert gpu["reason"].startswith("replay executor")
     assert 0 < gpu["gpu_worker_occupancy"] <= 1
     phases = gpu["step_phases"]["all"]  # each GPU step's time breakdown, from its result
-    assert phases["steps"] == 4
-    assert phases["seconds"]["timing"] >= 4 * 0.3  # the replay delay stands in for the GPU
+    steps = 2 * 8 // batch_size_for(8, cap=4)  # 2 shapes × 8 in rounds of budget/4: 8 steps
+    assert phases["steps"] == steps
+    assert phases["seconds"]["timing"] >= steps * 0.3  # the replay delay stands in for the GPU
     assert {"child_start", "imports", "child_exit", "record", "unaccounted"} <= set(phases["share"])
     workers = report["workers"]
     assert set(workers) == {"default@stack", "compile0@stack", "compile1@stack", "gpu0@stack"}
-    assert workers["gpu0@stack"]["steps"] == {"gpu:done": 4}  # 2 shapes × 8 / batch 4
+    assert workers["gpu0@stack"]["steps"] == {"gpu:done": steps}
     compiled = sum(workers[f"compile{i}@stack"]["steps"].get("compile:done", 0) for i in (0, 1))
-    assert compiled == 6  # 4 rounds that compiled, 2 that found the budget spent
+    assert compiled == steps + 2  # the rounds that compiled, 2 that found the budget spent
     pages = {k: v for k, v in report["web"].items() if k != "progress"}
     assert all(v["ok"] == v["requests"] > 0 for v in pages.values())
     assert report["web"]["progress"], "progress.json was read"
@@ -297,7 +299,7 @@ def test_split_queues_route_each_shape_to_its_own_gpu_worker(tmp_path):
     workers = report["workers"]
     for host, queue in (("gpu0@stack", "gpu.sm90"), ("gpu1@stack", "gpu.sm80")):
         assert workers[host]["queues"] == [queue]
-        assert workers[host]["steps"] == {"gpu:done": 1}
+        assert workers[host]["steps"] == {"gpu:done": 4 // batch_size_for(4, cap=4)}
         assert workers[host]["off_queue_steps"] == []
     gpu_steps = [s for s in report["steps"] if s["kind"] == "gpu"]
     assert {(s["queue"], s["worker"]) for s in gpu_steps} == {

@@ -10,6 +10,7 @@ from engine.problem import Layout as EngineLayout
 from engine.problem import Problem as EngineProblem
 from webapp.campaigns.launch import (
     DEFAULT_MIX,
+    DEFAULT_REWARD_PROTOCOL,
     MODELS,
     PRESET_CHOICES,
     PROPOSERS,
@@ -152,7 +153,7 @@ class CampaignForm(forms.Form):
     )
     reward_protocol = forms.ChoiceField(
         choices=[(p, p) for p in REWARD_PROTOCOLS],
-        initial="device",
+        initial=DEFAULT_REWARD_PROTOCOL,
         help_text="The timing protocol whose median the reward compares with the baselines.",
     )
     gpu_pool = forms.ChoiceField(

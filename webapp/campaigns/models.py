@@ -2,17 +2,25 @@
 
 from __future__ import annotations
 
+import secrets
+
 from django.conf import settings
 from django.db import models
 
 from engine.baseline_names import BASELINE_LABELS, BASELINES
 from engine.problem import Layout as EngineLayout
 from engine.problem import Problem as EngineProblem
+from engine.protocols import DEFAULT_PROTOCOL, PROTOCOLS
 
 
 class Layout(models.TextChoices):
     NN = "nn", "NN (B is K×N, torch.matmul)"
     TN = "tn", "TN (B is N×K, nn.Linear weight)"
+
+
+def campaign_seed() -> int:
+    """A new campaign's seed: its rounds' randomness (engine.campaign.round.round_rng)."""
+    return secrets.randbelow(2**31)
 
 
 class Campaign(models.Model):
@@ -46,8 +54,15 @@ class Campaign(models.Model):
     )
     reward_protocol = models.CharField(
         max_length=64,
-        default="cold_l2_median",
-        help_text="Which timing protocol the reward (speedup over the best baseline) uses.",
+        choices=[(p, p) for p in PROTOCOLS],
+        default=DEFAULT_PROTOCOL,
+        help_text="The timing protocol its GPU steps time candidates and baselines in, and the "
+        "reward (speedup over the best baseline) uses (engine.protocols).",
+    )
+    seed = models.PositiveIntegerField(
+        default=campaign_seed,
+        help_text="Seeds its rounds: the same seed, settings and history propose the same "
+        "candidates as `engine optimize --seed`.",
     )
     gpu_pool = models.CharField(
         max_length=16,

@@ -1,7 +1,13 @@
 """The campaign's steps as services: a round's compile step and its GPU step, for one problem.
 
-compile step (queue ``compile``): rebuild the proposers from the stored history, propose a batch,
-render and compile it, store the candidates; then a GPU step (queue ``gpu.<arch>`` of the problem)
+A round is engine.campaign.round's, the one ``engine optimize`` runs: what is proposed, how an
+outcome becomes a CandidateRecord, its reward and what the policy learns are decided there; this
+module adapts storage (DjangoStorage), scheduling (work items, queues) and leases.
+
+compile step (queue ``compile``): the arch's shared policy (engine.campaign.policy.PolicyFile)
+learns the round before's rewards (once: a retried step learns nothing twice), then the round's
+proposers, rebuilt from the stored history, propose a batch; it is rendered and compiled and the
+candidates stored; then a GPU step (queue ``gpu.<arch>`` of the problem)
 or, when nothing is left to run, the problem's stop reason. GPU step: run the batch in a child
 process (``python -m engine.gpu_step`` in the candidate sandbox of engine.sandbox: allow-listed
 environment, CUDA_VISIBLE_DEVICES pinned, the GPU children's limits, its process group killed on
@@ -18,7 +24,6 @@ import functools
 import json
 import logging
 import os
-import random
 import shlex
 import sys
 import tempfile
@@ -32,7 +37,6 @@ from django.conf import settings
 from django.db import transaction
 
 from engine import sandbox, toolchain
-from engine.campaign.storage import CandidateRecord
 from engine.phases import Phases
 from webapp.campaigns import artifact_store
 from webapp.campaigns.models import Campaign, Candidate, Problem, WorkItem
@@ -49,9 +53,6 @@ from webapp.campaigns.work import (
 )
 
 logger = logging.getLogger(__name__)
-
-BASELINE = "cublaslt_autotune"
-FAILURE_REWARD = -2.0  # engine.campaign.loop.CampaignSettings.failure_reward
 
 
 class GpuUnhealthy(Exception):
@@ -106,7 +107,7 @@ def _search_space(engine_problem: Any, arch: str, kind: str, spec: str) -> Any:
 
 def proposer_mix(campaign: Campaign) -> dict[str, float]:
     from engine.campaign import PROPOSER_NAMES
-    from engine.campaign.loop import DEFAULT_MIX
+    from engine.campaign.round import DEFAULT_MIX
 
     mix = {k: float(v) for k, v in (campaign.proposer_mix or {}).items() if k in PROPOSER_NAMES}
     return {k: v for k, v in mix.items() if v > 0} or dict(DEFAULT_MIX)
@@ -117,10 +118,40 @@ def crash_hook(kind: str) -> None:
         raise RuntimeError(f"injected crash in the {kind} step (GEMMFORGE_CRASH_STEP={kind})")
 
 
+def round_settings(campaign: Campaign) -> Any:
+    """The campaign's engine.campaign.round.RoundSettings: its budget and mix, its seed, and a
+    batch that gives each shape several rounds (at most GEMMFORGE_BATCH_SIZE)."""
+    from engine.campaign.round import RoundSettings, batch_size_for
+
+    budget = campaign.budget_per_shape
+    return RoundSettings(
+        budget=budget,
+        batch_size=batch_size_for(budget, cap=settings.GEMMFORGE_BATCH_SIZE),
+        mix=proposer_mix(campaign),
+        seed=campaign.seed,
+    )
+
+
+def shared_policy(arch: str) -> Any:
+    """The arch's policy file (engine.campaign.policy.PolicyFile) in the engine's cache
+    (ENGINE_CACHE_DIR), the one ``engine optimize`` uses; where none is saved yet, it starts
+    from the pretrained policy the repository ships for the arch."""
+    from engine.campaign.policy import PolicyFile, policy_families, policy_path, pretrained_path
+    from engine.config import load as load_engine_config
+
+    path = policy_path(load_engine_config().cache_dir, arch)
+    return PolicyFile(path, policy_families(arch), start=pretrained_path(arch))
+
+
+def policy_stream(campaign: Campaign, problem: Problem) -> str:
+    """Names a campaign's problem in the policy's once-per-round bookkeeping."""
+    return f"campaign-{campaign.id}/{problem.as_engine().key}"
+
+
 # -- the compile step --------------------------------------------------------------------------
 def compile_step(*, item_id: int, token: str) -> dict[str, Any]:
-    from engine.campaign import Policy, make_proposers, propose_batch
-    from engine.campaign.space import families_for_arch
+    from engine.campaign import make_proposers
+    from engine.campaign.round import Round
 
     item = WorkItem.objects.select_related("problem", "campaign").get(id=item_id)
     campaign, problem = item.campaign, item.problem
@@ -128,38 +159,35 @@ def compile_step(*, item_id: int, token: str) -> dict[str, Any]:
     engine_problem = problem.as_engine()
     history = storage.candidates(campaign.name, engine_problem.key)
     space = search_space(problem, campaign.search_space)
-    tried = set(Candidate.objects.filter(problem=problem).values_list("name", flat=True))
-    room = campaign.budget_per_shape - len(history)
-    if room <= 0 or len(tried & space.by_name.keys()) >= len(space):
-        return _finish_problem(item, token, "budget" if room <= 0 else "exhausted")
-    mix = proposer_mix(campaign)
-    policy = None
-    if "rl" in mix:
-        policy = Policy(families_for_arch(problem.arch), seed=campaign.id)
+    rounds = round_settings(campaign)
+    policy_file = shared_policy(problem.arch) if "rl" in rounds.mix else None
     known = []
-    if "transfer" in mix:
+    if "transfer" in rounds.mix:
         from engine.campaign.proposers import TRANSFER_TOP
 
         known = measured_winners(problem.arch, top=TRANSFER_TOP)
-    proposers = make_proposers(mix, policy=policy, seed=campaign.id, known=known)
-    if history:
-        for proposer in proposers.values():
-            proposer.observe(engine_problem, space, history)
-    rng = random.Random(f"{campaign.id}:{problem.id}:{item.round}")
-    batch = propose_batch(
-        proposers,
-        mix,
-        engine_problem,
-        space,
-        min(settings.GEMMFORGE_BATCH_SIZE, room),
-        history=history,
-        exclude=tried,
-        rng=rng,
+    proposers = make_proposers(
+        rounds.mix, policy=policy_file.policy if policy_file else None, known=known
     )
+    round_ = Round(rounds, proposers, learner=policy_file)
+    if item.round > 0:  # the GPU step before: its rewards, learnt once, before any proposal
+        last = [r for r in history if r.round == item.round - 1]
+        stream = policy_stream(campaign, problem)
+        round_.learn(engine_problem, space, last, stream=stream, round_no=item.round - 1)
+    tried = set(Candidate.objects.filter(problem=problem).values_list("name", flat=True))
+    room = round_.room(history)
+    if room <= 0 or len(tried & space.by_name.keys()) >= len(space):
+        return _finish_problem(item, token, "budget" if room <= 0 else "exhausted")
+    if history:
+        round_.observe(engine_problem, space, history)
+    batch = round_.propose(engine_problem, space, history, round_no=item.round, exclude=tried)
     if not batch:
         return _finish_problem(item, token, "exhausted")
     crash_hook("compile")
     failures = compile_batch([p.config for p in batch], arch=problem.arch)
+    failed_records = round_.records(
+        [p for p in batch if p.config.name in failures], failures, round_no=item.round
+    )
     with transaction.atomic():
         item = work_item_hold(item_id=item_id, token=token)
         parents = {
@@ -168,28 +196,11 @@ def compile_step(*, item_id: int, token: str) -> dict[str, Any]:
                 problem=problem, name__in=[p.parent for p in batch if p.parent]
             )
         }
-        failed_records, compiled_ids = [], []
-        for proposal in batch:
+        compiled_ids = []
+        for proposal in batch:  # every row in the batch's order: the history's order
             config = proposal.config
-            failure = failures.get(config.name)
-            if failure is not None:
-                failed_records.append(
-                    CandidateRecord(
-                        name=config.name,
-                        family=config.FAMILY,
-                        knobs=config.knobs(),
-                        proposer=proposal.proposer,
-                        parent=proposal.parent,
-                        status=failure["status"],
-                        reason=failure["reason"],
-                        message=failure["message"],
-                        reward=FAILURE_REWARD,
-                        round=item.round,
-                        meta=dict(proposal.meta),
-                    )
-                )
-                continue
             source = source_of(config.FAMILY, config.knobs())
+            failed = config.name in failures
             row = Candidate.objects.create(
                 problem=problem,
                 name=config.name,
@@ -199,11 +210,14 @@ def compile_step(*, item_id: int, token: str) -> dict[str, Any]:
                 source_hash=source_hash(source),
                 proposer=proposal.proposer,
                 parent=parents.get(proposal.parent or ""),
-                status=Candidate.Status.COMPILED,
-                compile_status=Candidate.CompileStatus.OK,
+                status=Candidate.Status.FAILED if failed else Candidate.Status.COMPILED,
+                compile_status=Candidate.CompileStatus.ERROR
+                if failed
+                else Candidate.CompileStatus.OK,
                 proposal=dict(proposal.meta),
             )
-            compiled_ids.append(row.id)
+            if not failed:
+                compiled_ids.append(row.id)
         if failed_records:
             storage.record(campaign.name, engine_problem.key, failed_records)
         if compiled_ids:
@@ -220,8 +234,9 @@ def compile_step(*, item_id: int, token: str) -> dict[str, Any]:
     return result
 
 
-def compile_batch(configs: list[Any], *, arch: str | None = None) -> dict[str, dict[str, str]]:
-    """Compile failures by name (status, reason, message); an empty dict when all built.
+def compile_batch(configs: list[Any], *, arch: str | None = None) -> dict[str, Any]:
+    """Compile failures by name (engine.campaign.executor.Outcome, classified by
+    engine.campaign.round); an empty dict when all built.
 
     With the local executor the configs are compiled with nvcc for ``arch`` (the problem's, so
     the cache keys match the GPU step's and kernels prebuilt for that GPU) into the engine's
@@ -231,20 +246,17 @@ def compile_batch(configs: list[Any], *, arch: str | None = None) -> dict[str, d
     set, runs as well, once per step, under COMPILE_STEP_TIMEOUT: a hook that hangs times the
     batch out.
     """
-    failures: dict[str, dict[str, str]] = {}
+    from engine.campaign.round import build_failure, compile_failure
+
+    failures: dict[str, Any] = {}
     if executor_spec() == "local":
         from engine.campaign.loop import compile_configs
 
         built = compile_configs(configs, target_arch=arch)
         for config, result in zip(configs, built, strict=True):
-            if not (result.ok and result.library is not None):
-                status = "timeout" if result.timed_out else "compile_error"
-                reason = "nvcc_timeout" if result.timed_out else "nvcc"
-                failures[config.name] = {
-                    "status": status,
-                    "reason": reason,
-                    "message": result.error or "did not compile",
-                }
+            failure = compile_failure(config.name, result)
+            if failure is not None:
+                failures[config.name] = failure
         artifact_store.artifacts_publish_built(
             keys=[r.key for r in built if r.ok and r.library is not None]
         )
@@ -253,16 +265,17 @@ def compile_batch(configs: list[Any], *, arch: str | None = None) -> dict[str, d
             shlex.split(settings.GEMMFORGE_COMPILE_HOOK), timeout=settings.COMPILE_STEP_TIMEOUT
         )
         if ran.timed_out or not ran.ok:
-            failure = {
-                "status": "timeout" if ran.timed_out else "compile_error",
-                "reason": "nvcc_timeout" if ran.timed_out else "nvcc",
-                "message": (
-                    f"compile step timed out after {settings.COMPILE_STEP_TIMEOUT} s: {ran.command}"
-                    if ran.timed_out
-                    else f"compile step failed ({ran.returncode}): {ran.stderr[-500:]}"
-                ),
-            }
-            failures.update({c.name: failure for c in configs})
+            message = (
+                f"compile step timed out after {settings.COMPILE_STEP_TIMEOUT} s: {ran.command}"
+                if ran.timed_out
+                else f"compile step failed ({ran.returncode}): {ran.stderr[-500:]}"
+            )
+            failures.update(
+                {
+                    c.name: build_failure(c.name, timed_out=ran.timed_out, message=message)
+                    for c in configs
+                }
+            )
     return failures
 
 
@@ -283,7 +296,7 @@ def gpu_step(*, item_id: int, token: str) -> dict[str, Any]:
     the step's wall time here) and ``info`` (verification children, autotune cached or not, the
     heat-up that ran, which CUDA call the health probe made)."""
     from engine.campaign.executor import Outcome
-    from engine.campaign.loop import reward_of
+    from engine.campaign.round import Round, proposal_of
 
     started = time.perf_counter()
     phases = Phases()
@@ -311,36 +324,25 @@ def gpu_step(*, item_id: int, token: str) -> dict[str, Any]:
             load_engine_config().verify_mps, gpu=settings.GEMMFORGE_GPU_DEVICE
         )
     try:
-        outcomes = run_gpu_child(key, rows, phases=phases) if rows else []
+        protocol = campaign.reward_protocol
+        outcomes = run_gpu_child(key, rows, phases=phases, protocol=protocol) if rows else []
     except StepCrashed as crash:
         health_check(phases, fresh=True, after=crash)
         raise
     health_check(phases, fresh=any(o.get("reason") == "gpu_timeout" for o in outcomes))
     recording = time.perf_counter()
-    by_id = {r.name: r for r in rows}
-    records = []
-    for raw in outcomes:
-        outcome = Outcome(**raw)
-        row = by_id[outcome.name]
-        records.append(
-            CandidateRecord(
-                name=row.name,
-                family=row.family,
-                knobs=row.config,
-                proposer=row.proposer,
-                parent=row.parent.name if row.parent_id else None,
-                status=outcome.status,
-                reason=outcome.reason,
-                message=outcome.message,
-                reward=reward_of(outcome, BASELINE, FAILURE_REWARD),
-                seconds=outcome.seconds,
-                baselines=dict(outcome.baselines),
-                timings=dict(outcome.timings),
-                gpu_seconds=outcome.gpu_seconds,
-                round=item.round,
-                meta=dict(row.proposal),
-            )
+    batch = [
+        proposal_of(
+            family=r.family,
+            knobs=r.config,
+            proposer=r.proposer,
+            parent=r.parent.name if r.parent_id else None,
+            meta=r.proposal,
         )
+        for r in rows
+    ]
+    by_name = {o["name"]: Outcome(**o) for o in outcomes}
+    records = Round(round_settings(campaign), {}).records(batch, by_name, round_no=item.round)
     with transaction.atomic():
         item = work_item_hold(item_id=item_id, token=token)
         if records:
@@ -373,11 +375,12 @@ def health_check(phases: Phases, *, fresh: bool, after: Exception | None = None)
         raise GpuUnhealthy(health.message) from after
 
 
-def step_args(spec: str, problem_key: str, workdir: Path) -> list[str]:
-    """engine.gpu_step's arguments for a batch in ``workdir`` (batch.json, outcomes.json)."""
+def step_args(spec: str, problem_key: str, workdir: Path, *, protocol: str = "device") -> list[str]:
+    """engine.gpu_step's arguments for a batch in ``workdir`` (batch.json, outcomes.json), timed
+    in the campaign's reward ``protocol``."""
     args = ["--executor", spec, "--problem", problem_key,
             "--batch", str(workdir / "batch.json"), "--out", str(workdir / "outcomes.json"),
-            "--parent-pid", str(os.getpid())]  # fmt: skip
+            "--parent-pid", str(os.getpid()), "--protocol", protocol]  # fmt: skip
     if spec == "local":
         args += ["--verify-jobs", str(settings.GEMMFORGE_VERIFY_JOBS),
                  "--device-seconds", str(settings.GEMMFORGE_DEVICE_SECONDS),
@@ -473,7 +476,11 @@ def on_worker_process_shutdown(**_kwargs: Any) -> None:
 
 
 def run_gpu_child(
-    problem_key: str, rows: list[Candidate], *, phases: Phases | None = None
+    problem_key: str,
+    rows: list[Candidate],
+    *,
+    phases: Phases | None = None,
+    protocol: str = "device",
 ) -> list[dict[str, Any]]:
     """The batch's outcomes from ``python -m engine.gpu_step`` in a child process (a standby
     one when GEMMFORGE_GPU_STANDBY); ``phases`` gets the child's time breakdown, its start
@@ -487,7 +494,7 @@ def run_gpu_child(
         (tmp / "batch.json").write_text(
             json.dumps([{"name": r.name, "family": r.family, "knobs": r.config} for r in rows])
         )
-        args = step_args(spec, problem_key, tmp)
+        args = step_args(spec, problem_key, tmp, protocol=protocol)
         spawned = time.time()
         # the child renames its outcomes into place as its last act: what is left, its exit
         # (its CUDA context torn down: 0.3 s of each step in run 14), need not hold up the GPU

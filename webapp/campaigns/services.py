@@ -23,6 +23,7 @@ def campaign_create(
     reward_protocol: str = "device",
     gpu_pool: str = "",
     search_space: str = Campaign.SearchSpace.FULL,
+    seed: int | None = None,
 ) -> Campaign:
     """A queued campaign with one queued Problem per distinct shape.
 
@@ -38,6 +39,7 @@ def campaign_create(
         reward_protocol=reward_protocol,
         gpu_pool=gpu_pool,
         search_space=Campaign.SearchSpace(search_space),
+        **({} if seed is None else {"seed": seed}),
     )
     distinct = dict.fromkeys(problems)
     Problem.objects.bulk_create(
