@@ -27,6 +27,15 @@ from engine import physics
 from engine.baseline_names import BASELINES, INDUCTOR, TUNABLEOP
 from engine.baselines import best_of_layouts
 from engine.problem import Problem
+from engine.ratios import (
+    Choice,
+    Headline,
+    Session,
+    ShapeBest,
+    Timing,
+    baseline_runner,
+    headline,
+)
 
 PROTOCOLS = ("device", "offline", "server")
 SIZE_CLASSES = ("small", "medium", "large")
@@ -65,6 +74,8 @@ class ProtocolPoint:
     baselines: dict[str, float]  # best-of-layouts seconds per baseline
     source: str
     cublaslt_kernel: str | None = None  # what cuBLASLt-autotune ran, where the run recorded it
+    kernel_quartiles: dict[str, float] = field(default_factory=dict)  # p25, p75 where kept
+    baseline_quartiles: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def speedups(self) -> dict[str, float]:
         return {b: t / self.seconds for b, t in self.baselines.items()}
@@ -123,24 +134,41 @@ def points_from_sweep(report: dict[str, Any], source: str) -> dict[str, dict[str
 def points_from_campaign(
     report: dict[str, Any], source: str
 ) -> dict[str, dict[str, ProtocolPoint]]:
+    """Per shape, the kernel fastest in the final's device protocol (else in its first protocol)
+    and that same kernel's point in every protocol that timed it: one kernel per shape."""
     out: dict[str, dict[str, ProtocolPoint]] = {}
     for key, final in report.get("final", {}).items():
-        for protocol, summary in final.get("protocols", {}).items():
-            rejected = set(summary.get("rejected_while_timed", ()))
-            candidates = [n for n in summary["speedups"] if n not in rejected]
-            timed = {n: summary["seconds"][n] for n in candidates}
-            if not timed:
+        protocols = final.get("protocols", {})
+        timed = {protocol: final_times(summary) for protocol, summary in protocols.items()}
+        chooser = "device" if timed.get("device") else next((p for p in timed if timed[p]), None)
+        if chooser is None:
+            continue
+        kernel = min(timed[chooser], key=timed[chooser].__getitem__)
+        for protocol, summary in protocols.items():
+            if kernel not in timed[protocol]:
                 continue
-            kernel = min(timed, key=timed.__getitem__)
             baselines = {b: v["seconds"] for b, v in summary["best_baselines"].items()}
+            kept = summary.get("quartiles") or {}
             out.setdefault(key, {})[protocol] = ProtocolPoint(
                 kernel,
-                timed[kernel],
+                timed[protocol][kernel],
                 baselines,
                 f"{source} (final)",
                 autotuned_kernel(final, summary["best_baselines"]),
+                kernel_quartiles=dict(kept.get(kernel) or {}),
+                baseline_quartiles={
+                    b: dict(kept[runner])
+                    for b, v in summary["best_baselines"].items()
+                    if (runner := baseline_runner(b, v)) in kept
+                },
             )
     return out
+
+
+def final_times(summary: dict[str, Any]) -> dict[str, float]:
+    """Kernel → its time in one protocol of a final, the kernels rejected while timed left out."""
+    rejected = set(summary.get("rejected_while_timed", ()))
+    return {n: summary["seconds"][n] for n in summary["speedups"] if n not in rejected}
 
 
 def autotuned_kernel(final: dict[str, Any], best_baselines: dict[str, Any]) -> str | None:
@@ -175,7 +203,46 @@ def load_results(paths: Sequence[Path]) -> dict[str, ShapeResult]:
                 earlier = result.points.get(protocol)
                 if final or earlier is None or _autotune(point) > _autotune(earlier):
                     result.points[protocol] = point
+    for result in results.values():
+        one_kernel(result)
     return dict(sorted(results.items(), key=lambda kv: (kv[1].log2_mnk, kv[0])))
+
+
+def one_kernel(result: ShapeResult) -> None:
+    """Keeps only the points of the kernel chosen in the device protocol: crediting each
+    protocol's best kernel apart would credit a shape with the best of several kernels."""
+    device = result.points.get("device")
+    if device is None:
+        return
+    for protocol in [p for p, point in result.points.items() if point.kernel != device.kernel]:
+        del result.points[protocol]
+
+
+def shape_bests(results: dict[str, ShapeResult], protocol: str = "device") -> list[ShapeBest]:
+    """Each shape's point in ``protocol`` as the campaign headline reads it (engine.ratios)."""
+    bests = []
+    for key, result in results.items():
+        point = result.points.get(protocol)
+        if point is None:
+            continue
+        session = Session(
+            name="final" if point.source.endswith("(final)") else "sweep",
+            protocol=protocol,
+            kernel=Timing.of({"seconds": point.seconds, **point.kernel_quartiles})
+            or Timing(point.seconds),
+            baselines={
+                b: Timing.of({"seconds": t, **point.baseline_quartiles.get(b, {})}) or Timing(t)
+                for b, t in point.baselines.items()
+            },
+        )
+        bests.append(ShapeBest(key, float(result.problem.flops), Choice(point.kernel, session)))
+    return bests
+
+
+def report_headline(results: dict[str, ShapeResult]) -> Headline:
+    """The campaign headline in the device protocol (what the dashboard shows at the top)."""
+    bests = shape_bests(results)
+    return headline(bests, without=len(results) - len(bests))
 
 
 def _autotune(point: ProtocolPoint) -> float:
@@ -468,9 +535,13 @@ def markdown(
         "",
         f"{environment}",
         "",
-        "Speedup = baseline time / gemmforge time (> 1: gemmforge faster); each baseline is the",
-        "faster of its NN and TN calls. Generated by `python -m engine report`.",
+        "Speedup = baseline time / gemmforge time (> 1: gemmforge faster), both taken in the",
+        "same session; each baseline is the faster of its NN and TN calls. One kernel per shape,",
+        "chosen in the device protocol, in every protocol. Generated by `python -m engine report`.",
         "",
+        "## Headline",
+        "",
+        *report_headline(results).markdown(BASELINE_LABELS),
     ]
     for protocol, s in summary.items():
         auto = s["baselines"]["cublaslt_autotune"]

@@ -5,7 +5,8 @@ Two stages, each returning a :class:`StaticResult` (a rejection is data, never a
 * :func:`check_source` — size (≤ :data:`MAX_SOURCE_BYTES`), the ``#include`` allow-list, and a
   regex pre-filter for forbidden APIs (streams, syncs, allocation, L2 policy, cuBLAS, dynamic
   loading, threads and processes, files and the environment, token pasting). The regex scan is a
-  cheap first filter only (VERIFY.md row 22): it can be evaded (string concatenation, asm labels).
+  cheap first filter only (docs/verification.md row 22): it can be evaded (string concatenation,
+  asm labels).
 * :func:`check_library` — ``nm -D --undefined-only`` on the built ``.so`` against a symbol
   allow-list: the binding check.
 

@@ -73,9 +73,24 @@ urlpatterns = [
         name="api-campaign-heatmap",
     ),
     path(
-        "api/shapes/<int:problem_id>/rewards.json",
-        campaign_views.api_problem_rewards,
-        name="api-problem-rewards",
+        "api/campaigns/<int:campaign_id>/history.json",
+        campaign_views.api_campaign_history,
+        name="api-campaign-history",
+    ),
+    path(
+        "api/campaigns/<int:campaign_id>/knobs.json",
+        campaign_views.api_campaign_knobs,
+        name="api-campaign-knobs",
+    ),
+    path(
+        "api/shapes/<int:problem_id>/history.json",
+        campaign_views.api_problem_history,
+        name="api-problem-history",
+    ),
+    path(
+        "api/shapes/<int:problem_id>/knobs.json",
+        campaign_views.api_problem_knobs,
+        name="api-problem-knobs",
     ),
     path("workers/", worker_views.workers, name="workers"),
     path("accounts/", include([throttled_login, path("", include("django.contrib.auth.urls"))])),

@@ -18,10 +18,23 @@ from pathlib import Path
 from typing import Any
 
 from engine import abi, triton_aot
+from engine.baseline_names import BASELINE_LABELS
 from engine.campaign.storage import CandidateRecord, SqliteStorage
 from engine.compile import BASE_FLAGS
 from engine.families import get_family
 from engine.problem import Problem
+from engine.ratios import (
+    FASTER,
+    Choice,
+    Headline,
+    Ratio,
+    Session,
+    ShapeBest,
+    Timing,
+    baseline_timings,
+    headline,
+    rank,
+)
 
 PACKAGE_DIR = Path(__file__).resolve().parent / "package" / "gemmforge_bundle"
 ROOT = "gemmforge_bundle"
@@ -41,8 +54,47 @@ class BundleKernel:
     name: str
     source: str
     archs: tuple[str, ...]
-    speedups: dict[str, float] = field(default_factory=dict)
+    speedups: dict[str, float] = field(default_factory=dict)  # all from one session
     seconds: float | None = None
+    session: str = "search"  # the measurement session the time and speedups come from
+
+
+def is_faster(r: Ratio | None) -> bool:
+    """Faster than the baseline beyond the measured noise (a tie falls back to it)."""
+    return r is not None and r.verdict == FASTER
+
+
+def record_session(record: CandidateRecord) -> Session | None:
+    """The search step's session of a record: its time and the baselines timed with it."""
+    kernel = Timing.of(record.seconds)
+    if kernel is None:
+        return None
+    return Session("search", "device", kernel, baseline_timings(dict(record.baselines)))
+
+
+def shape_choices(
+    storage: SqliteStorage,
+    campaign: str,
+    problems: Sequence[Problem],
+    admissible: Callable[[BundleKernel], bool] | None = None,
+) -> dict[str, tuple[Choice, CandidateRecord]]:
+    """Problem key → its kernel and that kernel's record: the best same-session ratio over
+    cuBLASLt-autotune (engine.ratios.rank) of the kernels that pass ``admissible`` (their
+    compute-sanitizer verdict, in the CLI); shapes with none are left out."""
+    out: dict[str, tuple[Choice, CandidateRecord]] = {}
+    for problem in problems:
+        records = {
+            r.name: r
+            for r in storage.candidates(campaign, problem.key)
+            if r.status == "ok" and r.seconds
+        }
+        sessions = [(n, n, [s]) for n, r in records.items() if (s := record_session(r))]
+        for choice in rank(sessions):
+            record = records[choice.kernel]
+            if admissible is None or admissible(kernel_from_record(problem, record)):
+                out[problem.key] = (choice, record)
+                break
+    return out
 
 
 def best_kernels(
@@ -54,23 +106,29 @@ def best_kernels(
     include_slower: bool = False,
     admissible: Callable[[BundleKernel], bool] | None = None,
 ) -> list[BundleKernel]:
-    """Per problem, the verified candidate with the highest reward, kept only when it beats the
-    ``over`` baseline (the op falls back to torch.matmul otherwise) unless ``include_slower``.
-    ``admissible``: what a kernel must also pass (its compute-sanitizer verdict, in the CLI);
-    the best one that does is chosen."""
-    chosen: list[BundleKernel] = []
-    for problem in problems:
-        verified = [
-            r for r in storage.candidates(campaign, problem.key) if r.status == "ok" and r.seconds
-        ]
-        for best in sorted(verified, key=lambda r: r.reward, reverse=True):
-            if not include_slower and best.speedups().get(over, 0.0) <= 1.0:
-                break
-            kernel = kernel_from_record(problem, best)
-            if admissible is None or admissible(kernel):
-                chosen.append(kernel)
-                break
-    return chosen
+    """Per problem, its chosen kernel (shape_choices: the best admissible one), kept only when
+    it is faster than the ``over`` baseline beyond the noise (the op falls back to torch.matmul
+    otherwise) unless ``include_slower``."""
+    chosen = shape_choices(storage, campaign, problems, admissible)
+    return [
+        kernel_from_record(p, chosen[p.key][1])
+        for p in problems
+        if p.key in chosen and (include_slower or is_faster(chosen[p.key][0].ratios().get(over)))
+    ]
+
+
+def bundle_headline(
+    storage: SqliteStorage,
+    campaign: str,
+    problems: Sequence[Problem],
+    admissible: Callable[[BundleKernel], bool] | None = None,
+) -> Headline:
+    """The campaign headline over every shape, bundled or not (the README opens with it)."""
+    chosen = shape_choices(storage, campaign, problems, admissible)
+    bests = [
+        ShapeBest(p.key, float(p.flops), chosen[p.key][0]) for p in problems if p.key in chosen
+    ]
+    return headline(bests, without=len(problems) - len(bests))
 
 
 def kernel_from_record(problem: Problem, record: CandidateRecord) -> BundleKernel:
@@ -131,6 +189,7 @@ def manifest(kernels: Iterable[BundleKernel], environment: dict[str, Any]) -> di
                 "archs": list(k.archs),
                 "speedups": k.speedups,
                 "seconds": k.seconds,
+                "session": k.session,
             }
             for k in kernels
         ],
@@ -161,7 +220,12 @@ def results_csv(kernels: Sequence[BundleKernel]) -> str:
 
 
 def write_bundle(
-    kernels: Sequence[BundleKernel], out: Path, *, environment: dict[str, Any], title: str
+    kernels: Sequence[BundleKernel],
+    out: Path,
+    *,
+    environment: dict[str, Any],
+    title: str,
+    headline: Headline | None = None,
 ) -> Path:
     """Writes the zip; kernels with the same name are stored once."""
     names = [k.name for k in kernels]
@@ -179,14 +243,20 @@ def write_bundle(
         zf.writestr(f"{ROOT}/kernels.json", json.dumps(data, indent=1))
         zf.writestr("results.json", json.dumps(data, indent=1))
         zf.writestr("results.csv", results_csv(kernels))
-        zf.writestr("README.md", readme(title, kernels, environment, len(set(names))))
+        zf.writestr("README.md", readme(title, kernels, environment, len(set(names)), headline))
     return out
 
 
 def readme(
-    title: str, kernels: Sequence[BundleKernel], environment: dict[str, Any], unique: int
+    title: str,
+    kernels: Sequence[BundleKernel],
+    environment: dict[str, Any],
+    unique: int,
+    headline: Headline | None = None,
 ) -> str:
     gpu = environment.get("gpu_name", "unknown GPU")
+    block = "\n".join(headline.markdown(BASELINE_LABELS)) if headline else ""
+    summary = f"## The campaign at a glance\n\n{block}\n" if block else ""
     rows = "\n".join(
         f"| {k.problem.shape} | {k.problem.layout.value} | `{k.name}` | "
         + ", ".join(f"{b} {s:.3f}x" for b, s in sorted(k.speedups.items()))
@@ -196,8 +266,10 @@ def readme(
     return f"""# gemmforge bundle: {title}
 
 {len(kernels)} shape(s), {unique} kernel(s), measured on {gpu}. Shapes not listed fall back to
-torch.matmul.
+torch.matmul: by default a shape is bundled only when its kernel was faster than torch.matmul
+beyond the measured noise, both timed in the same session.
 
+{summary}
 ## Use
 ```sh
 unzip this.zip && cd <folder>            # the folder holding gemmforge_bundle/
@@ -214,7 +286,7 @@ The ops allocate only their output (and a kernel's workspace) from PyTorch's all
 synchronise: they work under torch.compile and CUDA-graph capture (call each shape once first).
 
 ## Kernels
-| shape | layout | kernel | speedup (measured) |
+| shape | layout | kernel | speedup (baseline / kernel, same session) |
 |---|---|---|---|
 {rows}
 

@@ -20,6 +20,7 @@ from engine import cublaslt_kernels
 from engine.families import KernelConfig, get_family
 from engine.phases import Phases
 from engine.problem import Problem
+from engine.ratios import baseline_runner, quartiles
 
 if TYPE_CHECKING:
     from engine.runtime import BaselineLibrary
@@ -330,10 +331,19 @@ def outcome_from_record(name: str, record: Mapping[str, Any], protocols: Sequenc
     timings: dict[str, Any] = {}
     for protocol in protocols:
         summary = record["protocols"][protocol]
+        kept = quartiles(summary.get("stats") or {})
         timings[protocol] = {
             "seconds": summary["seconds"].get(name),
             "baselines": {b: v["seconds"] for b, v in summary["best_baselines"].items()},
         }
+        # interquartile ranges, where kept: a ratio inside the noise is a tie (engine.ratios)
+        if name in kept:
+            timings[protocol].update(kept[name])
+            timings[protocol]["baseline_quartiles"] = {
+                b: kept[runner]
+                for b, v in summary["best_baselines"].items()
+                if (runner := baseline_runner(b, v)) in kept
+            }
     primary = record["protocols"][protocols[0]]
     for protocol in protocols:  # the checks in the timed calls of any protocol
         summary = record["protocols"][protocol]

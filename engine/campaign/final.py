@@ -26,6 +26,7 @@ from engine.campaign.storage import CandidateRecord
 from engine.compile import CompileResult
 from engine.families import KernelConfig, get_family
 from engine.problem import Layout, Problem
+from engine.ratios import quartiles
 
 FINAL_PROTOCOLS = ("device", "offline", "server")
 FINAL_TIMEOUT = 600.0
@@ -231,6 +232,9 @@ def final_summary(record: dict[str, Any]) -> dict[str, Any]:
             "rejected_while_timed": result["rejected_while_timed"],
             "rejections": result.get("rejections", {}),  # why (engine.timed_checks)
         }
+        # each runner's interquartile range, where kept: what tells a tie from a win
+        if kept := quartiles(result.get("stats") or {}):
+            out[protocol]["quartiles"] = kept
         for key in ("power", "power_by_runner"):  # NVML, where the child could read it
             if key in result:
                 out[protocol][key] = result[key]

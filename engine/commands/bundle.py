@@ -50,7 +50,7 @@ def finals_path(db: Path) -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine.bundle import best_kernels, write_bundle
+    from engine.bundle import best_kernels, bundle_headline, write_bundle
     from engine.campaign.storage import SqliteStorage
 
     if not args.db.is_file():
@@ -72,10 +72,11 @@ def run(args: argparse.Namespace) -> int:
             include_slower=args.include_slower,
             admissible=admissible,
         )
+        summary = bundle_headline(storage, args.campaign, problems, admissible)
         environment = settings.get("environment", {})
     finally:
         storage.close()
-    write_bundle(kernels, args.out, environment=environment, title=args.campaign)
+    write_bundle(kernels, args.out, environment=environment, title=args.campaign, headline=summary)
     print(
         f"wrote {args.out}: {len(kernels)} of {len(problems)} shapes have a kernel", file=sys.stderr
     )

@@ -54,8 +54,10 @@ def run(args: argparse.Namespace) -> int:
     peaks = report.gpu_peaks(args.results)
     limits = report.roofline(results, peaks) if peaks else None
     args.out.mkdir(parents=True, exist_ok=True)
+    headline = report.report_headline(results)
     payload = {
         "inputs": [str(p) for p in args.results],
+        "headline": headline.to_dict(),
         "summary": summary,
         "roofline": limits,
         "shapes": report.to_json(results),
@@ -79,5 +81,6 @@ def run(args: argparse.Namespace) -> int:
             f"{protocol}: {s['shapes']} shapes, geomean {auto['geomean']:.3f}x over cuBLASLt "
             f"autotune, {auto['faster_fraction']:.0%} faster"
         )
+    print("\n".join(headline.markdown(report.BASELINE_LABELS)))
     print(f"wrote {args.out / 'README.md'}")
     return 0

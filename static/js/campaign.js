@@ -1,7 +1,9 @@
-// Charts of the campaign and shape pages; data from the Dashboard JSON API (see README).
+// Charts of the campaign and shape pages; data from the Dashboard JSON API. Every speedup drawn
+// here is a same-session ratio the server computed (webapp.campaigns.ratios); none is made here.
 (function () {
   "use strict";
   const COLORS = ["#64748b", "#2f5bd3", "#d97706", "#16a34a"];
+  const REWARD = "cublaslt_autotune";
 
   async function getJSON(url) {
     const response = await fetch(url, { headers: { Accept: "application/json" } });
@@ -9,103 +11,241 @@
     return response.json();
   }
 
+  function noData(canvas, text) {
+    const p = document.createElement("p");
+    p.className = "muted no-data";
+    p.textContent = text || "No data yet.";
+    canvas.closest(".chart").replaceWith(p);
+  }
+
+  // A dashed line at y = 1.0 (a speedup of one: as fast as the baseline).
+  const unityLine = {
+    id: "unityLine",
+    afterDatasetsDraw(chart, _args, options) {
+      const y = chart.scales[options.axis || "y"];
+      if (!y || y.min > 1 || y.max < 1) return;
+      const { ctx, chartArea } = chart;
+      const py = y.getPixelForValue(1);
+      ctx.save();
+      ctx.strokeStyle = "#111827";
+      ctx.setLineDash([6, 4]);
+      ctx.beginPath();
+      ctx.moveTo(chartArea.left, py);
+      ctx.lineTo(chartArea.right, py);
+      ctx.stroke();
+      ctx.fillStyle = "#111827";
+      ctx.fillText("1.0×", chartArea.left + 4, py - 4);
+      ctx.restore();
+    },
+  };
+
+  // Log-axis ticks: label only the round values (×0.5, ×0.9, ×1, ×2), so a wide range stays legible.
+  const logTicks = {
+    autoSkip: true,
+    callback: (v) => {
+      if (!Number.isFinite(v) || v <= 0) return "";
+      const mantissa = v / 10 ** Math.floor(Math.log10(v) + 1e-9);
+      return Math.abs(mantissa - Math.round(mantissa)) < 1e-6 ? "×" + Number(v.toPrecision(2)) : "";
+    },
+  };
+
   async function speedupChart(canvas) {
     const data = await getJSON(canvas.dataset.src);
+    const shapes = data.shapes.filter((s) => Object.values(s.speedups).some((v) => v !== null));
+    if (!shapes.length) return noData(canvas);
+    shapes.sort((a, b) => (a.speedups[REWARD] ?? Infinity) - (b.speedups[REWARD] ?? Infinity));
+    const many = shapes.length > 60;
     new Chart(canvas, {
-      type: "bar",
+      type: "line",
       data: {
-        labels: data.shapes.map((s) => s.shape + " " + s.layout.toUpperCase()),
+        labels: shapes.map((s) => s.shape + " " + s.layout.toUpperCase()),
         datasets: data.baselines.map((b, i) => ({
-          label: b.label,
+          label: "vs " + b.label,
+          borderColor: COLORS[i % COLORS.length],
           backgroundColor: COLORS[i % COLORS.length],
-          data: data.shapes.map((s) => s.best_speedups[b.key]),
+          showLine: false,
+          pointRadius: many ? 1.5 : 3,
+          data: shapes.map((s) => s.speedups[b.key]),
         })),
       },
       options: {
         animation: false,
         maintainAspectRatio: false,
-        scales: { y: { title: { display: true, text: "best speedup (×)" } } },
+        scales: {
+          x: { grid: { display: !many }, ticks: { display: !many, autoSkip: true, maxRotation: 60 }, title: { display: true, text: many ? shapes.length + " shapes, sorted by speedup over cuBLASLt (autotuned)" : "shape" } },
+          y: { type: "logarithmic", title: { display: true, text: "speedup (baseline / kernel, same session)" }, ticks: logTicks },
+        },
+        plugins: {
+          unityLine: {},
+          tooltip: { callbacks: { label: (ctx) => `${ctx.dataset.label}: ×${ctx.raw === null ? "—" : ctx.raw.toFixed(3)}` } },
+        },
       },
+      plugins: [unityLine],
     });
-    canvas.dataset.loaded = data.shapes.length;
+    canvas.dataset.loaded = shapes.length;
   }
 
+  // Red below 1, green above; ±25% spans the scale (the legend under the chart says so).
   function colour(speedup) {
-    if (speedup === null || speedup === undefined) return "#e5e7eb";
-    const t = Math.max(-1, Math.min(1, Math.log2(speedup) * 4)); // ±25% spans the scale
-    return t >= 0 ? `rgba(22,163,74,${0.25 + 0.75 * t})` : `rgba(220,38,38,${0.25 - 0.75 * t})`;
+    if (speedup === null || speedup === undefined) return "#d1d5db";
+    const t = Math.max(-1, Math.min(1, Math.log(speedup) / Math.log(1.25)));
+    return t >= 0 ? `rgba(22,163,74,${0.15 + 0.85 * t})` : `rgba(220,38,38,${0.15 - 0.85 * t})`;
   }
 
   let heatmap = null;
   async function heatmapChart(form, canvas) {
     const params = new URLSearchParams(new FormData(form));
     const data = await getJSON(form.dataset.src + "?" + params.toString());
-    const points = data.cells.map((c) => ({ x: c.n, y: c.m, speedup: c.speedup }));
-    const config = {
+    const points = data.cells.map((c) => ({ x: String(c.n), y: String(c.m), speedup: c.speedup, verdict: c.verdict }));
+    const ns = [...new Set(data.cells.map((c) => c.n))].sort((a, b) => a - b).map(String);
+    const ms = [...new Set(data.cells.map((c) => c.m))].sort((a, b) => a - b).map(String);
+    if (heatmap) heatmap.destroy();
+    heatmap = new Chart(canvas, {
       type: "scatter",
       data: {
         datasets: [{
-          label: "best speedup over " + data.baseline + " at K=" + data.k,
+          label: `vs ${data.baseline_label} at K=${data.k} (${(data.layout || "").toUpperCase()})`,
           data: points,
           pointStyle: "rect",
-          pointRadius: 14,
+          pointRadius: Math.max(4, Math.min(16, 280 / Math.max(ns.length, ms.length, 1))),
           backgroundColor: points.map((p) => colour(p.speedup)),
+          borderColor: "#9ca3af",
         }],
       },
       options: {
         animation: false,
         maintainAspectRatio: false,
         scales: {
-          x: { type: "logarithmic", title: { display: true, text: "N" } },
-          y: { type: "logarithmic", title: { display: true, text: "M" } },
+          x: { type: "category", labels: ns, title: { display: true, text: "N" } },
+          y: { type: "category", labels: ms.slice().reverse(), title: { display: true, text: "M" } },
         },
         plugins: {
           tooltip: {
             callbacks: {
-              label: (ctx) => `M=${ctx.raw.y} N=${ctx.raw.x}: ×${ctx.raw.speedup === null ? "—" : ctx.raw.speedup.toFixed(3)}`,
+              label: (ctx) => `M=${ctx.raw.y} N=${ctx.raw.x}: ${ctx.raw.speedup === null ? "no ratio" : "×" + ctx.raw.speedup.toFixed(3) + " (" + ctx.raw.verdict + ")"}`,
             },
           },
         },
       },
-    };
-    if (heatmap) heatmap.destroy();
-    heatmap = new Chart(canvas, config);
+    });
     canvas.dataset.loaded = points.length;
   }
 
-  async function rewardChart(canvas) {
-    const data = await getJSON(canvas.dataset.src);
-    new Chart(canvas, {
-      type: "line",
-      data: {
-        labels: data.rewards.map((_, i) => i + 1),
-        datasets: [
-          { label: "reward", data: data.rewards, showLine: false, pointRadius: 2, backgroundColor: COLORS[1] },
-          { label: "best so far", data: data.best_so_far, pointRadius: 0, borderColor: COLORS[3], stepped: true },
-        ],
-      },
-      options: {
-        animation: false,
-        maintainAspectRatio: false,
-        scales: {
-          x: { title: { display: true, text: "candidate" } },
-          y: { title: { display: true, text: "reward (log speedup over cuBLASLt autotuned)" } },
-        },
-      },
+  function historyChart(canvas, toggle, campaignWide) {
+    let chart = null;
+    let data = null;
+    function draw() {
+      const byGpu = toggle && toggle.checked;
+      const points = data.points;
+      const x = (p) => (byGpu ? p.gpu_s : p.index);
+      const datasets = [];
+      if (campaignWide) {
+        datasets.push({ label: "geomean of best so far vs " + data.baseline_label, data: points.filter((p) => p.geomean !== null).map((p) => ({ x: x(p), y: p.geomean })), borderColor: COLORS[1], pointRadius: 0, stepped: true, yAxisID: "y" });
+        datasets.push({ label: "shapes faster", data: points.map((p) => ({ x: x(p), y: p.faster })), borderColor: COLORS[3], pointRadius: 0, stepped: true, yAxisID: "y2" });
+      } else {
+        datasets.push({ label: "candidate", type: "scatter", data: points.filter((p) => p.speedup !== null).map((p) => ({ x: x(p), y: p.speedup })), backgroundColor: COLORS[0], pointRadius: 2 });
+        datasets.push({ label: "best so far", data: points.filter((p) => p.best !== null).map((p) => ({ x: x(p), y: p.best })), borderColor: COLORS[1], pointRadius: 0, stepped: true });
+      }
+      const scales = {
+        x: { type: "linear", title: { display: true, text: byGpu ? "GPU seconds spent" : "candidates made" } },
+        y: { type: "logarithmic", title: { display: true, text: "speedup vs " + data.baseline_label }, ticks: logTicks },
+      };
+      if (campaignWide) scales.y2 = { position: "right", title: { display: true, text: "shapes faster" }, grid: { drawOnChartArea: false }, beginAtZero: true };
+      if (chart) chart.destroy();
+      chart = new Chart(canvas, { type: "line", data: { datasets }, options: { animation: false, maintainAspectRatio: false, parsing: false, scales, plugins: { unityLine: {} } }, plugins: [unityLine] });
+    }
+    return getJSON(canvas.dataset.src).then((loaded) => {
+      data = loaded;
+      const any = data.points.some((p) => (campaignWide ? p.geomean !== null : p.speedup !== null));
+      if (!any) return noData(canvas, "No data yet: no candidate has been timed beside the baseline.");
+      draw();
+      if (toggle) toggle.addEventListener("change", draw);
+      canvas.dataset.loaded = data.points.length;
     });
-    canvas.dataset.loaded = data.rewards.length;
+  }
+
+  // Per-knob box plots: a thin bar from min to max, a wide one over the quartiles, the median as a point.
+  async function knobCharts(box) {
+    const data = await getJSON(box.dataset.src);
+    if (!data.knobs.length) {
+      box.innerHTML = '<p class="muted no-data">No data yet: no knob varied among the timed candidates.</p>';
+      return;
+    }
+    for (const knob of data.knobs) {
+      const figure = document.createElement("figure");
+      figure.className = "knob";
+      figure.innerHTML = `<figcaption><code>${knob.knob}</code></figcaption><div class="chart small-chart"><canvas></canvas></div>`;
+      box.appendChild(figure);
+      const labels = knob.values.map((v) => `${v.value} (${v.n})`);
+      new Chart(figure.querySelector("canvas"), {
+        type: "bar",
+        data: {
+          labels,
+          datasets: [
+            { label: "min–max", data: knob.values.map((v) => [v.min, v.max]), backgroundColor: "rgba(100,116,139,0.35)", barPercentage: 0.15, grouped: false },
+            { label: "quartiles", data: knob.values.map((v) => [v.q1, v.q3]), backgroundColor: "rgba(47,91,211,0.6)", barPercentage: 0.6, grouped: false },
+            { label: "median", type: "line", data: knob.values.map((v) => v.median), showLine: false, pointStyle: "line", pointRadius: 12, borderWidth: 3, borderColor: "#111827" },
+          ],
+        },
+        options: {
+          animation: false,
+          maintainAspectRatio: false,
+          scales: { y: { type: "logarithmic", title: { display: true, text: "vs " + data.baseline_label }, ticks: logTicks } },
+          plugins: { legend: { display: false }, unityLine: {} },
+        },
+        plugins: [unityLine],
+      });
+    }
+    box.dataset.loaded = data.knobs.length;
+  }
+
+  // Click a header of table.sortable to sort by it (numbers by data-value).
+  function sortable(table) {
+    table.querySelectorAll("th[data-sort]").forEach((th, index) => {
+      th.style.cursor = "pointer";
+      th.addEventListener("click", () => {
+        const asc = th.dataset.dir !== "asc";
+        table.querySelectorAll("th").forEach((h) => delete h.dataset.dir);
+        th.dataset.dir = asc ? "asc" : "desc";
+        const column = [...th.parentNode.children].indexOf(th);
+        const rows = [...table.tBodies[0].rows];
+        const key = (row) => {
+          const cell = row.cells[column];
+          if (!cell) return null;
+          if (th.dataset.sort === "num") {
+            const v = parseFloat(cell.dataset.value ?? cell.textContent);
+            return Number.isNaN(v) ? null : v;
+          }
+          return cell.textContent.trim();
+        };
+        rows.sort((a, b) => {
+          const ka = key(a), kb = key(b);
+          if (ka === null) return 1;
+          if (kb === null) return -1;
+          return (ka < kb ? -1 : ka > kb ? 1 : 0) * (asc ? 1 : -1);
+        });
+        rows.forEach((r) => table.tBodies[0].appendChild(r));
+      });
+      void index;
+    });
   }
 
   document.addEventListener("DOMContentLoaded", () => {
-    const rewards = document.getElementById("rewards-chart");
-    if (rewards) rewardChart(rewards).catch(console.error);
-    const bars = document.getElementById("speedups-chart");
-    if (bars) speedupChart(bars).catch(console.error);
+    const speedups = document.getElementById("speedups-chart");
+    if (speedups) speedupChart(speedups).catch(console.error);
     const form = document.getElementById("heatmap-form");
-    const canvas = document.getElementById("heatmap-chart");
-    if (form && canvas) {
-      heatmapChart(form, canvas).catch(console.error);
-      form.addEventListener("change", () => heatmapChart(form, canvas).catch(console.error));
+    const heat = document.getElementById("heatmap-chart");
+    if (form && heat) {
+      heatmapChart(form, heat).catch(console.error);
+      form.addEventListener("change", () => heatmapChart(form, heat).catch(console.error));
     }
+    const toggle = document.getElementById("history-gpu");
+    const history = document.getElementById("history-chart");
+    if (history) historyChart(history, toggle, true).catch(console.error);
+    const shapeHistory = document.getElementById("problem-history-chart");
+    if (shapeHistory) historyChart(shapeHistory, toggle, false).catch(console.error);
+    const knobs = document.getElementById("knobs");
+    if (knobs) knobCharts(knobs).catch(console.error);
+    document.querySelectorAll("table.sortable").forEach(sortable);
   });
 })();

@@ -7,14 +7,18 @@
   const FINAL = new Set(["done", "failed", "cancelled"]);
   const pollMs = parseInt(box.dataset.pollMs, 10) || 5000;
 
-  function speedup(cell, value) {
+  const CLASSES = { faster: "win", tied: "tie", slower: "loss" };
+
+  // A same-session ratio the server computed, coloured by its verdict (≈: a tie).
+  function speedup(cell, value, verdict) {
     if (value === null || value === undefined) {
       cell.textContent = "—";
       return;
     }
     const span = document.createElement("span");
-    span.className = value >= 1 ? "win" : "loss";
-    span.textContent = "×" + value.toFixed(3);
+    span.className = CLASSES[verdict] || "";
+    span.textContent = "×" + value.toFixed(3) + (verdict === "tied" ? " ≈" : "");
+    cell.dataset.value = String(value);
     cell.replaceChildren(span);
   }
 
@@ -22,20 +26,22 @@
     for (const el of box.querySelectorAll("[data-progress]")) {
       el.textContent = data[el.dataset.progress];
     }
-    for (const el of box.querySelectorAll("[data-best]")) speedup(el, data.best_speedups[el.dataset.best]);
     const status = document.getElementById("campaign-status");
     if (status) {
       status.textContent = data.status_label;
       status.className = "status status-" + data.status;
     }
-    const keys = Object.keys(data.best_speedups);
     for (const p of data.problems) {
       const row = document.querySelector(`tr[data-problem="${p.problem}"]`);
       if (!row) continue;
       row.querySelector('[data-field="status_label"]').textContent = p.status_label;
       row.querySelector('[data-field="candidates"]').textContent = p.candidates;
+      const waiting = row.querySelector('[data-field="waiting"]');
+      if (waiting) waiting.textContent = p.waiting || "—";
+      const keys = Object.keys(p.speedups);
       for (const cell of row.querySelectorAll("[data-best-index]")) {
-        speedup(cell, p.best_speedups[keys[parseInt(cell.dataset.bestIndex, 10)]]);
+        const key = keys[parseInt(cell.dataset.bestIndex, 10)];
+        speedup(cell, p.speedups[key], p.verdicts[key]);
       }
     }
     box.dataset.polled = String((parseInt(box.dataset.polled, 10) || 0) + 1);

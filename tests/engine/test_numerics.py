@@ -1,5 +1,5 @@
 """engine.numerics on the CPU: fp16 ulps, the checks' NaN handling, and that the precision checks
-accept fp32 accumulation but reject fp16 accumulation (VERIFY.md row 10)."""
+accept fp32 accumulation but reject fp16 accumulation (docs/verification.md row 10)."""
 
 from __future__ import annotations
 

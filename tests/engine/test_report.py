@@ -90,18 +90,23 @@ def test_the_roofline_says_how_close_each_class_comes_to_the_gpus_limits():
     assert report.gpu_peaks([]) is None  # no GPU named: no section
 
 
+def final_protocol(seconds: dict[str, float], autotune: float) -> dict:
+    return {
+        "seconds": seconds,
+        "speedups": {name: {} for name in seconds},
+        "best_baselines": {"cublaslt_autotune": {"seconds": autotune}},
+        "rejected_while_timed": [],
+    }
+
+
 def test_a_campaign_final_overrides_the_sweep_for_its_protocols(tmp_path):
     final = {
         "problems": [],
         "final": {
             "4096x4096x4096_nn": {
                 "protocols": {
-                    "offline": {
-                        "seconds": {"k1": 2e-4},
-                        "speedups": {"k1": {}},
-                        "best_baselines": {"cublaslt_autotune": {"seconds": 2.2e-4}},
-                        "rejected_while_timed": [],
-                    }
+                    "device": final_protocol({"k1": 1e-4}, 0.9e-4),
+                    "offline": final_protocol({"k1": 2e-4}, 2.2e-4),
                 }
             }
         },
@@ -111,7 +116,74 @@ def test_a_campaign_final_overrides_the_sweep_for_its_protocols(tmp_path):
     results = report.load_results([RUN1, path])
     points = results["4096x4096x4096_nn"].points
     assert points["offline"].speedups()["cublaslt_autotune"] == pytest.approx(1.1)
-    assert "device" in points  # the sweep's device point stays
+    assert points["device"].kernel == "k1"
+    assert points["device"].speedups()["cublaslt_autotune"] == pytest.approx(0.9)
+
+
+def test_the_report_uses_one_kernel_per_shape_chosen_in_the_device_protocol(tmp_path):
+    """k1 is fastest in the device protocol, k2 in offline and server: every protocol's row
+    credits k1, never the best of each protocol apart."""
+    final = {
+        "final": {
+            "4096x4096x4096_nn": {
+                "protocols": {
+                    "device": final_protocol({"k1": 1.0e-4, "k2": 1.1e-4}, 1.0e-4),
+                    "offline": final_protocol({"k1": 2.0e-4, "k2": 1.5e-4}, 2.0e-4),
+                    "server": final_protocol({"k1": 3.0e-4, "k2": 2.0e-4}, 3.0e-4),
+                }
+            }
+        }
+    }
+    path = tmp_path / "campaign.json"
+    path.write_text(json.dumps(final))
+    results = report.load_results([path])
+    points = results["4096x4096x4096_nn"].points
+    assert {p: point.kernel for p, point in points.items()} == {
+        "device": "k1",
+        "offline": "k1",
+        "server": "k1",
+    }
+    assert points["offline"].speedups()["cublaslt_autotune"] == pytest.approx(1.0)
+    payload = report.to_json(results)["4096x4096x4096_nn"]["protocols"]
+    assert {p["kernel"] for p in payload.values()} == {"k1"}
+
+
+def test_a_sweeps_device_kernel_drops_another_kernels_final_offline_point(tmp_path):
+    final = {
+        "final": {
+            "4096x4096x4096_nn": {"protocols": {"offline": final_protocol({"other": 2e-4}, 2.2e-4)}}
+        }
+    }
+    path = tmp_path / "campaign.json"
+    path.write_text(json.dumps(final))
+    points = report.load_results([RUN1, path])["4096x4096x4096_nn"].points
+    assert set(points) == {"device"}
+
+
+def test_the_report_opens_with_the_device_headline(tmp_path):
+    final = {
+        "final": {
+            "256x256x256_nn": {"protocols": {"device": final_protocol({"a": 1.0e-5}, 1.1e-5)}},
+            "512x512x512_nn": {"protocols": {"device": final_protocol({"b": 2.0e-5}, 1.6e-5)}},
+            "1024x512x512_nn": {"protocols": {"device": final_protocol({"c": 3.0e-5}, 3.0e-5)}},
+        }
+    }
+    path = tmp_path / "campaign.json"
+    path.write_text(json.dumps(final))
+    results = report.load_results([path])
+    headline = report.report_headline(results)
+    autotune = headline.summary("cublaslt_autotune")
+    assert autotune is not None
+    assert (autotune.counts["faster"], autotune.counts["tied"], autotune.counts["slower"]) == (
+        1,
+        1,
+        1,
+    )
+    assert autotune.geomean == pytest.approx((1.1 * 0.8 * 1.0) ** (1 / 3))
+    assert headline.worst == ("512x512x512_nn", pytest.approx(0.8))
+    text = report.markdown(results, report.summarize(results), [], environment="test")
+    assert text.index("## Headline") < text.index("## device protocol")
+    assert "| cuBLASLt autotuned | 0.958 | 1 | 1 | 1 |" in text
 
 
 def test_the_command_writes_tables_plots_and_the_cuda_l2_comparison(tmp_path, capsys):

@@ -42,7 +42,7 @@ def test_there_are_at_least_twenty_cheats_each_with_a_known_reason_and_a_verify_
         assert fixtures.expected_reason(path) in REASONS, path.name
         second_line = path.read_text().splitlines()[1]
         assert second_line.startswith("// "), path.name
-        assert "VERIFY.md" in second_line or "Compile limits" in second_line, path.name
+        assert "docs/verification.md" in second_line or "Compile limits" in second_line, path.name
 
 
 def test_the_static_reasons_are_verifier_reasons():

@@ -9,6 +9,7 @@ from django.urls import reverse
 
 from webapp.campaigns import artifacts
 from webapp.campaigns.models import Candidate, Problem
+from webapp.campaigns.ratios import problem_refresh_best
 
 pytestmark = pytest.mark.django_db
 
@@ -116,12 +117,31 @@ def test_the_best_kernel_downloads_as_cu_rendered_from_its_config(client, record
     assert reverse("problem-best-kernel", args=[problem.id]) in page
 
 
+TIMED = {"device": {"median_s": 1.0e-4, "baselines": {"cublaslt_autotune": 1.1e-4}}}
+
+
 def test_a_stored_source_is_served_as_is(client, queued_campaign):
     candidate = some_candidate(
-        queued_campaign, status=Candidate.Status.DONE, reward=0.1, timings={}
+        queued_campaign, status=Candidate.Status.DONE, reward=0.1, timings=TIMED
     )
+    problem_refresh_best(problem=candidate.problem)
     response = client.get(reverse("problem-best-kernel", args=[candidate.problem_id]))
     assert response.content.decode() == candidate.source
+
+
+def test_a_verified_kernel_never_timed_beside_a_baseline_is_no_best_kernel(client, queued_campaign):
+    candidate = some_candidate(
+        queued_campaign,
+        status=Candidate.Status.DONE,
+        reward=0.1,
+        timings={"device": {"median_s": 1.0e-4}},  # no baseline in its session
+    )
+    problem_refresh_best(problem=candidate.problem)
+    assert (
+        client.get(reverse("problem-best-kernel", args=[candidate.problem_id])).status_code == 404
+    )
+    page = client.get(reverse("campaign-detail", args=[queued_campaign.id])).content.decode()
+    assert "none timed yet" in page
 
 
 def test_a_shape_without_a_verified_kernel_is_404(client, queued_campaign):
@@ -154,6 +174,7 @@ def test_the_bundle_holds_only_kernels_faster_than_torch_by_default(client, reco
     for timing in best.timings.values():
         timing["median_s"] /= 2
     best.save()
+    problem_refresh_best(problem=problem)
     _, zf = bundle(client, recorded_campaign)
     [kernel] = json.loads(zf.read("gemmforge_bundle/kernels.json"))["kernels"]
     assert (kernel["m"], kernel["layout"]) == (4096, "nn")

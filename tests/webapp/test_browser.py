@@ -9,13 +9,15 @@ GEMMFORGE_SCREENSHOTS=1 also saves PNGs of the main pages under docs/screenshots
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from django.conf import settings
 
-from webapp.campaigns.models import Campaign, Problem
+from webapp.campaigns.models import Campaign, Candidate, Problem
+from webapp.campaigns.ratios import problem_refresh_best
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -103,6 +105,15 @@ def chart_points(driver, canvas_id: str) -> int:
     )
 
 
+def loaded(driver, selector: str) -> int:
+    """Waits until the element's script marked it loaded (data-loaded); returns that count."""
+    return wait_for(
+        driver,
+        lambda d: int(css(d, selector).get_attribute("data-loaded") or 0),
+        f"{selector} never loaded",
+    )
+
+
 def screenshot(driver, name: str) -> None:
     if os.environ.get("GEMMFORGE_SCREENSHOTS") != "1":
         return
@@ -161,9 +172,18 @@ def test_a_user_launches_a_campaign_and_reads_the_recorded_run(
 
     # Live progress: the page polls and shows what the runner records, without a reload
     first = launched.problems.order_by("k", "m", "n").first()
-    Problem.objects.filter(id=first.id).update(
-        status=Problem.Status.DONE, best_speedups={"cublaslt_autotune": 1.031}
+    Candidate.objects.create(
+        problem=first,
+        name="timed",
+        family="sm90",
+        source="",
+        source_hash="c" * 64,
+        proposer="rl",
+        status=Candidate.Status.DONE,
+        timings={"device": {"median_s": 1.0e-4, "baselines": {"cublaslt_autotune": 1.031e-4}}},
     )
+    problem_refresh_best(problem=first)
+    Problem.objects.filter(id=first.id).update(status=Problem.Status.DONE)
     Campaign.objects.filter(id=launched.id).update(status=Campaign.Status.RUNNING)
     driver.execute_script("document.body.dataset.sameDocument = 'yes'")
     wait_for(
@@ -183,11 +203,27 @@ def test_a_user_launches_a_campaign_and_reads_the_recorded_run(
     assert names[:2] == ["browser launch", recorded_campaign.name]
     screenshot(driver, "dashboard")
 
-    # The imported campaign: shapes table and both charts with data
+    # The imported campaign: the headline, the shapes table, the charts and the knob view
     driver.get(f"{base}/campaigns/{recorded_campaign.id}/")
+    headline = css(driver, "#headline").text
+    assert "geomean vs cuBLASLt (autotuned)" in headline
+    for word in ("faster", "tied", "slower"):
+        assert word in headline
+    assert "TFLOP/s" in headline
     assert chart_points(driver, "speedups-chart") == 16
     assert chart_points(driver, "heatmap-chart") > 0
+    assert chart_points(driver, "history-chart") > 0
+    assert loaded(driver, "#knobs") > 0
+    assert driver.find_elements("css selector", "#knobs figure canvas")
     assert "NVIDIA H200" in css(driver, "#environment").text
+    # the leaderboard sorts by a column on a click
+    css(driver, "#shapes th:last-child").click()
+    values = [
+        float(td.get_attribute("data-value"))
+        for td in driver.find_elements("css selector", "#shapes tbody td:last-child")
+        if td.get_attribute("data-value")
+    ]
+    assert values == sorted(values)
     screenshot(driver, "campaign")
 
     # The CSV download, with the session cookie
@@ -203,7 +239,8 @@ def test_a_user_launches_a_campaign_and_reads_the_recorded_run(
     # A shape: the candidate table and the reward curve
     driver.find_element("link text", "4096x4096x4096").click()
     wait_for(driver, lambda d: "/shapes/" in d.current_url, "the shape link did not open")
-    assert chart_points(driver, "rewards-chart") > 0
+    assert chart_points(driver, "problem-history-chart") > 0
+    assert loaded(driver, "#knobs") > 0
     rows = driver.find_elements("css selector", "#candidates tbody tr")
     assert len(rows) > 1
     screenshot(driver, "shape")
@@ -223,6 +260,36 @@ def test_a_user_launches_a_campaign_and_reads_the_recorded_run(
     assert side.find_elements("css selector", ".diff_chg, .diff_add, .diff_sub")
     screenshot(driver, "candidate")
 
+    browser_errors = [
+        entry for entry in driver.get_log("browser") if entry.get("level") == "SEVERE"
+    ]
+    assert not browser_errors, browser_errors
+
+
+def test_a_1000_shape_campaign_reads_at_a_glance(browser, live_server, alice):
+    """The CUDA-L2 preset's 1000 shapes (synthetic: recorded grid64 candidates, times scaled to
+    each shape): the headline, a readable speedup chart, the history and the knob view."""
+    import io
+
+    from django.core.management import call_command
+
+    call_command(
+        "make_fixture_campaign", grid="cuda-l2", per_shape=10, owner="alice", stdout=io.StringIO()
+    )
+    campaign = Campaign.objects.get(name__contains="1000 shapes")
+    driver = browser
+    driver.get(f"{live_server.url}/campaigns/{campaign.id}/")
+    shown = re.search(r"of (\d+) shapes", css(driver, "#headline").text)
+    assert shown
+    assert int(shown.group(1)) > 900
+    assert chart_points(driver, "speedups-chart") > 900
+    assert chart_points(driver, "history-chart") > 0
+    assert chart_points(driver, "heatmap-chart") == 100  # 10 × 10 (M, N) at one K
+    assert loaded(driver, "#knobs") > 0
+    screenshot(driver, "campaign-1000-shapes")
+    driver.get(f"{live_server.url}/")
+    assert "no data yet" not in css(driver, "#campaigns").text
+    screenshot(driver, "dashboard-1000-shapes")
     browser_errors = [
         entry for entry in driver.get_log("browser") if entry.get("level") == "SEVERE"
     ]

@@ -14,13 +14,29 @@ def problem_4096(campaign, layout="nn"):
     return campaign.problems.get(m=4096, n=4096, k=4096, layout=layout)
 
 
-def test_the_campaign_list_shows_progress_and_best_speedup_per_baseline(client, recorded_campaign):
+def recorded_headline():
+    """What ``engine report`` says of the same recorded run (its device-protocol headline)."""
+    from django.conf import settings
+
+    from engine import report
+
+    run = settings.BASE_DIR / "bench/results/2026-12-02-h200-families/families-run1.json"
+    return report.report_headline(report.load_results([run]))
+
+
+def test_the_campaign_list_shows_progress_and_the_headline(client, recorded_campaign):
     response = client.get("/")
     row = response.context["page"].object_list[0]
     assert (row.problem_count, row.problems_done, row.candidate_count) == (16, 16, 334)
-    # best over all shapes: 8192³ NN against cuBLAS (0.946 in the run's README)
-    assert row.bests[1] == pytest.approx(0.946, abs=5e-4)
-    assert "×0.946" in response.content.decode()
+    expected = recorded_headline().summary("cublaslt_autotune")
+    main = row.headline["main"]
+    assert main["geomean"] == pytest.approx(expected.geomean)
+    assert (main["faster"], main["tied"], main["slower"]) == (
+        expected.counts["faster"],
+        expected.counts["tied"],
+        expected.counts["slower"],
+    )
+    assert f"×{expected.geomean:.3f}" in response.content.decode()
 
 
 def test_the_campaign_page_shows_shapes_environment_and_chart_canvases(client, recorded_campaign):
@@ -90,7 +106,9 @@ def test_the_speedups_endpoint_gives_each_shapes_best_per_baseline(client, recor
     shape = next(
         s for s in data["shapes"] if s["shape"] == "8192x8192x8192" and s["layout"] == "nn"
     )
-    assert shape["best_speedups"]["cublaslt_autotune"] == pytest.approx(0.921, abs=5e-4)
+    assert shape["speedups"]["cublaslt_autotune"] == pytest.approx(0.921, abs=5e-4)
+    assert shape["verdicts"]["cublaslt_autotune"] == "slower"
+    assert shape["tflops"] == pytest.approx(2 * 8192**3 / shape["seconds"] / 1e12)
 
 
 def test_the_heatmap_endpoint_slices_by_k_layout_and_baseline(client, recorded_campaign):
@@ -98,23 +116,30 @@ def test_the_heatmap_endpoint_slices_by_k_layout_and_baseline(client, recorded_c
     data = client.get(url, {"k": 4096, "layout": "tn", "baseline": "cublas"}).json()
     assert (data["k"], data["layout"], data["baseline"]) == (4096, "tn", "cublas")
     assert data["ks"] == [64, 128, 256, 512, 1024, 2048, 4096, 8192]
+    problem = problem_4096(recorded_campaign, "tn")
     assert data["cells"] == [
         {
-            "problem": problem_4096(recorded_campaign, "tn").id,
+            "problem": problem.id,
             "m": 4096,
             "n": 4096,
-            "speedup": pytest.approx(0.892, abs=5e-4),
+            "speedup": pytest.approx(problem.best["ratios"]["cublas"]["value"]),
+            "verdict": problem.best["ratios"]["cublas"]["verdict"],
         }
     ]
+    assert data["baseline_label"] == "cuBLAS"
     assert client.get(url, {"k": "x"}).status_code == 400
     assert client.get(url, {"baseline": "mkl"}).status_code == 400
 
 
-def test_the_rewards_endpoint_gives_a_best_so_far_curve(client, recorded_campaign):
+def test_the_history_endpoint_gives_speedups_and_a_best_so_far_curve(client, recorded_campaign):
     problem = problem_4096(recorded_campaign)
-    data = client.get(reverse("api-problem-rewards", args=[problem.id])).json()
-    assert len(data["rewards"]) == len(data["best_so_far"]) == 24
-    assert data["best_so_far"][-1] == pytest.approx(max(data["rewards"]))
+    data = client.get(reverse("api-problem-history", args=[problem.id])).json()
+    points = data["points"]
+    assert len(points) == 24
+    speedups = [p["speedup"] for p in points if p["speedup"] is not None]
+    assert points[-1]["best"] == pytest.approx(max(speedups))
+    assert all(p["speedup"] is None for p in points if p["status"] != "done")
+    assert all(p["speedup"] > 0 for p in points if p["speedup"] is not None)  # no penalty reward
 
 
 def test_the_csv_download_has_a_row_per_candidate_with_speedups(client, recorded_campaign):

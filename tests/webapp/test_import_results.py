@@ -41,16 +41,22 @@ def test_it_imports_the_recorded_h200_run(alice):
     )
 
 
-def test_imported_best_speedups_match_the_recorded_ones(alice):
+def test_imported_speedups_are_the_ones_engine_report_gives(alice):
+    """Each shape's kernel and ratios as ``engine report`` reads the same file (the baselines by
+    engine.baselines.best_of_layouts, the sweep's kernel times in the same process)."""
+    from engine import report as engine_report
+
     call_command("import_results", str(RUN1), owner="alice")
     report = json.loads(RUN1.read_text())
+    points = engine_report.load_results([RUN1])
     for entry in report["sweep"]:
         shape, _, layout = entry["problem"].partition("_")
         m, n, k = map(int, shape.split("x"))
         problem = Problem.objects.get(m=m, n=n, k=k, layout=layout)
-        assert problem.best_speedups == pytest.approx(entry["best_speedups"])
-        best = problem.candidates.order_by("-reward").first()
-        assert best.name == entry["best"]
+        device = points[entry["problem"]].points["device"]
+        assert problem.best_speedups == pytest.approx(device.speedups())
+        assert problem.best["name"] == device.kernel == entry["best"]
+        assert problem.best["session"]["name"] == "sweep"
 
 
 def test_the_reward_is_the_log_speedup_over_autotuned_cublaslt(alice):

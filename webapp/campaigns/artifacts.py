@@ -10,7 +10,6 @@ import tempfile
 from pathlib import Path
 from typing import IO, Any
 
-from django.db.models import F
 from django.utils.text import slugify
 
 from engine.compile import KernelResources, parse_ptxas
@@ -77,14 +76,14 @@ def compile_report(compile_result: dict[str, Any] | None) -> dict[str, Any] | No
 
 # -- a shape's best kernel ---------------------------------------------------------------------
 def best_verified(*, problem: Problem) -> Candidate | None:
-    """The verified and timed candidate with the highest reward."""
-    return (
-        Candidate.objects.filter(
-            problem=problem, status=Candidate.Status.DONE, reward__isnull=False
-        )
-        .order_by(F("reward").desc(), "id")
-        .first()
-    )
+    """The shape's chosen kernel (webapp.campaigns.ratios): verified and timed beside the
+    baselines in one session; None before one is."""
+    candidate_id = (problem.best or {}).get("candidate")
+    if candidate_id is None:
+        return None
+    return Candidate.objects.filter(
+        id=candidate_id, problem=problem, status=Candidate.Status.DONE
+    ).first()
 
 
 def family_config(candidate: Candidate, problem: Problem) -> Any:
@@ -120,31 +119,22 @@ def bundle_file_name(*, campaign: Campaign, include_slower: bool) -> str:
 def bundle_kernels(
     *, campaign: Campaign, include_slower: bool = False, over: str = "torch"
 ) -> list[Any]:
-    """A BundleKernel per problem from its best verified candidate; by default only those faster
-    than ``over`` (torch.matmul): the bundle's ops fall back to torch.matmul for the rest."""
-    from engine.bundle import BundleKernel
-    from webapp.campaigns.exports import baseline_table
-    from webapp.campaigns.selectors import speedups
+    """A BundleKernel per problem from its chosen kernel; by default only those faster than
+    ``over`` (torch.matmul) in the session their numbers come from, a tie not being faster: the
+    bundle's ops fall back to torch.matmul for the rest."""
+    from engine.bundle import BundleKernel, is_faster
+    from webapp.campaigns.ratios import choice_of
 
-    protocol = campaign.reward_protocol
-    baselines = baseline_table(campaign=campaign)
     kernels = []
     for problem in campaign.problems.order_by("id"):
+        choice = choice_of(problem.best or {})
         best = best_verified(problem=problem)
-        if best is None:
+        if choice is None or best is None:
+            continue
+        found = choice.ratios()
+        if not include_slower and not is_faster(found.get(over)):
             continue
         best.problem = problem
-        seconds = (best.timings.get(protocol) or {}).get("median_s")
-        if seconds is None:  # timed in another protocol only
-            seconds = next(
-                (t.get("median_s") for t in best.timings.values() if t.get("median_s")), None
-            )
-        key = (problem.m, problem.n, problem.k, problem.layout)
-        ratios = speedups(seconds=seconds, baselines=baselines.get(key, {}))
-        if not ratios and problem.best_speedups:
-            ratios = {k: v for k, v in problem.best_speedups.items() if v is not None}
-        if not include_slower and (ratios.get(over) or 0.0) <= 1.0:
-            continue
         config = family_config(best, problem)
         kernels.append(
             BundleKernel(
@@ -152,8 +142,9 @@ def bundle_kernels(
                 name=config.name,
                 source=best.source or config.render(),
                 archs=tuple(config.archs),
-                speedups=ratios,
-                seconds=seconds,
+                speedups={b: r.value for b, r in found.items()},
+                seconds=choice.session.kernel.seconds,
+                session=choice.session.name,
             )
         )
     return kernels
@@ -178,6 +169,7 @@ def bundle_environment(*, campaign: Campaign) -> dict[str, Any]:
 def campaign_bundle(*, campaign: Campaign, include_slower: bool = False) -> IO[bytes]:
     """The bundle zip in a temporary file (rewound; closed by whoever streams it)."""
     from engine.bundle import write_bundle
+    from webapp.campaigns.ratios import campaign_headline
 
     kernels = bundle_kernels(campaign=campaign, include_slower=include_slower)
     with tempfile.TemporaryDirectory(prefix="gemmforge-bundle-") as folder:
@@ -186,6 +178,7 @@ def campaign_bundle(*, campaign: Campaign, include_slower: bool = False) -> IO[b
             Path(folder) / "bundle.zip",
             environment=bundle_environment(campaign=campaign),
             title=campaign.name,
+            headline=campaign_headline(campaign=campaign),
         )
         out = tempfile.TemporaryFile()  # noqa: SIM115 (the response streams and closes it)
         with path.open("rb") as zipped:

@@ -32,12 +32,15 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 
 from engine.baseline_names import tuned_label
+from engine.baselines import best_of_layouts
 from engine.campaign.storage import CandidateRecord, SqliteStorage
 from engine.families.library import LIBRARIES, library
 from engine.problem import Layout as EngineLayout
 from engine.problem import Problem as EngineProblem
+from engine.ratios import baseline_runner, with_quartiles
 from webapp.campaigns.imports import BASELINES, environment_record, import_baselines
 from webapp.campaigns.models import Campaign, Candidate, Layout
+from webapp.campaigns.ratios import problem_refresh_best
 from webapp.campaigns.storage import DjangoStorage
 
 SQLITE_HEADER = b"SQLite format 3\x00"
@@ -244,16 +247,32 @@ def import_final(*, campaign: Campaign, final: Mapping[str, Any]) -> int:
                 statistic=statistic,
             )
             kernels = {n: s for n, s in seconds.items() if n not in BASELINE_KEYS}
+            rejected = set(result.get("rejected_while_timed") or ())
+            # the baselines of this very session, by the rule the engine's summary used, with
+            # each runner's interquartile range where the final kept it
+            kept = dict(result.get("quartiles") or {})
+            baselines = {
+                b: with_quartiles(v["seconds"], baseline_runner(b, v), kept)
+                for b, v in best_of_layouts(seconds).items()
+            }
+            baselines = {b: t if len(t) > 1 else t["seconds"] for b, t in baselines.items()}
             for candidate in Candidate.objects.filter(problem=problem, name__in=kernels):
+                if candidate.name in rejected:
+                    continue  # wrong values while timed: its time is no result
                 entry = dict(candidate.timings.get(protocol) or {})
-                final_s = kernels[candidate.name]
-                if protocol in ((candidate.outcome or {}).get("timings") or {}):
-                    entry.update(final_s=final_s, final_statistic=statistic)  # the search's stays
-                else:  # a protocol only the final re-measurement timed it in
-                    entry.update(median_s=final_s, statistic=statistic)
-                entry["final_gpu_environment"] = environment.id
+                for stale in ("final_s", "final_statistic", "final_gpu_environment"):
+                    entry.pop(stale, None)  # written by earlier imports, before "final"
+                # the final's own session: its kernel time beside the baselines it timed
+                entry["final"] = {
+                    "seconds": kernels[candidate.name],
+                    **(kept.get(candidate.name) or {}),
+                    "statistic": statistic,
+                    "baselines": baselines,
+                    "gpu_environment": environment.id,
+                }
                 candidate.timings = {**candidate.timings, protocol: entry}
                 candidate.save(update_fields=["timings"])
+        problem_refresh_best(problem=problem)
     return count
 
 

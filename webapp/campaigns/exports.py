@@ -7,8 +7,9 @@ from typing import Any
 
 from django.utils.text import slugify
 
-from webapp.campaigns.models import BaselineResult, Campaign, Candidate
-from webapp.campaigns.selectors import BASELINES, campaign_environments, speedups
+from webapp.campaigns import ratios
+from webapp.campaigns.models import Campaign, Candidate
+from webapp.campaigns.selectors import BASELINES, campaign_environments
 
 CSV_HEADER = [
     "campaign_id",
@@ -25,7 +26,11 @@ CSV_HEADER = [
     "protocol",
     "median_s",
     "reward",
+    "session",
+    "session_kernel_s",
+    "chosen",
     *[f"speedup_{b}" for b in BASELINES],
+    *[f"verdict_{b}" for b in BASELINES],
 ]
 
 
@@ -35,27 +40,16 @@ def download_name(*, campaign: Campaign, extension: str) -> str:
     return f"gemmforge-campaign-{campaign.id}-{slug}-results.{extension}"
 
 
-def baseline_table(*, campaign: Campaign) -> dict[tuple[int, int, int, str], dict[str, float]]:
-    """(m, n, k, layout) → baseline → fastest median in the reward protocol, in one query."""
-    protocol = campaign.reward_protocol
-    shapes = set(campaign.problems.values_list("m", "n", "k", "layout"))
-    table: dict[tuple[int, int, int, str], dict[str, float]] = {}
-    rows = BaselineResult.objects.filter(
-        gpu_environment__in=campaign_environments(campaign=campaign)
-    ).values_list("m", "n", "k", "layout", "baseline", "timings")
-    for m, n, k, layout, baseline, timings in rows:
-        key = (m, n, k, layout)
-        median = (timings.get(protocol) or {}).get("median_s")
-        if key in shapes and median:
-            best = table.setdefault(key, {})
-            best[baseline] = min(best.get(baseline, median), median)
-    return table
-
-
 def result_rows(*, campaign: Campaign) -> Iterator[dict[str, Any]]:
-    """One dict per candidate, shapes in order, best reward first."""
+    """One dict per candidate, shapes in order, best reward first. ``median_s`` is the search's
+    time; the speedups are the ratios of ``session`` (webapp.campaigns.ratios): that session's
+    baselines over that session's kernel time, blank where no session paired them."""
     protocol = campaign.reward_protocol
-    baselines = baseline_table(campaign=campaign)
+    chosen = {
+        best.get("candidate")
+        for best in campaign.problems.values_list("best", flat=True)
+        if best and best.get("candidate") is not None
+    }
     candidates = (
         Candidate.objects.filter(problem__campaign=campaign)
         .order_by("problem__k", "problem__m", "problem__n", "problem__layout", "-reward", "id")
@@ -86,8 +80,9 @@ def result_rows(*, campaign: Campaign) -> Iterator[dict[str, Any]]:
         reward,
         timings,
     ) in candidates.iterator(chunk_size=2000):
-        median = (timings.get(protocol) or {}).get("median_s")
-        ratios = speedups(seconds=median, baselines=baselines.get((m, n, k, layout), {}))
+        session, found = ratios.shown_ratios(timings or {}, protocol)
+        if status != Candidate.Status.DONE:
+            found = {}  # a time that failed a check is no result to compare
         yield {
             "campaign_id": campaign.id,
             "shape": f"{m}x{n}x{k}",
@@ -101,15 +96,19 @@ def result_rows(*, campaign: Campaign) -> Iterator[dict[str, Any]]:
             "proposer": proposer,
             "status": status,
             "protocol": protocol,
-            "median_s": median,
+            "median_s": ((timings or {}).get(protocol) or {}).get("median_s"),
             "reward": reward,
-            **{f"speedup_{b}": ratios.get(b) for b in BASELINES},
+            "session": session.name if session else None,
+            "session_kernel_s": session.kernel.seconds if session else None,
+            "chosen": cid in chosen,
+            **{f"speedup_{b}": found[b].value if b in found else None for b in BASELINES},
+            **{f"verdict_{b}": found[b].verdict if b in found else None for b in BASELINES},
         }
 
 
 def campaign_document(*, campaign: Campaign) -> dict[str, Any]:
-    """The JSON download: the campaign, its environments, shapes with baselines, candidates."""
-    baselines = baseline_table(campaign=campaign)
+    """The JSON download: the campaign, its headline and environments, shapes with their chosen
+    kernel (its session's times and ratios), and every candidate."""
     return {
         "campaign": {
             "id": campaign.id,
@@ -120,6 +119,7 @@ def campaign_document(*, campaign: Campaign) -> dict[str, Any]:
             "reward_protocol": campaign.reward_protocol,
             "created": campaign.created.isoformat(),
         },
+        "headline": ratios.campaign_headline(campaign=campaign).to_dict(),
         "environments": [
             {
                 "name": e.name,
@@ -140,8 +140,7 @@ def campaign_document(*, campaign: Campaign) -> dict[str, Any]:
                 "k": p.k,
                 "layout": p.layout,
                 "status": p.status,
-                "best_speedups": p.best_speedups,
-                "baseline_seconds": baselines.get((p.m, p.n, p.k, p.layout), {}),
+                "best": p.best,
             }
             for p in campaign.problems.order_by("k", "m", "n", "layout")
         ],

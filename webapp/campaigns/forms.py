@@ -311,7 +311,8 @@ class CandidateFilterForm(forms.Form):
     """The shape page's sort and filters; unknown values are ignored, not errors."""
 
     sort = forms.ChoiceField(
-        choices=[("reward", "Reward"), ("time", "Time"), ("name", "Name")], required=False
+        choices=[("speedup", "Speedup"), ("reward", "Reward"), ("time", "Time"), ("name", "Name")],
+        required=False,
     )
     status = forms.ChoiceField(required=False)
     proposer = forms.ChoiceField(required=False)

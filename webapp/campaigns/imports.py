@@ -19,8 +19,10 @@ from typing import Any
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 
+from engine.baselines import best_of_layouts
 from engine.problem import Problem as EngineProblem
 from webapp.campaigns.models import BaselineResult, Campaign, Candidate, Layout, Problem
+from webapp.campaigns.ratios import problem_refresh_best
 from webapp.workers.models import GpuEnvironment
 
 BASELINES = [b.value for b in BaselineResult.Baseline]
@@ -55,13 +57,9 @@ def cublas_version_text(raw: str) -> str:
 
 
 def best_baseline_seconds(seconds: dict[str, float]) -> dict[str, float]:
-    """Baseline name → fastest of its NN/TN variants (the README's 'best of NN/TN')."""
-    best: dict[str, float] = {}
-    for baseline in BASELINES:
-        times = [seconds[f"{baseline}_{v}"] for v in ("nn", "tn") if f"{baseline}_{v}" in seconds]
-        if times:
-            best[baseline] = min(times)
-    return best
+    """Baseline name → its time as the engine states it (engine.baselines.best_of_layouts: the
+    faster of its NN/TN calls, cuBLASLt-autotune never slower than the heuristic's pick)."""
+    return {b: v["seconds"] for b, v in best_of_layouts(seconds).items()}
 
 
 def reward_for(*, seconds: float, baseline_best: dict[str, float]) -> float | None:
@@ -109,6 +107,8 @@ def candidate_fields(
     if median_s is not None:
         timings[IMPORT_PROTOCOL] = {
             "median_s": median_s,
+            "baselines": baselines,  # timed in the same sweep process as the kernel
+            "session": "sweep",
             "gpu_environment": environment.id,
             "recorded_in": source_label,
         }
@@ -187,7 +187,6 @@ def campaign_import_report(
         )
         counts["problems"] += 1
         counts["baselines"] += import_baselines(problem, seconds, environment)
-        best: dict[str, float] = {}
         for config_name, config in configs.items():
             if config_name not in seconds:
                 continue  # not timed at this shape (other layout, or illegal here)
@@ -205,11 +204,7 @@ def campaign_import_report(
                 ),
             )
             counts["candidates"] += 1
-            if config.get("verify") == "ok":
-                for baseline, reference in baselines.items():
-                    best[baseline] = max(best.get(baseline, 0.0), reference / median_s)
-        problem.best_speedups = best
-        problem.save(update_fields=["best_speedups", "updated"])
+        problem_refresh_best(problem=problem)
     return ImportSummary(campaign=campaign, **counts)
 
 

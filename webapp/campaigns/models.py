@@ -114,7 +114,16 @@ class Problem(models.Model):
         max_length=32, blank=True, help_text="The engine's stop reason (budget, exhausted, ...)."
     )
     best_speedups = models.JSONField(
-        default=dict, blank=True, help_text='Baseline name → best speedup, e.g. {"cublas": 1.07}.'
+        default=dict,
+        blank=True,
+        help_text='Baseline name → the chosen kernel\'s speedup, e.g. {"cublas": 1.07}.',
+    )
+    best = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="The shape's chosen kernel (webapp.campaigns.ratios): candidate id, name, the "
+        "session its times come from and its same-session ratios; empty until one is timed "
+        "beside a baseline.",
     )
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)
@@ -187,6 +196,13 @@ class Candidate(models.Model):
     verification_result = models.JSONField(null=True, blank=True)
     timings = models.JSONField(default=dict, blank=True, help_text="Timing protocol → results.")
     reward = models.FloatField(null=True, blank=True)
+    speedup = models.FloatField(
+        null=True,
+        blank=True,
+        help_text="Speedup over cuBLASLt-autotune in the reward protocol, inside the session "
+        "webapp.campaigns.ratios shows it from; null when failed or unpaired (a cache the "
+        "problem's refresh writes, for the history and knob charts).",
+    )
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.PROPOSED)
     failure_reason = models.TextField(blank=True)
     outcome = models.JSONField(

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import math
+from collections.abc import Iterable
 from typing import Any
 
 from django.db.models import (
@@ -14,32 +17,31 @@ from django.db.models import (
     Q,
     QuerySet,
     Subquery,
+    TextField,
 )
 from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Cast
 
+from engine.ratios import REWARD_BASELINE
+from engine.stats import quantile
+from webapp.campaigns import live, ratios
 from webapp.campaigns.models import BaselineResult, Campaign, Candidate, Problem
 from webapp.workers.models import GpuEnvironment
 
 BASELINES = [b.value for b in BaselineResult.Baseline]
 BASELINE_LABELS = dict(BaselineResult.Baseline.choices)
 CANDIDATE_SORTS = {
+    # the speedup every page shows (webapp.campaigns.ratios); reward is the search's own signal
+    "speedup": (F("speedup").desc(nulls_last=True), F("reward").desc(nulls_last=True), "id"),
     "reward": (F("reward").desc(nulls_last=True), "id"),
     "time": (F("median_s").asc(nulls_last=True), "id"),
     "name": ("name", "id"),
 }
 
 
-def best_speedup_field(baseline: str) -> str:
-    return f"best_{baseline}"
-
-
 def campaign_list() -> QuerySet[Campaign]:
-    """Newest first; per row: shape counts, candidate count and best speedup per baseline.
-
-    One query for the page: the per-baseline bests are Max() over the problems' JSON
-    best_speedups, the candidate count a correlated subquery.
-    """
+    """Newest first; per row: shape counts and candidate count (the headline of a page of
+    campaigns comes from webapp.campaigns.ratios.campaign_headlines, one more query)."""
     candidate_count = (
         Candidate.objects.filter(problem__campaign=OuterRef("pk"))
         .order_by()
@@ -47,12 +49,6 @@ def campaign_list() -> QuerySet[Campaign]:
         .annotate(c=Count("id"))
         .values("c")
     )
-    bests = {
-        best_speedup_field(b): Max(
-            Cast(KeyTextTransform(b, "problems__best_speedups"), FloatField())
-        )
-        for b in BASELINES
-    }
     return (
         Campaign.objects.select_related("owner")
         .annotate(
@@ -61,20 +57,32 @@ def campaign_list() -> QuerySet[Campaign]:
                 "problems", filter=Q(problems__status=Problem.Status.DONE), distinct=True
             ),
             candidate_count=Subquery(candidate_count),
-            **bests,
         )
         .order_by("-created", "-id")
     )
 
 
 def campaign_problems(*, campaign: Campaign) -> QuerySet[Problem]:
-    """The campaign's shapes with their candidate counts and best candidate's name."""
-    best = candidates_best_first(problem_id=OuterRef("pk"))
-    return campaign.problems.annotate(
-        candidate_count=Count("candidates"),
-        best_candidate_id=Subquery(best.values("id")[:1]),
-        best_candidate_name=Subquery(best.values("name")[:1]),
-    ).order_by("k", "m", "n", "layout")
+    """The campaign's shapes with their candidate counts (``best``: the chosen, timed kernel)."""
+    return campaign.problems.annotate(candidate_count=Count("candidates")).order_by(
+        "k", "m", "n", "layout"
+    )
+
+
+def campaign_proposers(*, campaign: Campaign) -> dict[str, Any]:
+    """What actually proposed its candidates (count per proposer) and how many search rounds
+    ran: the recorded facts, whatever mix the settings asked for."""
+    rows = (
+        Candidate.objects.filter(problem__campaign=campaign)
+        .order_by()
+        .values("proposer")
+        .annotate(
+            n=Count("id"), last_round=Max(Cast(KeyTextTransform("round", "outcome"), FloatField()))
+        )
+    )
+    counts = sorted(((r["proposer"], r["n"]) for r in rows), key=lambda pair: -pair[1])
+    rounds = [r["last_round"] for r in rows if r["last_round"] is not None]
+    return {"counts": counts, "rounds": int(max(rounds)) + 1 if rounds else None}
 
 
 def campaign_environments(*, campaign: Campaign) -> QuerySet[GpuEnvironment]:
@@ -103,7 +111,7 @@ def candidates_best_first(
 def candidate_table(
     *,
     problem: Problem,
-    sort: str = "reward",
+    sort: str = "speedup",
     status: str = "",
     proposer: str = "",
     family: str = "",
@@ -125,7 +133,7 @@ def candidate_table(
         qs = qs.filter(proposer=proposer)
     if family:
         qs = qs.filter(family=family)
-    return qs.order_by(*CANDIDATE_SORTS.get(sort, CANDIDATE_SORTS["reward"]))
+    return qs.order_by(*CANDIDATE_SORTS.get(sort, CANDIDATE_SORTS["speedup"]))
 
 
 def candidate_facets(*, problem: Problem) -> dict[str, list[str]]:
@@ -149,16 +157,6 @@ def baseline_results(*, problem: Problem) -> QuerySet[BaselineResult]:
     ).select_related("gpu_environment")
 
 
-def baseline_best_seconds(*, problem: Problem, protocol: str) -> dict[str, float]:
-    """Baseline → fastest median over its variants (and environments) in ``protocol``."""
-    best: dict[str, float] = {}
-    for row in baseline_results(problem=problem):
-        median = (row.timings.get(protocol) or {}).get("median_s")
-        if median:
-            best[row.baseline] = min(best.get(row.baseline, median), median)
-    return best
-
-
 def baseline_best_kernels(*, problem: Problem, protocol: str) -> dict[str, str]:
     """Baseline → the kernel its fastest variant ran in ``protocol``, where a final
     re-measurement recorded it (cuBLASLt's algorithm: tile, cluster, stages, split-K)."""
@@ -171,47 +169,63 @@ def baseline_best_kernels(*, problem: Problem, protocol: str) -> dict[str, str]:
     return {baseline: kernel for baseline, (_, kernel) in best.items()}
 
 
-def speedups(*, seconds: float | None, baselines: dict[str, float]) -> dict[str, float]:
-    if not seconds:
-        return {}
-    return {b: baselines[b] / seconds for b in BASELINES if b in baselines}
+def shape_row(p: dict[str, Any]) -> dict[str, Any]:
+    """One shape as the charts and the leaderboard read it: its chosen kernel's same-session
+    ratios (value, interval, verdict), time and TFLOP/s; no ratio where none was paired."""
+    best = p.get("best") or {}
+    ratios = best.get("ratios") or {}
+    return {
+        "problem": p["id"],
+        "shape": f"{p['m']}x{p['n']}x{p['k']}",
+        "m": p["m"],
+        "n": p["n"],
+        "k": p["k"],
+        "layout": p["layout"],
+        "candidate": best.get("candidate"),
+        "kernel": best.get("name"),
+        "session": (best.get("session") or {}).get("name"),
+        "seconds": best.get("seconds"),
+        "tflops": best.get("tflops"),
+        "speedups": {b: (ratios.get(b) or {}).get("value") for b in BASELINES},
+        "verdicts": {b: (ratios.get(b) or {}).get("verdict") for b in BASELINES},
+        "intervals": {
+            b: [(ratios.get(b) or {}).get("low"), (ratios.get(b) or {}).get("high")]
+            for b in BASELINES
+        },
+    }
+
+
+SHAPE_FIELDS = ("id", "m", "n", "k", "layout", "best")
 
 
 def campaign_speedups_data(*, campaign: Campaign) -> dict[str, Any]:
-    """The bar chart: each shape's best speedup over each baseline."""
+    """The leaderboard and the speedup chart: each shape's chosen kernel over each baseline."""
     problems = (
         Problem.objects.filter(campaign=campaign)
         .order_by("k", "m", "n", "layout")
-        .values("id", "m", "n", "k", "layout", "best_speedups")
+        .values(*SHAPE_FIELDS)
     )
     return {
         "campaign": campaign.id,
+        "protocol": ratios.HEADLINE_PROTOCOL,
         "baselines": [{"key": b, "label": BASELINE_LABELS[b]} for b in BASELINES],
-        "shapes": [
-            {
-                "problem": p["id"],
-                "shape": f"{p['m']}x{p['n']}x{p['k']}",
-                "layout": p["layout"],
-                "best_speedups": {b: (p["best_speedups"] or {}).get(b) for b in BASELINES},
-            }
-            for p in problems
-        ],
+        "shapes": [shape_row(p) for p in problems],
     }
 
 
 def campaign_heatmap_data(
     *, campaign: Campaign, k: int | None, baseline: str, layout: str | None
 ) -> dict[str, Any]:
-    """Best speedup over ``baseline`` for every (M, N) at one K (default: the most common K)."""
-    shapes = list(
-        campaign.problems.order_by("m", "n").values("id", "m", "n", "k", "layout", "best_speedups")
-    )
+    """The chosen kernel's speedup over ``baseline`` for every (M, N) at one K (default: the
+    most common K)."""
+    shapes = list(campaign.problems.order_by("m", "n").values(*SHAPE_FIELDS))
     ks = sorted({s["k"] for s in shapes})
     layouts = sorted({s["layout"] for s in shapes})
     if k not in ks:
         k = max(ks, key=lambda value: sum(s["k"] == value for s in shapes)) if ks else None
     if layout not in layouts:
         layout = layouts[0] if layouts else None
+    cells = [shape_row(s) for s in shapes if s["k"] == k and s["layout"] == layout]
     return {
         "campaign": campaign.id,
         "k": k,
@@ -219,47 +233,168 @@ def campaign_heatmap_data(
         "layout": layout,
         "layouts": layouts,
         "baseline": baseline,
+        "baseline_label": BASELINE_LABELS.get(baseline, baseline),
         "cells": [
             {
-                "problem": s["id"],
-                "m": s["m"],
-                "n": s["n"],
-                "speedup": (s["best_speedups"] or {}).get(baseline),
+                "problem": c["problem"],
+                "m": c["m"],
+                "n": c["n"],
+                "speedup": c["speedups"].get(baseline),
+                "verdict": c["verdicts"].get(baseline),
             }
-            for s in shapes
-            if s["k"] == k and s["layout"] == layout
+            for c in cells
         ],
     }
 
 
-def problem_rewards_data(*, problem: Problem) -> dict[str, Any]:
-    """Rewards in the order candidates were made, and the best so far (the reward curves)."""
-    rewards = list(
+def history_points(rows: Iterable[tuple[Any, str, float | None, Any]]) -> list[dict[str, Any]]:
+    """Candidates in the order they were made: each one's speedup over the reward baseline in
+    its own session (Candidate.speedup: null for a failure or an unpaired time, never a penalty
+    reward), the best so far, and the cumulative GPU seconds spent."""
+    points, best, gpu = [], None, 0.0
+    for cid, status, value, gpu_seconds in rows:
+        gpu += float(gpu_seconds or 0.0)
+        if value is not None and (best is None or value > best):
+            best = value
+        points.append(
+            {"candidate": cid, "status": status, "speedup": value, "best": best, "gpu_s": gpu}
+        )
+    return points
+
+
+def problem_history_data(*, problem: Problem) -> dict[str, Any]:
+    """The shape's optimisation history (best so far against candidates and GPU time)."""
+    rows = (
         Candidate.objects.filter(problem=problem)
         .order_by("created", "id")
-        .values_list("reward", flat=True)
+        .values_list("id", "status", "speedup", "outcome__gpu_seconds")
     )
-    best: list[float | None] = []
-    current: float | None = None
-    for reward in rewards:
-        if reward is not None and (current is None or reward > current):
-            current = reward
-        best.append(current)
-    return {"problem": problem.id, "rewards": rewards, "best_so_far": best}
+    return {
+        "problem": problem.id,
+        "baseline": REWARD_BASELINE,
+        "baseline_label": BASELINE_LABELS[REWARD_BASELINE],
+        "points": thin([{"index": i + 1, **p} for i, p in enumerate(history_points(rows))]),
+    }
+
+
+def campaign_history_data(*, campaign: Campaign) -> dict[str, Any]:
+    """Campaign-wide history: after each candidate (in the order made), the geomean over the
+    shapes timed so far of each one's best same-session speedup over the reward baseline, and
+    how many shapes are faster."""
+    rows = (
+        Candidate.objects.filter(problem__campaign=campaign)
+        .order_by("created", "id")
+        .values_list("problem_id", "speedup", "outcome__gpu_seconds")
+    )
+    best: dict[int, float] = {}
+    log_sum, gpu, faster, points = 0.0, 0.0, 0, []
+    for index, (problem_id, value, gpu_seconds) in enumerate(rows.iterator(chunk_size=2000)):
+        gpu += float(gpu_seconds or 0.0)
+        earlier = best.get(problem_id)
+        if value is not None and (earlier is None or value > earlier):
+            log_sum += math.log(value) - (math.log(earlier) if earlier else 0.0)
+            faster += (value > 1) - (earlier is not None and earlier > 1)
+            best[problem_id] = value
+        points.append(
+            {
+                "index": index + 1,
+                "geomean": math.exp(log_sum / len(best)) if best else None,
+                "shapes": len(best),
+                "faster": faster,
+                "gpu_s": gpu,
+            }
+        )
+    return {
+        "campaign": campaign.id,
+        "baseline": REWARD_BASELINE,
+        "baseline_label": BASELINE_LABELS[REWARD_BASELINE],
+        "points": thin(points),
+    }
+
+
+HISTORY_POINTS = 2000  # at most this many points reach the browser; the last always does
+
+
+def thin(points: list[dict[str, Any]], most: int = HISTORY_POINTS) -> list[dict[str, Any]]:
+    if len(points) <= most:
+        return points
+    step = len(points) / most
+    picked = sorted({int(i * step) for i in range(most)} | {len(points) - 1})
+    return [points[i] for i in picked]
+
+
+def knob_data(*, campaign: Campaign, problem: Problem | None = None) -> dict[str, Any]:
+    """Each verified candidate's same-session speedup over the reward baseline beside its knobs
+    (tile, cluster, stages, schedule, split-K...), for the per-knob box plots."""
+    qs = Candidate.objects.filter(problem__campaign=campaign, speedup__isnull=False)
+    if problem is not None:
+        qs = qs.filter(problem=problem)
+    # one JSON parse per distinct config (a config is often tried on many shapes)
+    by_config: dict[str, list[float]] = {}
+    rows = qs.values_list(Cast("config", TextField()), "speedup")
+    for text, value in rows.iterator(chunk_size=2000):
+        by_config.setdefault(text or "{}", []).append(value)
+    by_knob: dict[str, dict[str, list[float]]] = {}
+    for text, values in by_config.items():
+        config = json.loads(text)
+        for knob, setting in config.items() if isinstance(config, dict) else ():
+            if isinstance(setting, dict | list):
+                setting = json.dumps(setting, sort_keys=True)
+            by_knob.setdefault(knob, {}).setdefault(str(setting), []).extend(values)
+    knobs = []
+    for knob, groups in sorted(by_knob.items()):
+        if len(groups) < 2:
+            continue  # a knob that never varied says nothing
+        knobs.append(
+            {
+                "knob": knob,
+                "values": [
+                    {"value": setting, **box(speedups)}
+                    for setting, speedups in sorted(groups.items(), key=lambda kv: natural(kv[0]))
+                ],
+            }
+        )
+    return {
+        "campaign": campaign.id,
+        "problem": problem.id if problem else None,
+        "baseline": REWARD_BASELINE,
+        "baseline_label": BASELINE_LABELS[REWARD_BASELINE],
+        "knobs": knobs,
+    }
+
+
+def natural(text: str) -> tuple[Any, ...]:
+    """Sort 64 before 128, and words by their letters."""
+    try:
+        return (0, float(text), "")
+    except ValueError:
+        return (1, 0.0, text)
+
+
+def box(values: list[float]) -> dict[str, Any]:
+    ordered = sorted(values)
+    return {
+        "n": len(ordered),
+        "min": ordered[0],
+        "q1": quantile(ordered, 0.25),
+        "median": quantile(ordered, 0.5),
+        "q3": quantile(ordered, 0.75),
+        "max": ordered[-1],
+    }
 
 
 def campaign_progress_data(*, campaign: Campaign) -> dict[str, Any]:
-    """What the campaign page polls: status, counts and best speedups, overall and per shape."""
+    """What the campaign page polls: status, counts, the headline, and per shape its chosen
+    kernel's speedups and what its next step waits for."""
     problems = list(
         campaign.problems.annotate(candidate_count=Count("candidates"))
         .order_by("k", "m", "n", "layout")
-        .values("id", "status", "candidate_count", "best_speedups")
+        .values(*SHAPE_FIELDS, "status", "candidate_count")
     )
     labels = dict(Problem.Status.choices)
-    overall: dict[str, float | None] = {}
-    for b in BASELINES:
-        values = [(p["best_speedups"] or {}).get(b) for p in problems]
-        overall[b] = max((v for v in values if v is not None), default=None)
+    waiting = live.campaign_waits(campaign=campaign)
+    etas = live.campaign_eta_seconds(campaign=campaign)
+    h = ratios.headline_of((p["m"], p["n"], p["k"], p["layout"], p["best"]) for p in problems)
     return {
         "campaign": campaign.id,
         "status": campaign.status,
@@ -267,14 +402,15 @@ def campaign_progress_data(*, campaign: Campaign) -> dict[str, Any]:
         "shapes": len(problems),
         "shapes_done": sum(p["status"] == Problem.Status.DONE for p in problems),
         "candidates": sum(p["candidate_count"] for p in problems),
-        "best_speedups": overall,
+        "headline": h.to_dict(),
         "problems": [
             {
-                "problem": p["id"],
+                **shape_row(p),
                 "status": p["status"],
                 "status_label": labels.get(p["status"], p["status"]),
                 "candidates": p["candidate_count"],
-                "best_speedups": {b: (p["best_speedups"] or {}).get(b) for b in BASELINES},
+                "waiting": waiting.get(p["id"], ""),
+                "eta_gpu_s": etas.get(p["id"]),
             }
             for p in problems
         ],

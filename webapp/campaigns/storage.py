@@ -22,6 +22,7 @@ from engine.campaign.storage import CandidateRecord
 from engine.families import get_family
 from engine.problem import Problem as EngineProblem
 from webapp.campaigns.models import Campaign, Candidate, Problem
+from webapp.campaigns.ratios import problem_refresh_best
 
 # engine stop reasons (engine.campaign.loop.FINAL) end a problem; a few more end it as failed
 FAILED_REASONS = ("failed",)
@@ -54,7 +55,16 @@ def candidate_timings(record: CandidateRecord) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for protocol, entry in record.timings.items():
         if isinstance(entry, Mapping) and entry.get("seconds") is not None:
-            out[protocol] = {"median_s": entry["seconds"], "baselines": entry.get("baselines", {})}
+            out[protocol] = {
+                "median_s": entry["seconds"],
+                "baselines": entry.get("baselines", {}),  # timed in the same GPU step
+                **{q: entry[q] for q in ("p25", "p75") if isinstance(entry.get(q), int | float)},
+                **(
+                    {"baseline_quartiles": entry["baseline_quartiles"]}
+                    if isinstance(entry.get("baseline_quartiles"), Mapping)
+                    else {}
+                ),
+            }
     return out
 
 
@@ -195,7 +205,6 @@ class DjangoStorage:
             c.name: c
             for c in Candidate.objects.select_for_update().filter(problem=problem, name__in=names)
         }
-        best = dict(problem.best_speedups)
         for record in records:
             row = existing.get(record.name)
             if row is not None and row.outcome is not None:
@@ -234,8 +243,4 @@ class DjangoStorage:
                 for key, value in fields.items():
                     setattr(row, key, value)
                 row.save()
-            for baseline, speedup in record.speedups().items():
-                best[baseline] = max(best.get(baseline, 0.0), speedup)
-        if best != problem.best_speedups:
-            problem.best_speedups = best
-            problem.save(update_fields=["best_speedups", "updated"])
+        problem_refresh_best(problem=problem)

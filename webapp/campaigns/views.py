@@ -13,7 +13,7 @@ from pygments.formatters import HtmlFormatter
 from pygments.lexers import CppLexer
 
 from webapp import ratelimit
-from webapp.campaigns import artifacts, diffs, exports, launch, selectors, services
+from webapp.campaigns import artifacts, diffs, exports, launch, live, ratios, selectors, services
 from webapp.campaigns.forms import MAX_SHAPES, CampaignForm, CandidateFilterForm, HeatmapForm
 from webapp.campaigns.models import Campaign, Candidate, Problem
 from webapp.workers.selectors import workers_online
@@ -26,17 +26,15 @@ def dashboard(request):
     page = Paginator(selectors.campaign_list(), CAMPAIGNS_PER_PAGE).get_page(
         request.GET.get("page")
     )
+    headlines = ratios.campaign_headlines(campaign_ids=[c.id for c in page.object_list])
     for campaign in page.object_list:
-        campaign.bests = [
-            getattr(campaign, selectors.best_speedup_field(b)) for b in selectors.BASELINES
-        ]
+        campaign.headline = ratios.headline_context(headlines[campaign.id])
     online = list(workers_online())
     return render(
         request,
         "campaigns/dashboard.html",
         {
             "page": page,
-            "baselines": selectors.BASELINE_LABELS,
             "online": online,
             "gpu_online": any(w.serves_gpu for w in online),
         },
@@ -97,8 +95,16 @@ def campaign_launch(request, data: dict):
 def campaign_detail(request, campaign_id: int):
     campaign = get_object_or_404(Campaign.objects.select_related("owner"), id=campaign_id)
     problems = list(selectors.campaign_problems(campaign=campaign))
+    waits = live.campaign_waits(campaign=campaign)
+    etas = live.campaign_eta_seconds(campaign=campaign)
     for problem in problems:
-        problem.bests = [problem.best_speedups.get(b) for b in selectors.BASELINES]
+        row = selectors.shape_row(vars(problem))
+        problem.row = row
+        speedups, verdicts = row["speedups"], row["verdicts"]
+        problem.cells = [(speedups[b], verdicts[b], None) for b in selectors.BASELINES]
+        problem.waiting = waits.get(problem.id, "")
+        problem.eta_s = etas.get(problem.id)
+    timed = any(p.best for p in problems)
     return render(
         request,
         "campaigns/detail.html",
@@ -106,11 +112,19 @@ def campaign_detail(request, campaign_id: int):
             "campaign": campaign,
             "problems": problems,
             "baselines": selectors.BASELINE_LABELS,
-            "environments": list(selectors.campaign_environments(campaign=campaign)),
+            "headline": ratios.headline_context(
+                ratios.headline_of((p.m, p.n, p.k, p.layout, p.best) for p in problems)
+            ),
+            # a campaign that never ran measured on no GPU: none is shown
+            "environments": list(selectors.campaign_environments(campaign=campaign))
+            if timed
+            else [],
             "heatmap_form": HeatmapForm(
                 ks=sorted({p.k for p in problems}), layouts=sorted({p.layout for p in problems})
             ),
             "can_control": request.user.is_authenticated and request.user.id == campaign.owner_id,
+            "live": campaign.status in live.ACTIVE,
+            "proposers": selectors.campaign_proposers(campaign=campaign),
             "progress": {
                 "shapes": len(problems),
                 "shapes_done": sum(p.status == Problem.Status.DONE for p in problems),
@@ -143,7 +157,7 @@ def problem_detail(request, problem_id: int):
     filters = form.cleaned_data if form.is_valid() else {}
     table = selectors.candidate_table(
         problem=problem,
-        sort=filters.get("sort") or "reward",
+        sort=filters.get("sort") or "speedup",
         status=filters.get("status", ""),
         proposer=filters.get("proposer", ""),
         family=filters.get("family", ""),
@@ -152,9 +166,16 @@ def problem_detail(request, problem_id: int):
     query = request.GET.copy()
     query.pop("page", None)
     protocol = problem.campaign.reward_protocol
-    baselines = selectors.baseline_best_seconds(problem=problem, protocol=protocol)
+    choice = ratios.choice_of(problem.best or {})
     kernels = selectors.baseline_best_kernels(problem=problem, protocol=protocol)
-    best = selectors.candidates_best_first(problem=problem).only("id", "name", "reward").first()
+    for candidate in page.object_list:
+        session, found = ratios.shown_ratios(candidate.timings or {}, protocol)
+        r = found.get(ratios.REWARD_BASELINE) if candidate.status == Candidate.Status.DONE else None
+        candidate.session_name = session.name if session else ""
+        candidate.speedup = r
+        candidate.tflops = (
+            problem.as_engine().flops / candidate.median_s / 1e12 if candidate.median_s else None
+        )
     return render(
         request,
         "campaigns/problem.html",
@@ -164,15 +185,31 @@ def problem_detail(request, problem_id: int):
             "form": form,
             "page": page,
             "query": query.urlencode(),
-            "best": best,
-            "baselines": [
-                (selectors.BASELINE_LABELS[b], baselines.get(b), kernels.get(b))
-                for b in selectors.BASELINES
-            ],
+            "best": problem.best or None,
+            "session": choice.session if choice else None,
+            "baselines": session_rows(choice, kernels),
             "baseline_kernels": bool(kernels),
             "protocol": protocol,
+            "reward_label": selectors.BASELINE_LABELS[ratios.REWARD_BASELINE],
         },
     )
+
+
+def session_rows(choice: ratios.Choice | None, kernels: dict[str, str]) -> list[dict]:
+    """The chosen kernel's session: each baseline's time in it, and the ratio."""
+    if choice is None:
+        return []
+    found = choice.ratios()
+    return [
+        {
+            "label": selectors.BASELINE_LABELS[b],
+            "seconds": choice.session.baselines[b].seconds,
+            "ratio": found[b],
+            "kernel": kernels.get(b),
+        }
+        for b in selectors.BASELINES
+        if b in choice.session.baselines
+    ]
 
 
 @require_GET
@@ -181,24 +218,38 @@ def candidate_detail(request, candidate_id: int):
         Candidate.objects.select_related("problem__campaign", "parent"), id=candidate_id
     )
     problem = candidate.problem
-    baselines: dict[str, dict[str, float]] = {}
+    flops = problem.as_engine().flops
     timings = []
-    for protocol, record in sorted(candidate.timings.items()):
-        baselines[protocol] = selectors.baseline_best_seconds(problem=problem, protocol=protocol)
-        median = record.get("median_s")
-        ratios = selectors.speedups(seconds=median, baselines=baselines[protocol])
+    for protocol in sorted(candidate.timings or {}):
+        record = candidate.timings[protocol] or {}
+        shown = ratios.candidate_session(candidate.timings, protocol)
+        sessions = []
+        for session in ratios.candidate_sessions(candidate.timings, protocol):
+            found = session.ratios() if candidate.status == Candidate.Status.DONE else {}
+            sessions.append(
+                {
+                    "name": session.name,
+                    "shown": session == shown,
+                    "seconds": session.kernel.seconds,
+                    "tflops": flops / session.kernel.seconds / 1e12,
+                    "speedups": [
+                        (selectors.BASELINE_LABELS[b], found.get(b)) for b in selectors.BASELINES
+                    ],
+                }
+            )
         timings.append(
             {
                 "protocol": protocol,
-                "median_s": median,
-                "details": {k: v for k, v in record.items() if k != "median_s"},
-                "speedups": [
-                    (selectors.BASELINE_LABELS[b], ratios.get(b)) for b in selectors.BASELINES
-                ],
+                "sessions": sessions,
+                "details": {
+                    k: v
+                    for k, v in record.items()
+                    if k not in ("median_s", "baselines", "final", "p25", "p75")
+                },
             }
         )
     formatter = HtmlFormatter(linenos="table", cssclass="source")
-    best = selectors.candidates_best_first(problem=problem).first()
+    best = artifacts.best_verified(problem=problem)
     return render(
         request,
         "campaigns/candidate.html",
@@ -254,9 +305,27 @@ def api_campaign_heatmap(request, campaign_id: int):
 
 
 @require_GET
-def api_problem_rewards(request, problem_id: int):
-    problem = get_object_or_404(Problem, id=problem_id)
-    return JsonResponse(selectors.problem_rewards_data(problem=problem))
+def api_problem_history(request, problem_id: int):
+    problem = get_object_or_404(Problem.objects.select_related("campaign"), id=problem_id)
+    return JsonResponse(selectors.problem_history_data(problem=problem))
+
+
+@require_GET
+def api_campaign_history(request, campaign_id: int):
+    campaign = get_object_or_404(Campaign, id=campaign_id)
+    return JsonResponse(selectors.campaign_history_data(campaign=campaign))
+
+
+@require_GET
+def api_campaign_knobs(request, campaign_id: int):
+    campaign = get_object_or_404(Campaign, id=campaign_id)
+    return JsonResponse(selectors.knob_data(campaign=campaign))
+
+
+@require_GET
+def api_problem_knobs(request, problem_id: int):
+    problem = get_object_or_404(Problem.objects.select_related("campaign"), id=problem_id)
+    return JsonResponse(selectors.knob_data(campaign=problem.campaign, problem=problem))
 
 
 # Downloads

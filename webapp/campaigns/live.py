@@ -1,0 +1,78 @@
+"""What each shape of a running campaign waits for, and when it may be done.
+
+Read from the work items (the database is the source of truth for the distributed runner): a
+shape's newest unfinished item says which step is next (a compile, a GPU step) and whether a
+worker holds it; the workers' heartbeats say whether any worker serves that queue. The ETA is
+the shape's remaining candidates at the GPU seconds per candidate this campaign has measured so
+far; none before the first measurement (no number that was not measured).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import Avg, Count, FloatField, Q
+from django.db.models.fields.json import KeyTextTransform
+from django.db.models.functions import Cast
+
+from webapp.campaigns.models import Campaign, Candidate, Problem, WorkItem
+from webapp.workers.selectors import workers_online
+
+ACTIVE = (Campaign.Status.QUEUED, Campaign.Status.RUNNING)
+
+
+def served_queues() -> set[str]:
+    queues: set[str] = set()
+    for worker in workers_online():
+        if worker.gpu_failed is None:
+            queues.update(str(q) for q in worker.queues)
+    return queues
+
+
+def wait_text(item: dict[str, Any], served: set[str]) -> str:
+    """Which step is next and who it waits for."""
+    step = "compile" if item["kind"] == WorkItem.Kind.COMPILE else "GPU step"
+    what = "verification and timing" if item["kind"] == WorkItem.Kind.GPU else "nvcc"
+    if item["status"] == WorkItem.Status.RUNNING:
+        return f"round {item['round']}: {step} running on {item['worker'] or 'a worker'} ({what})"
+    if item["queue"] not in served:
+        return f"round {item['round']}: {step} waits for a worker of {item['queue']} (none online)"
+    return f"round {item['round']}: {step} queued on {item['queue']}"
+
+
+def campaign_waits(*, campaign: Campaign) -> dict[int, str]:
+    """Problem id → what its next step waits for ("" when nothing is pending)."""
+    if campaign.status not in ACTIVE:
+        return {}
+    items = (
+        WorkItem.objects.filter(
+            campaign=campaign, status__in=(WorkItem.Status.QUEUED, WorkItem.Status.RUNNING)
+        )
+        .order_by("problem_id", "-round", "-id")
+        .values("problem_id", "kind", "round", "status", "queue", "worker")
+    )
+    served = served_queues()
+    waits: dict[int, str] = {}
+    for item in items:
+        waits.setdefault(item["problem_id"], wait_text(item, served))
+    return waits
+
+
+def campaign_eta_seconds(*, campaign: Campaign) -> dict[int, float]:
+    """Problem id → GPU seconds left at the campaign's measured GPU seconds per candidate, for
+    the shapes still running; {} before any candidate was measured."""
+    if campaign.status not in ACTIVE:
+        return {}
+    measured = Candidate.objects.filter(
+        problem__campaign=campaign, outcome__gpu_seconds__gt=0
+    ).aggregate(per=Avg(Cast(KeyTextTransform("gpu_seconds", "outcome"), FloatField())))["per"]
+    if not measured:
+        return {}
+    rows = (
+        Problem.objects.filter(campaign=campaign)
+        .exclude(status__in=(Problem.Status.DONE, Problem.Status.FAILED))
+        .annotate(made=Count("candidates", filter=Q(candidates__outcome__isnull=False)))
+        .values_list("id", "made")
+    )
+    budget = campaign.budget_per_shape
+    return {pid: max(0, budget - made) * float(measured) for pid, made in rows}
