@@ -100,3 +100,29 @@ def merged(sorted_buckets: Sequence[Bucket]) -> list[Bucket]:
         else:
             out.append(b)
     return out
+
+
+def expand_shapes(text: str) -> list[str]:
+    """Comma-separated shapes, where ``M=lo..hi:NxK`` stands for MxNxK at every power of two
+    M in [lo, hi] and at lo and hi themselves (the Ms a dynamic-M bundle's buckets are drawn
+    between): ``M=1..8192:4096x4096`` is 14 shapes. Other items pass through as written."""
+    from engine.problem import ProblemError
+
+    out: list[str] = []
+    for item in (s.strip() for s in text.split(",")):
+        if not item.startswith(("M=", "m=")):
+            if item:
+                out.append(item)
+            continue
+        span, _, nk = item[2:].partition(":")
+        lo_text, dots, hi_text = span.partition("..")
+        if not (dots and lo_text.isdigit() and hi_text.isdigit() and nk):
+            raise ProblemError(
+                f"bad M range {item!r}: expected M=lo..hi:NxK, e.g. M=1..8192:4096x4096"
+            )
+        lo, hi = int(lo_text), int(hi_text)
+        if not 1 <= lo <= hi:
+            raise ProblemError(f"bad M range {item!r}: need 1 <= lo <= hi")
+        ms = sorted({lo, hi} | {1 << e for e in range(hi.bit_length()) if lo <= 1 << e <= hi})
+        out.extend(f"{m}x{nk}" for m in ms)
+    return out

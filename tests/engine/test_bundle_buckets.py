@@ -7,7 +7,8 @@ import math
 
 import pytest
 
-from engine.bundle.buckets import Bucket, Point, buckets, crossover
+from engine.bundle.buckets import Bucket, Point, buckets, crossover, expand_shapes
+from engine.problem import ProblemError
 
 
 def always(_kernel: str, _m: int) -> bool:
@@ -86,3 +87,22 @@ def test_buckets_are_disjoint_and_cover_the_measured_span():
 def test_two_points_at_one_m_are_rejected():
     with pytest.raises(ValueError, match="same M"):
         buckets([Point(16, "a", {}), Point(16, "b", {})], always)
+
+
+def test_an_m_range_expands_to_its_powers_of_two_and_its_ends():
+    ms = [int(s.split("x")[0]) for s in expand_shapes("M=1..8192:4096x4096")]
+    assert ms == [1 << e for e in range(14)]
+    assert expand_shapes("M=3..20:64x32, 8x8x8") == [
+        "3x64x32",
+        "4x64x32",
+        "8x64x32",
+        "16x64x32",
+        "20x64x32",
+        "8x8x8",
+    ]
+
+
+@pytest.mark.parametrize("bad", ["M=8..1:64x64", "M=0..4:64x64", "M=1-8:64x64", "M=1..8"])
+def test_a_malformed_m_range_is_a_problem_error(bad):
+    with pytest.raises(ProblemError, match="bad M range"):
+        expand_shapes(bad)
