@@ -44,6 +44,7 @@ _VOIDP, _INT = ctypes.c_void_p, ctypes.c_int
 _lock = threading.Lock()
 _loaded: dict[str, tuple[Callable[..., int], Callable[..., int]] | None] = {}
 _usable: dict[tuple[str, int], bool] = {}
+_workspace: dict[tuple[str, int, int, int], int] = {}
 _warned = False
 
 
@@ -193,6 +194,8 @@ def usable(bucket: Bucket, device: int) -> bool:
 
 
 def _load(name: str) -> tuple[Callable[..., int], Callable[..., int]] | None:
+    if name in _loaded:  # the per-call path: no lock once loaded
+        return _loaded[name]
     with _lock:
         if name not in _loaded:
             path = LIB_DIR / f"{name}.so"
@@ -269,7 +272,9 @@ def _launch(bucket: Bucket, a: torch.Tensor, operand: torch.Tensor, n: int) -> t
     launch, workspace_size = loaded
     m, k = a.shape
     c = torch.empty((m, n), dtype=torch.float16, device=a.device)
-    size = int(workspace_size(m, n, k))
+    size = _workspace.get((bucket.name, m, n, k))
+    if size is None:  # a ctypes call costs host time: asked once per kernel and shape
+        size = _workspace[(bucket.name, m, n, k)] = int(workspace_size(m, n, k))
     workspace = torch.empty(size, dtype=torch.uint8, device=a.device) if size else None
     status = launch(
         a.data_ptr(),
