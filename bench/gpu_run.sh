@@ -348,7 +348,7 @@ if [[ $stage == bundle ]]; then  # issue 9: a campaign on shapes where the libra
   run1=${LIBRARY_RUN1:-bench/results/2026-12-03-h200-library/library-run1.json}
   db=$ENGINE_CACHE_DIR/bundle-campaign.sqlite
   python3 -m engine optimize --shapes "${BUNDLE_SHAPES:-4096x4096x1024,2048x8192x1024,64x8192x16384}" \
-    --layout nn --budget "${BUNDLE_BUDGET:-8}" --batch 8 --proposers rl,evolve --space library \
+    --layout "${BUNDLE_LAYOUT:-nn}" --budget "${BUNDLE_BUDGET:-8}" --batch 8 --proposers rl,evolve --space library \
     --verify-jobs 8 --device-seconds 2 --heat-seconds 0.3 --pretrain "$run1" --final-top 1 \
     --final-device-seconds 2 --no-save-policy --db "$db" --out "$OUT/bundle-campaign.json" \
     >"$OUT/bundle-campaign.log" 2>&1 || status=1
@@ -356,6 +356,9 @@ if [[ $stage == bundle ]]; then  # issue 9: a campaign on shapes where the libra
   cp "$db" "$OUT/bundle-campaign.sqlite"
   python3 bench/bundle_check.py --db "$db" --out "$OUT/bundle-check" --jobs 16 "$@" 2>&1 \
     | tail -30 || status=1
+  # issue 32: host time per call, CUDA-graph time and a Llama-style MLP block, bundle vs torch
+  python3 bench/bundle_overhead.py --db "$db" --out "$OUT/bundle-overhead" --jobs 16 \
+    ${BUNDLE_OVERHEAD_ARGS:-} 2>&1 | tail -40 || status=1
 fi
 # PACK_OUT=1: everything under $OUT but the kernel pack travels back as one results.tar.xz (the
 # device returns at most 8 files)

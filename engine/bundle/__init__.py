@@ -12,13 +12,14 @@ import csv
 import io
 import json
 import zipfile
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from engine import abi, triton_aot
 from engine.baseline_names import BASELINE_LABELS
+from engine.bundle.buckets import Point, buckets
 from engine.campaign.storage import CandidateRecord, SqliteStorage
 from engine.compile import BASE_FLAGS
 from engine.families import get_family
@@ -57,6 +58,10 @@ class BundleKernel:
     speedups: dict[str, float] = field(default_factory=dict)  # all from one session
     seconds: float | None = None
     session: str = "search"  # the measurement session the time and speedups come from
+    m_lo: int | None = None  # the Ms it serves (engine.bundle.buckets); None: problem.m only
+    m_hi: int | None = None
+    family: str | None = None  # None: model-written source (engine.llm)
+    knobs: Mapping[str, Any] | None = None
 
 
 def is_faster(r: Ratio | None) -> bool:
@@ -105,16 +110,72 @@ def best_kernels(
     over: str = "torch",
     include_slower: bool = False,
     admissible: Callable[[BundleKernel], bool] | None = None,
+    dynamic_m: bool = True,
 ) -> list[BundleKernel]:
     """Per problem, its chosen kernel (shape_choices: the best admissible one), kept only when
     it is faster than the ``over`` baseline beyond the noise (the op falls back to torch.matmul
-    otherwise) unless ``include_slower``."""
+    otherwise) unless ``include_slower``. With ``dynamic_m`` each kernel also serves a range of
+    M around its own (m_ranges)."""
     chosen = shape_choices(storage, campaign, problems, admissible)
-    return [
+    kernels = [
         kernel_from_record(p, chosen[p.key][1])
         for p in problems
         if p.key in chosen and (include_slower or is_faster(chosen[p.key][0].ratios().get(over)))
     ]
+    return m_ranges(storage, campaign, problems, kernels) if dynamic_m else kernels
+
+
+def measured_ratios(records: Iterable[CandidateRecord], over: str = "torch") -> dict[str, float]:
+    """Kernel name → its time over the ``over`` baseline timed in the same session."""
+    return {
+        r.name: r.seconds / r.baselines[over]
+        for r in records
+        if r.status == "ok" and r.seconds and r.baselines.get(over)
+    }
+
+
+def serves(kernel: BundleKernel, m: int) -> bool:
+    """Whether ``kernel`` is valid for M = m at its problem's N, K and layout: a family config
+    by its own legality rule (families handle M residues); model-written source only at the M
+    it was measured at (nothing says how it treats another)."""
+    problem = kernel.problem
+    if kernel.family is None or kernel.knobs is None:
+        return m == problem.m
+    other = Problem(m, problem.n, problem.k, problem.layout)
+    config = get_family(kernel.family).from_knobs({**kernel.knobs, "layout": problem.layout.value})
+    return bool(config.is_valid(other))
+
+
+def m_ranges(
+    storage: SqliteStorage,
+    campaign: str,
+    problems: Sequence[Problem],
+    kernels: Sequence[BundleKernel],
+) -> list[BundleKernel]:
+    """``kernels`` with the range of M each serves: per (N, K, layout) the measured problems are
+    the points (their choice: the bundled kernel, or torch.matmul where none is bundled) and
+    engine.bundle.buckets draws the boundaries. A kernel whose range shrinks to nothing is kept
+    at its own M."""
+    by_key = {k.problem.key: k for k in kernels}
+    groups: dict[tuple[int, int, str], list[Problem]] = {}
+    for p in problems:
+        groups.setdefault((p.n, p.k, p.layout.value), []).append(p)
+    ranged: dict[str, BundleKernel] = {}
+    for group in groups.values():
+        points = []
+        for p in group:
+            ratios = measured_ratios(storage.candidates(campaign, p.key))
+            kernel = by_key.get(p.key)
+            if ratios or kernel is not None:
+                points.append(Point(p.m, kernel.name if kernel else None, ratios))
+        named = {k.name: k for k in kernels if k.problem in group}
+        if not points:
+            continue
+        for b in buckets(points, lambda name, m, named=named: serves(named[name], m)):
+            if b.kernel is not None:
+                kernel = by_key[Problem(b.m, group[0].n, group[0].k, group[0].layout).key]
+                ranged[kernel.problem.key] = replace(kernel, m_lo=b.lo, m_hi=b.hi)
+    return [ranged.get(k.problem.key, k) for k in kernels]
 
 
 def bundle_headline(
@@ -143,7 +204,10 @@ def kernel_from_record(problem: Problem, record: CandidateRecord) -> BundleKerne
             speedups=record.speedups(),
             seconds=record.seconds,
         )
-    family = get_family(record.family)
+    try:
+        family = get_family(record.family)
+    except KeyError as exc:  # e.g. a model-written record stored without its source
+        raise BundleError(f"kernel {record.name}: {exc.args[0]} and no source stored") from None
     config = family.from_knobs({**record.knobs, "layout": problem.layout.value})
     return BundleKernel(
         problem=problem,
@@ -152,6 +216,8 @@ def kernel_from_record(problem: Problem, record: CandidateRecord) -> BundleKerne
         archs=tuple(config.archs),
         speedups=record.speedups(),
         seconds=record.seconds,
+        family=record.family,
+        knobs=dict(record.knobs),
     )
 
 
@@ -176,12 +242,14 @@ def bundled_source(source: str, archs: tuple[str, ...]) -> str:
 
 def manifest(kernels: Iterable[BundleKernel], environment: dict[str, Any]) -> dict[str, Any]:
     return {
-        "format": 1,
+        "format": 2,  # 2: m_lo / m_hi, the range of M each kernel serves
         "nvcc_flags": list(NVCC_FLAGS),
         "environment": environment,
         "kernels": [
             {
                 "m": k.problem.m,
+                "m_lo": k.m_lo if k.m_lo is not None else k.problem.m,
+                "m_hi": k.m_hi if k.m_hi is not None else k.problem.m,
                 "n": k.problem.n,
                 "k": k.problem.k,
                 "layout": k.problem.layout.value,
@@ -258,7 +326,8 @@ def readme(
     block = "\n".join(headline.markdown(BASELINE_LABELS)) if headline else ""
     summary = f"## The campaign at a glance\n\n{block}\n" if block else ""
     rows = "\n".join(
-        f"| {k.problem.shape} | {k.problem.layout.value} | `{k.name}` | "
+        f"| {k.problem.shape} | {k.m_lo or k.problem.m}..{k.m_hi or k.problem.m} | "
+        f"{k.problem.layout.value} | `{k.name}` | "
         + ", ".join(f"{b} {s:.3f}x" for b, s in sorted(k.speedups.items()))
         + " |"
         for k in kernels
@@ -267,7 +336,9 @@ def readme(
 
 {len(kernels)} shape(s), {unique} kernel(s), measured on {gpu}. Shapes not listed fall back to
 torch.matmul: by default a shape is bundled only when its kernel was faster than torch.matmul
-beyond the measured noise, both timed in the same session.
+beyond the measured noise, both timed in the same session. Each kernel serves the range of M
+listed (between measured Ms: the measured crossover, else the nearer one on a log scale);
+another M, dtype, stride or GPU architecture falls back to torch.matmul.
 
 {summary}
 ## Use
@@ -280,14 +351,16 @@ python -m gemmforge_bundle.verify        # re-checks correctness and speed on yo
 ```python
 import torch, gemmforge_bundle
 c = torch.ops.gemmforge.hgemm(a, b)              # a (M,K) @ b (K,N), fp16 CUDA contiguous
-y = torch.ops.gemmforge.hgemm_linear(x, w)       # x (M,K) @ w.T, w (N,K) as in nn.Linear
+y = torch.ops.gemmforge.hgemm_linear(x, w)       # x (...,K) @ w.T, w (N,K) as in nn.Linear
+c = gemmforge_bundle.matmul(a, b)                # same, less host time in eager inference
+y = gemmforge_bundle.linear(x, w)
 ```
 The ops allocate only their output (and a kernel's workspace) from PyTorch's allocator and never
 synchronise: they work under torch.compile and CUDA-graph capture (call each shape once first).
 
 ## Kernels
-| shape | layout | kernel | speedup (baseline / kernel, same session) |
-|---|---|---|---|
+| shape measured | serves M | layout | kernel | speedup (baseline / kernel, same session) |
+|---|---|---|---|---|
 {rows}
 
 `results.json` and `results.csv` hold the numbers and the environment they were measured in.

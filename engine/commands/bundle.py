@@ -26,6 +26,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "finals (<db>.finals.json; for inspection: by default each shape gets its best "
         "sanitized kernel)",
     )
+    parser.add_argument(
+        "--exact-m",
+        action="store_true",
+        help="each kernel serves only the M it was measured at (default: per (N, K) the Ms "
+        "between measured ones go to the kernel of the measured crossover or nearer M)",
+    )
     parser.set_defaults(func=run)
 
 
@@ -71,6 +77,7 @@ def run(args: argparse.Namespace) -> int:
             problems,
             include_slower=args.include_slower,
             admissible=admissible,
+            dynamic_m=not args.exact_m,
         )
         summary = bundle_headline(storage, args.campaign, problems, admissible)
         environment = settings.get("environment", {})

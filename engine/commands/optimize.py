@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.baseline_names import TORCH_TUNED
+from engine.bundle.buckets import expand_shapes
 from engine.campaign import (
     INPUT_PROPOSER_NAMES,
     PROPOSER_NAMES,
@@ -58,7 +59,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "optimize", help="search kernels for shapes (resumable campaign, live progress)"
     )
-    parser.add_argument("--shapes", required=True, help="comma-separated MxNxK shapes")
+    parser.add_argument(
+        "--shapes",
+        required=True,
+        help="comma-separated MxNxK shapes; M=lo..hi:NxK is NxK at every power-of-two M in "
+        "[lo, hi] and at lo and hi (for a dynamic-M bundle), e.g. M=1..8192:4096x4096",
+    )
     parser.add_argument("--layout", default="tn", choices=[x.value for x in Layout])
     parser.add_argument("--budget", type=int, default=64, help="candidates per shape")
     parser.add_argument("--gpu-seconds", type=float, help="GPU-seconds budget for the campaign")
@@ -215,7 +221,7 @@ def mirror_targets(args: argparse.Namespace, problems: list[Problem]) -> dict[st
 def run(args: argparse.Namespace) -> int:
     try:
         layout = Layout.parse(args.layout)
-        problems = [Problem.parse(s, layout) for s in args.shapes.split(",") if s.strip()]
+        problems = [Problem.parse(s, layout) for s in expand_shapes(args.shapes)]
     except ProblemError as exc:
         raise SystemExit(f"error: {exc}") from None
     if not problems:

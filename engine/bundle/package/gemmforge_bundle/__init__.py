@@ -2,13 +2,32 @@
 
     import gemmforge_bundle            # registers torch.ops.gemmforge.hgemm / hgemm_linear
     c = torch.ops.gemmforge.hgemm(a, b)          # a (M, K) @ b (K, N), fp16, CUDA, contiguous
-    y = torch.ops.gemmforge.hgemm_linear(x, w)   # x (M, K) @ w.T with w (N, K), as nn.Linear
+    y = torch.ops.gemmforge.hgemm_linear(x, w)   # x (..., K) @ w.T with w (N, K), as nn.Linear
+    c = gemmforge_bundle.matmul(a, b)            # the same, skipping the dispatcher in eager
+    y = gemmforge_bundle.linear(x, w)            # inference (the ops under compile / autograd)
 
-Shapes the bundle has no kernel for fall back to torch.matmul. Build the kernels once with
+Each (N, K) has kernels for ranges of M; anything else (another M, dtype, stride, device, GPU
+architecture) falls back to torch.matmul. Build the kernels once with
 ``python -m gemmforge_bundle.build``; check them on your GPU with
 ``python -m gemmforge_bundle.verify``.
 """
 
-from gemmforge_bundle._ops import dispatch_table, hgemm, hgemm_linear, kernel_for
+from gemmforge_bundle._ops import (
+    bucket_table,
+    dispatch_table,
+    hgemm,
+    hgemm_linear,
+    kernel_for,
+    linear,
+    matmul,
+)
 
-__all__ = ["dispatch_table", "hgemm", "hgemm_linear", "kernel_for"]
+__all__ = [
+    "bucket_table",
+    "dispatch_table",
+    "hgemm",
+    "hgemm_linear",
+    "kernel_for",
+    "linear",
+    "matmul",
+]

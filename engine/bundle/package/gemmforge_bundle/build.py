@@ -10,6 +10,7 @@ import argparse
 import importlib.util
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -52,6 +53,14 @@ def build_one(entry: dict, manifest: dict, include: Path) -> tuple[str, bool, st
     return entry["name"], done.returncode == 0, done.stderr if done.returncode else shlex.join(argv)
 
 
+def cuda_version(nvcc: str) -> int | None:
+    """nvcc's CUDA version as 1000·major + 10·minor (as cuDriverGetVersion reports a driver's):
+    the ops compare it with the driver's at load and fall back to torch.matmul when older."""
+    done = subprocess.run([nvcc, "--version"], capture_output=True, text=True, check=False)
+    found = re.search(r"release (\d+)\.(\d+)", done.stdout)
+    return int(found[1]) * 1000 + int(found[2]) * 10 if found else None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m gemmforge_bundle.build")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
@@ -59,6 +68,8 @@ def main(argv: list[str] | None = None) -> int:
     manifest = json.loads((PACKAGE / "kernels.json").read_text())
     (PACKAGE / "lib").mkdir(exist_ok=True)
     include = cutlass_include()
+    version = cuda_version(os.environ.get("NVCC", "nvcc"))
+    (PACKAGE / "lib" / "build.json").write_text(json.dumps({"cuda_version": version}))
     entries = manifest["kernels"]
     print(f"building {len(entries)} kernels with {args.jobs} jobs", flush=True)
     failed = 0
