@@ -281,6 +281,18 @@ def test_hopper_campaigns_search_the_triton_family_where_triton_is_installed():
     assert "triton" not in families_for_arch("sm_80")
 
 
+def test_a_full_space_beside_other_families_takes_tritons_curated_configs_only():
+    from engine.campaign.space import SearchSpace
+
+    problem = Problem.parse("4096x4096x4096", "nn")
+    mixed = SearchSpace.full(problem, families=("sm80", "triton"))
+    triton_names = {c.name for c in mixed.configs if c.FAMILY == "triton"}
+    curated = {c.name for c in library("triton", Layout.NN) if c.is_valid(problem, None)}
+    assert triton_names == curated
+    alone = SearchSpace.full(problem, families=("triton",))
+    assert len(alone) > 100 * len(curated)
+
+
 def test_the_policy_sees_the_triton_family_as_a_choice():
     import torch
 
