@@ -1,4 +1,4 @@
-"""Django settings, read from environment variables (see README "Configuration")."""
+"""Django settings, read from environment variables (see docs/configuration.md)."""
 
 from __future__ import annotations
 

@@ -273,7 +273,7 @@ def candidate_detail(request, candidate_id: int):
     )
 
 
-# JSON endpoints behind the charts (documented in README, "Dashboard JSON API")
+# JSON endpoints behind the charts (documented in docs/dashboard.md, "JSON API")
 
 
 @require_GET
