@@ -8,7 +8,7 @@ fresh compile cache (as a GPU step does: look, open, read, check, install) and o
 batch of ``--batch`` keys. Each entry's own build time (``result.json``'s ``seconds``, measured
 when it was compiled on this machine) is kept beside its times. Also packs each entry at gzip
 levels 0 (a plain tar), 1 (the store's) and 6 for the sizes, and times the key computation a
-GPU step does first (engine.compile.config_keys for a batch of library configs).
+GPU step does first (engine.build.compile.config_keys for a batch of library configs).
 
     .venv/bin/python bench/artifact_store.py [--cache DIR] [--limit N] [--batch 16] [--out FILE]
 """
@@ -37,12 +37,12 @@ django.setup()
 
 from django.core.files.storage import FileSystemStorage  # noqa: E402
 
-from engine import artifacts  # noqa: E402
-from engine import compile as comp  # noqa: E402
+from engine.build import cache_entries  # noqa: E402
+from engine.build import compile as comp  # noqa: E402
 from engine.config import EngineConfig  # noqa: E402
 from webapp.campaigns import artifact_store  # noqa: E402
 
-DEFAULT_OUT = ROOT / "bench" / "results" / "2026-12-04-artifacts" / "artifacts.json"
+DEFAULT_OUT = ROOT / "bench" / "results" / "2026-12-04-artifacts" / "cache_entries.json"
 
 
 def successful_keys(config: EngineConfig) -> list[str]:
@@ -78,7 +78,7 @@ def measure(source: EngineConfig, keys: list[str], batch: int, work: Path) -> di
         assert result is not None
         assert result.library is not None
         sizes = {
-            f"gzip{level}_bytes": len(artifacts.pack_entry(key, source, compress_level=level))
+            f"gzip{level}_bytes": len(cache_entries.pack_entry(key, source, compress_level=level))
             for level in (0, 1, 6)
         }
         started = time.perf_counter()
@@ -137,7 +137,7 @@ def key_lookup(source: EngineConfig, batch: int) -> dict[str, Any]:
     """What a GPU step adds before fetching: the cache keys of a batch of library configs (the
     first call asks nvcc its version), and how many of them the source cache holds (the prebuild
     for sm_90 built them under the same keys)."""
-    from engine.families.library import library
+    from engine.codegen.library import library
     from engine.problem import Layout
 
     configs = library("sm90", Layout.NN)

@@ -215,7 +215,7 @@ def measure(into: Path, *, calls: int, replays: int, seed: int) -> int:
     import gemmforge_bundle
     from gemmforge_bundle.verify import rel_error
 
-    from engine.environment import collect
+    from engine.gpu.environment import collect
 
     try:
         result["environment"] = collect().to_dict()

@@ -25,11 +25,11 @@ from pathlib import Path
 
 import torch
 
-from engine import baselines, physics
-from engine.bench import Bench, Runner
 from engine.config import load as load_config
-from engine.measure import load_shim
 from engine.problem import Problem
+from engine.timing import baselines, physics
+from engine.timing.measure import load_shim
+from engine.timing.protocols import Bench, Runner
 
 SHAPES = ("8192x8192x8192", "4096x4096x4096")
 RUNNERS = ("cublaslt_autotune_tn", "cublaslt_autotune_nn", "torch_nn")

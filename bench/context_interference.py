@@ -4,10 +4,10 @@ that runs at the same moment? (bench/NOTES.md §16.)
 The warm-verifier design creates the next batch's verifier contexts while the current batch is
 on the GPU. A context's creation runs no kernel, but it maps memory and talks to the driver's
 resource manager, which the timing process's calls may wait for. This measures it: for each
-shape, one measurement session (engine.measure: the four baselines in both layouts, interleaved,
-L2 flushed, the device protocol) alternates quiet runs with runs during a *storm*: ``--creators``
-processes that each fork, in a loop, a child that creates a context, allocates and touches
-``--megabytes`` and exits (the parent never initialises CUDA, as a fork server). Two storms:
+shape, one measurement session (engine.timing.measure: the four baselines in both layouts,
+interleaved, L2 flushed, the device protocol) alternates quiet runs with runs during a *storm*:
+``--creators`` processes that each fork, in a loop, a child that creates a context, allocates and
+touches ``--megabytes`` and exits (the parent never initialises CUDA, as a fork server). Two storms:
 ``context`` allocates without touching (no kernel at all: what a warm verifier does before its
 candidate arrives) and ``fill`` also fills the memory (a kernel per context). Reported per
 runner: each run's median and p90, and each storm's runs' median over the quiet runs'; and how
@@ -122,9 +122,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("context-interference.json"))
     args = parser.parse_args(argv)
 
-    from engine import measure
-    from engine.environment import collect
+    from engine.gpu.environment import collect
     from engine.problem import Problem
+    from engine.timing import measure
 
     shapes = []
     for shape in args.shapes.split(","):

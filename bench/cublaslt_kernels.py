@@ -1,10 +1,10 @@
 """Issue 11: which kernels does cuBLASLt run on the 64-shape campaign's problems?
 
 For each problem, the heuristic's first ``--algos`` algorithms (no timing: a heuristic query per
-problem), each named by its configuration (engine.cublaslt_kernels: tile, stages, cluster,
+problem), each named by its configuration (engine.timing.cublaslt_kernels: tile, stages, cluster,
 split-K, in our orientation). With ``--autotune SHAPES`` (``large``: the sample's large shapes;
 or a comma list), those problems are also autotuned as every measurement autotunes them
-(engine.baselines.autotune, device protocol, the engine's autotune cache: a later campaign on
+(engine.timing.baselines.autotune, device protocol, the engine's autotune cache: a later campaign on
 this machine reuses the choice instead of timing it again), and the pick is named too.
 
     python3 bench/cublaslt_kernels.py [--layouts nn,tn] [--algos 4] [--autotune large|SHAPES]
@@ -27,8 +27,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.grid64 import shapes_for  # noqa: E402
-from engine import baselines  # noqa: E402
-from engine.report import LARGE_LOG2_MNK  # noqa: E402
+from engine.publish.report import LARGE_LOG2_MNK  # noqa: E402
+from engine.timing import baselines  # noqa: E402
 
 LAYOUTS = ("nn", "tn")
 
@@ -68,11 +68,11 @@ def main(argv: list[str] | None = None) -> int:
     if unknown := set(layouts) - set(LAYOUTS):
         parser.error(f"unknown layouts {sorted(unknown)}: expected nn and/or tn")
 
-    from engine.bench import Bench
     from engine.config import load as load_config
-    from engine.environment import collect
-    from engine.measure import load_shim
+    from engine.gpu.environment import collect
     from engine.problem import Layout, Problem
+    from engine.timing.measure import load_shim
+    from engine.timing.protocols import Bench
 
     config = load_config()
     shim = load_shim(config)

@@ -17,8 +17,8 @@ Two sets (``--set``):
   epilogue tile beside the builder's, on the short-K wide shapes (§22).
 
 For each shape: the set's configs that are valid for it are verified (the GPU step's own path,
-engine.verify.Verifications), then the verified ones are timed against every baseline in the
-device protocol by the campaign finals' child (engine.campaign.final, several shapes per
+engine.verify.verifier.Verifications), then the verified ones are timed against every baseline in
+the device protocol by the campaign finals' child (engine.campaign.final, several shapes per
 child). Printed and written beside the campaign's search-time best for the shape.
 
     python3 bench/deep_splitk.py --db CAMPAIGN.sqlite
@@ -41,10 +41,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.grid64 import search_summary  # noqa: E402
-from engine import cuda_driver  # noqa: E402
+from engine.build.compile import compile_configs  # noqa: E402
 from engine.campaign.final import remeasure_batch  # noqa: E402
-from engine.compile import compile_configs  # noqa: E402
-from engine.families.library import (  # noqa: E402
+from engine.codegen.library import (  # noqa: E402
     SM80_DEEP_SPLIT_TILES,
     SM80_DEEP_SPLITS,
     SM80_FUSED_SPLITS,
@@ -52,8 +51,9 @@ from engine.families.library import (  # noqa: E402
     SM90_SWIZZLED_PINGPONG_TILE,
     library,
 )
+from engine.gpu import cuda_driver  # noqa: E402
 from engine.problem import Layout, Problem  # noqa: E402
-from engine.verify import Verifications, new_fork_server  # noqa: E402
+from engine.verify.verifier import Verifications, new_fork_server  # noqa: E402
 
 BASELINE = "cublaslt_autotune"
 SHAPES = (

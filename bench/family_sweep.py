@@ -17,13 +17,13 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
-from engine.compile import compile_many
+from engine.build.compile import compile_many
+from engine.codegen import FAMILIES
+from engine.codegen.library import library
 from engine.config import load as load_config
-from engine.families import FAMILIES
-from engine.families.library import library
-from engine.measure import load_shim, measure
 from engine.problem import Layout, Problem
-from engine.verify import verify
+from engine.timing.measure import load_shim, measure
+from engine.verify.verifier import verify
 
 VERIFY_SHAPES = (
     "256x256x256",
@@ -254,7 +254,7 @@ def build_and_verify(configs: list, args: argparse.Namespace, config) -> tuple[l
 
 def sanitize_best(report: dict, libraries: dict[str, Path], jobs: int = 4) -> None:
     """compute-sanitizer on every config that is some shape's best; results in the report."""
-    from engine.sanitize import sanitize
+    from engine.verify.sanitize import sanitize
 
     names = sorted({row["best"] for row in report["sweep"] if row.get("best") in libraries})
     log(f"sanitizing {len(names)} best configs")

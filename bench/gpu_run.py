@@ -12,12 +12,12 @@ import sys
 import time
 from pathlib import Path
 
-from engine import fixtures
 from engine.commands.bench import format_table
 from engine.config import load as load_config
-from engine.measure import load_shim, measure
 from engine.problem import Layout, Problem
-from engine.verify import verify
+from engine.timing.measure import load_shim, measure
+from engine.verify import harness_kernels
+from engine.verify.verifier import verify
 
 SHAPES = (
     "64x64x64",
@@ -41,13 +41,14 @@ def log(msg: str) -> None:
 
 
 def verification(problems: list[Problem]) -> dict:
-    report: dict = {"honest": {}}  # known-bad kernels: tests/engine/test_gpu_harness.py
+    report: dict = {"honest": {}}  # known-bad kernels: tests/engine/verify/test_gpu_harness.py
     kernels = {
-        "reference": fixtures.REFERENCE,
-        "cublas_wrapped": fixtures.GOOD_KERNELS / "cublas_wrapped.cu",
+        "reference": harness_kernels.REFERENCE,
+        "cublas_wrapped": harness_kernels.GOOD_KERNELS / "cublas_wrapped.cu",
     }
     for layout in (Layout.NN, Layout.TN):
-        built = dict(zip(kernels, fixtures.build(list(kernels.values()), layout), strict=True))
+        built_libraries = harness_kernels.build(list(kernels.values()), layout)
+        built = dict(zip(kernels, built_libraries, strict=True))
         for problem in [p for p in problems if p.layout is layout]:
             for name, result in built.items():
                 assert result.ok, result.log

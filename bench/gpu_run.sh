@@ -30,8 +30,8 @@ fi
 export ENGINE_CACHE_DIR=${ENGINE_CACHE_DIR:-/tmp/gemmforge-cache} ENGINE_COMPILE_JOBS=16
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv
 if [[ $stage == library || $stage == tests || $stage == checks ]]; then  # the sandbox must not break GPU children
-  if ! python3 -m pytest -q -o addopts="" -p no:cacheprovider -m gpu tests/engine/test_sandbox.py \
-      tests/engine/test_sanitize.py >"$OUT/sandbox-check.log" 2>&1; then
+  if ! python3 -m pytest -q -o addopts="" -p no:cacheprovider -m gpu tests/engine/isolation/test_sandbox.py \
+      tests/engine/verify/test_sanitize.py >"$OUT/sandbox-check.log" 2>&1; then
     echo "sandbox check failed: network isolation off for this run (see sandbox-check.log)"
     export ENGINE_SANDBOX_NETWORK=off
   fi
@@ -251,13 +251,13 @@ fi
 if [[ $stage == profile ]]; then  # issue 7: a verifier's time with 1 to 16 running at once
   mps_args=()
   if [[ ${PROFILE_MPS:-0} == 1 ]]; then  # A/B: the same batches as clients of an MPS server
-    mps_pipe=$(python3 -m engine.mps start "${TMPDIR:-/tmp}/gemmforge-mps" 2>&1 | tee -a "$OUT/mps.log" | tail -1)
+    mps_pipe=$(python3 -m engine.gpu.mps start "${TMPDIR:-/tmp}/gemmforge-mps" 2>&1 | tee -a "$OUT/mps.log" | tail -1)
     [[ -d $mps_pipe ]] && mps_args=(--variant "mps:ENGINE_VERIFY_MPS_PIPE=$mps_pipe")
   fi
   python3 bench/verify_profile.py --db "${GRID64_DB:-bench/results/grid64/campaign.sqlite}" \
     --out "$OUT/verify-profile${PROFILE_TAG:-}.json" ${PROFILE_ARGS:-} "${mps_args[@]}" 2>&1 \
     | tee "$OUT/verify-profile${PROFILE_TAG:-}.log" | tail -20 || status=1
-  [[ ${PROFILE_MPS:-0} == 1 ]] && python3 -m engine.mps stop "${TMPDIR:-/tmp}/gemmforge-mps" >>"$OUT/mps.log" 2>&1
+  [[ ${PROFILE_MPS:-0} == 1 ]] && python3 -m engine.gpu.mps stop "${TMPDIR:-/tmp}/gemmforge-mps" >>"$OUT/mps.log" 2>&1
   mps_args=()
 fi
 if [[ $stage == interference ]]; then  # issue 7: timing while other processes create contexts
@@ -268,7 +268,7 @@ if [[ $stage == warm ]]; then  # issue 7, warm verifiers (bench/NOTES.md §17): 
   # contexts created beside it; the warm paths' GPU tests; 16 verifiers warm (on, kernels) or not
   python3 bench/context_interference.py --device-seconds 1 --out "$OUT/context-interference.json" \
     2>&1 | tee "$OUT/context-interference.log" | tail -24 || status=1
-  GPU_TESTS=${GPU_TESTS:-"tests/engine/test_gpu_warm_verifiers.py tests/engine/test_gpu_step_standby.py tests/engine/test_campaign_final.py tests/engine/test_gpu_harness.py::test_heating_while_verifiers_work_leaves_the_timing_no_heat_up_to_run tests/engine/test_gpu_harness.py::test_the_record_names_the_kernels_cublaslt_ran"}
+  GPU_TESTS=${GPU_TESTS:-"tests/engine/verify/test_gpu_warm_verifiers.py tests/engine/campaign/test_gpu_step_standby.py tests/engine/campaign/test_campaign_final.py tests/engine/verify/test_gpu_harness.py::test_heating_while_verifiers_work_leaves_the_timing_no_heat_up_to_run tests/engine/verify/test_gpu_harness.py::test_the_record_names_the_kernels_cublaslt_ran"}
   gpu_tests || status=1
   tail -5 "$OUT/gpu-tests.log"
   python3 bench/verify_profile.py --db "${GRID64_DB:-bench/results/grid64/campaign.sqlite}" \
@@ -293,7 +293,7 @@ if [[ $stage == cublaslt ]]; then  # issue 11: the kernels cuBLASLt runs on the 
   cp "$OUT/cublaslt-kernels.json" "$ENGINE_CACHE_DIR/cublaslt-kernels.json" 2>/dev/null
 fi
 if [[ $stage == reduction ]]; then  # issue 11: fused split-K reductions (PDL, cluster), GPU tests first
-  python3 -m pytest -q -o addopts="" -p no:cacheprovider -m gpu tests/engine/test_gpu_split_reductions.py \
+  python3 -m pytest -q -o addopts="" -p no:cacheprovider -m gpu tests/engine/codegen/test_gpu_split_reductions.py \
     2>&1 | tee "$OUT/reduction-tests.log" | tail -5 || status=1
   python3 bench/deep_splitk.py --set reduction --verify-jobs 16 \
     --device-seconds "${REDUCTION_DEVICE_SECONDS:-1}" \
@@ -301,7 +301,7 @@ if [[ $stage == reduction ]]; then  # issue 11: fused split-K reductions (PDL, c
     --out "$OUT/reduction.json" 2>&1 | tee "$OUT/reduction.log" | tail -14 || status=1
 fi
 if [[ $stage == tiles ]]; then  # issue 11: split-N, transposed tiles, wide epilogue tiles; GPU tests first
-  python3 -m pytest -q -o addopts="" -p no:cacheprovider -m gpu tests/engine/test_gpu_sm90_tiles.py \
+  python3 -m pytest -q -o addopts="" -p no:cacheprovider -m gpu tests/engine/codegen/test_gpu_sm90_tiles.py \
     2>&1 | tee "$OUT/tiles-tests.log" | tail -5 || status=1
   for set in splitn transposed epilogue; do
     python3 bench/deep_splitk.py --set "$set" --verify-jobs 16 \
@@ -316,8 +316,8 @@ if [[ $stage == baselines ]]; then  # issues 29 and 36: every baseline, Inductor
   # (BASELINES_SECONDS): the run stops starting shapes that would not finish in time
   # shellcheck disable=SC2086
   timeout -k 10 "${BASELINES_TESTS_SECONDS:-100}" python3 -m pytest -q -o addopts="" \
-    -p no:cacheprovider -m gpu ${GPU_TESTS:-tests/engine/test_torch_baselines.py \
-    tests/engine/test_power.py tests/engine/test_floor_model.py} \
+    -p no:cacheprovider -m gpu ${GPU_TESTS:-tests/engine/timing/test_torch_baselines.py \
+    tests/engine/gpu/test_power.py tests/engine/timing/test_floor_model.py} \
     --junitxml="$OUT/gpu-tests.xml" >"$OUT/gpu-tests.log" 2>&1 || status=1
   tail -5 "$OUT/gpu-tests.log"
   left=$(( ${BASELINES_SECONDS:-390} - SECONDS - 20 )); (( left > 30 )) || left=30
@@ -332,7 +332,7 @@ if [[ $stage == triton ]]; then  # issue 36: the triton family (Inductor's confi
   # kernel, in the device protocol; TRITON_ARGS adds options (e.g. "--limit 20 --sweep 6");
   # TRITON_TESTS=1 first runs the family's GPU tests (≈ 2 min more)
   if [[ -n ${TRITON_TESTS:-} ]]; then
-    GPU_TESTS=tests/engine/test_gpu_triton.py gpu_tests || status=1
+    GPU_TESTS=tests/engine/codegen/test_gpu_triton.py gpu_tests || status=1
     tail -5 "$OUT/gpu-tests.log"
   fi
   # shellcheck disable=SC2086

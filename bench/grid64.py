@@ -1,8 +1,8 @@
 """Issue 11's 64 shapes: a fixed, stratified sample of CUDA-L2's 10×10×10 grid.
 
-Each size class of engine.report (small: MNK < 2^30, medium, large: MNK ≥ 2^36) gets a third of
-the shapes, drawn with a fixed seed, so every session resumes the same campaign; every fourth shape
-is also run in the TN layout.
+Each size class of engine.publish.report (small: MNK < 2^30, medium, large: MNK ≥ 2^36) gets a third
+of the shapes, drawn with a fixed seed, so every session resumes the same campaign; every fourth
+shape is also run in the TN layout.
 
     python bench/grid64.py nn    # the 64 shapes, comma separated (for --shapes)
     python bench/grid64.py tn    # the 16 of them also run as TN
@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.campaign.storage import SqliteStorage
-from engine.report import SIZE_CLASSES, geomean, size_class
+from engine.publish.report import SIZE_CLASSES, geomean, size_class
 
 SIZES = (64, 128, 256, 512, 1024, 2048, 4096, 8192, 12288, 16384)  # CUDA-L2's grid per dimension
 SEED = 11  # the issue's number; changing it starts a different campaign

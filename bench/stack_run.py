@@ -859,7 +859,7 @@ def gpu_report(
 
 
 def phase_report(steps: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """Where the GPU steps' time went: each step's result holds ``phases_s`` (engine.phases,
+    """Where the GPU steps' time went: each step's result holds ``phases_s`` (engine.timing.phases,
     booked by the runner and its child; they add up to the step's wall time in the worker),
     summed here over every finished GPU step and over the warm ones (after the first).
     ``unaccounted`` is the timeline's step time (claim to done, as polled) beyond the phases:

@@ -1,14 +1,15 @@
-"""What the checks in the timed calls (engine.timed_checks, issue 28) cost and whether they move
-the baselines, at the 12 harness shapes, in one GPU call.
+"""What the checks in the timed calls (engine.verify.timed_checks, issue 28) cost and whether they
+move the baselines, at the 12 harness shapes, in one GPU call.
 
 Per shape, two measurement sessions in this process, in alternating order from shape to shape:
-the timing protocols with the checks and without them (engine.bench.Bench(timed_checks=False):
-two operand sets alternating, no poison, no sampled calls), each with ``--runs`` device runs and
-the offline protocol, cuBLAS wrapped in the ABI as a candidate at every shape and the reference
-kernel where it is quick enough. Per baseline: the two sessions' device medians, their
-difference and each session's run-to-run spread; per protocol: the honest candidates' rejections
-(there must be none) and what the checks cost. One JSON line per shape goes to
-``--out``/timed_checks.jsonl as soon as it is measured; the summary to timed_checks.json.
+the timing protocols with the checks and without them
+(engine.timing.protocols.Bench(timed_checks=False): two operand sets alternating, no poison, no
+sampled calls), each with ``--runs`` device runs and the offline protocol, cuBLAS wrapped in the ABI
+as a candidate at every shape and the reference kernel where it is quick enough. Per baseline: the
+two sessions' device medians, their difference and each session's run-to-run spread; per protocol:
+the honest candidates' rejections (there must be none) and what the checks cost. One JSON line per
+shape goes to ``--out``/timed_checks.jsonl as soon as it is measured; the summary to
+timed_checks.json.
 """
 
 from __future__ import annotations
@@ -23,10 +24,10 @@ from typing import Any
 
 from gpu_run import SHAPES  # bench/ is the script's folder: on sys.path
 
-from engine import fixtures
 from engine.config import load as load_config
-from engine.measure import load_shim, measure
 from engine.problem import Layout, Problem
+from engine.timing.measure import load_shim, measure
+from engine.verify import harness_kernels
 
 REFERENCE_MAX_FLOPS = 2 * 2048**3  # the simple reference kernel is timed up to 2048³
 PROTOCOLS = ("device", "offline")
@@ -110,8 +111,9 @@ def main() -> int:
     built = dict(
         zip(
             ("reference", "cublas_wrapped"),
-            fixtures.build(
-                [fixtures.REFERENCE, fixtures.GOOD_KERNELS / "cublas_wrapped.cu"], Layout.NN
+            harness_kernels.build(
+                [harness_kernels.REFERENCE, harness_kernels.GOOD_KERNELS / "cublas_wrapped.cu"],
+                Layout.NN
             ),
             strict=True,
         )

@@ -1,7 +1,7 @@
 """Issue 7: where a verifier's wall time goes when many run at once (bench/NOTES.md §15).
 
 In run 11's stack each verifier took about 5 s while 16 ran together and the GPU was far from
-busy. This runs the GPU step's own verification path (engine.verify.Verifications, children
+busy. This runs the GPU step's own verification path (engine.verify.verifier.Verifications, children
 forked from one fork server) on a batch of compiled library kernels at one shape, with 1, 4, 8
 and 16 verifiers at once, and reports per setting: the batch's wall time, verdicts per second,
 the GPU's busy fraction (NVML) and each verifier's phases (start, CUDA init, session, checks)
@@ -13,14 +13,14 @@ and each check's seconds, as the median over the batch.
 ``--variant`` runs every batch again with other settings in the verifiers' environment, for an
 A/B within one call (e.g. ``sleep:ENGINE_VERIFY_BUSY_STREAM=sleep``). With
 ``ENGINE_VERIFY_WARM=on`` (or ``kernels``) in a variant, the batch's verifiers are warm
-(engine.verify.WarmPool): forked ``WARM_LEAD_S`` before the batch, as while the batch before
-is timed; the batch's wall time counts from when its libraries are handed over. ``--fault``
+(engine.verify.verifier.WarmPool): forked ``WARM_LEAD_S`` before the batch, as while the batch
+before is timed; the batch's wall time counts from when its libraries are handed over. ``--fault``
 adds one kernel that traps on the device (tests/fixtures/cheats/trap.cu) to every batch: its
 own verdict must be ``runtime_error``, and any other failure is a fault spilling over onto
 honest verifiers (which MPS clients sharing one server may suffer). With
 ``ENGINE_HEAT_WHILE_VERIFYING=on`` in a variant, this process runs the shape's baselines back
 to back while the batch verifies, as a GPU step's heat-up then does
-(engine.measure.Session.heat_while): how much that load slows the verifiers.
+(engine.timing.measure.Session.heat_while): how much that load slows the verifiers.
 
 The kernels are the campaign's best verified ones (compiled from the cache, built elsewhere and
 carried); they must be honest, so every verdict is expected to be ok.
@@ -44,14 +44,21 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.stack_run import GpuSampler, busy_fraction  # noqa: E402
-from engine import cuda_driver, fixtures, sandbox  # noqa: E402
+from engine.build.compile import compile_configs  # noqa: E402
 from engine.campaign.final import config_of, top_records  # noqa: E402
 from engine.campaign.storage import SqliteStorage  # noqa: E402
-from engine.compile import compile_configs  # noqa: E402
-from engine.environment import collect  # noqa: E402
-from engine.forkserver import ForkServer  # noqa: E402
+from engine.gpu import cuda_driver  # noqa: E402
+from engine.gpu.environment import collect  # noqa: E402
+from engine.isolation import sandbox  # noqa: E402
+from engine.isolation.forkserver import ForkServer  # noqa: E402
 from engine.problem import Layout, Problem  # noqa: E402
-from engine.verify import Verifications, VerifyResult, WarmPool, new_fork_server  # noqa: E402
+from engine.verify import harness_kernels  # noqa: E402
+from engine.verify.verifier import (  # noqa: E402
+    Verifications,
+    VerifyResult,
+    WarmPool,
+    new_fork_server,
+)
 
 BASELINE = "cublaslt_autotune"
 WARM_LEAD_S = 3.0  # a warm batch's verifiers are forked this long before it (a step's timing)
@@ -64,7 +71,7 @@ def heat_session(problem: Problem, sessions: dict[str, Any]) -> Any:
     if os.environ.get(HEAT, "off") != "on":
         return None
     if problem.key not in sessions:
-        from engine.measure import Session
+        from engine.timing.measure import Session
 
         session = Session(problem)
         session.prepare_baselines()
@@ -91,7 +98,7 @@ FAULT = "fault:trap"
 
 def fault_kernel() -> dict[str, Path]:
     """The trapping fixture, built for NN (the profile's layout), under the name FAULT."""
-    built = fixtures.build_one(fixtures.CHEATS / "trap.cu", Layout.NN)
+    built = harness_kernels.build_one(harness_kernels.CHEATS / "trap.cu", Layout.NN)
     if not built.ok or built.library is None:
         raise SystemExit(f"the trapping fixture did not build: {built.error}")
     return {FAULT: built.library}

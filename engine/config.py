@@ -43,8 +43,9 @@ class EngineConfig:
     compile_jobs: int = field(
         default_factory=lambda: _env_int("ENGINE_COMPILE_JOBS", max(1, os.cpu_count() or 1))
     )
-    # The candidate sandbox (engine.sandbox): limits for nvcc and for the GPU children that load
-    # candidates, and whether they get a network namespace of their own where the OS allows.
+    # The candidate sandbox (engine.isolation.sandbox): limits for nvcc and for the GPU children
+    # that load candidates, and whether they get a network namespace of their own where the OS
+    # allows.
     nvcc_memory_gb: int = field(default_factory=lambda: _env_int("ENGINE_NVCC_MEMORY_GB", 16))
     nvcc_cpu_seconds: int = field(default_factory=lambda: _env_int("ENGINE_NVCC_CPU_SECONDS", 600))
     child_memory_gb: int = field(default_factory=lambda: _env_int("ENGINE_CHILD_MEMORY_GB", 32))
@@ -55,27 +56,27 @@ class EngineConfig:
         default_factory=lambda: _env_choice("ENGINE_SANDBOX_NETWORK", "auto", ("auto", "off"))
     )
     # A batch's verification children forked from one server that imported torch once
-    # (engine.forkserver), or each started fresh ("off").
+    # (engine.isolation.forkserver), or each started fresh ("off").
     verify_fork_server: str = field(
         default_factory=lambda: _env_choice("ENGINE_VERIFY_FORK_SERVER", "on", ("on", "off"))
     )
     # How a verifier keeps the caller's stream busy while it writes a call's inputs: held by a
-    # gate the host opens after the call returns (engine.verify_child.StreamGate), or a ~10 ms
+    # gate the host opens after the call returns (engine.verify.gpu_checks.StreamGate), or a ~10 ms
     # sleep kernel in front ("sleep", which occupies the GPU).
     verify_busy_stream: str = field(
         default_factory=lambda: _env_choice("ENGINE_VERIFY_BUSY_STREAM", "gate", ("gate", "sleep"))
     )
 
-    # Verification children as clients of an MPS server of our own (engine.mps), so that many
+    # Verification children as clients of an MPS server of our own (engine.gpu.mps), so that many
     # run on the GPU at once instead of taking turns; "off": each its own context.
     verify_mps: str = field(
         default_factory=lambda: _env_choice("ENGINE_VERIFY_MPS", "off", ("off", "on"))
     )
 
-    # Warm verifiers (engine.verify.WarmPool): the next batch's verification children are forked,
-    # and create their CUDA contexts, while the GPU times the batch before; each still verifies
-    # one candidate. "kernels": they also run the checks' kernels once on a tiny problem (each
-    # kernel's first use in a process is most of a lone verifier's first trial), which puts
+    # Warm verifiers (engine.verify.verifier.WarmPool): the next batch's verification children are
+    # forked, and create their CUDA contexts, while the GPU times the batch before; each still
+    # verifies one candidate. "kernels": they also run the checks' kernels once on a tiny problem
+    # (each kernel's first use in a process is most of a lone verifier's first trial), which puts
     # small kernels beside that timing. "off": each child is forked when its candidate is known.
     verify_warm: str = field(
         default_factory=lambda: _env_choice("ENGINE_VERIFY_WARM", "off", ("off", "on", "kernels"))

@@ -161,9 +161,7 @@ def _default_namespace(database: dict) -> str:
 # Every Redis key of this install (queues, unacknowledged messages, broadcasts, results, cache)
 # starts with "<GEMMFORGE_NAMESPACE>:", so that two installs sharing one Redis never take each
 # other's work. Machines of one install must agree on it (bin/run prints it).
-GEMMFORGE_NAMESPACE = env_str("GEMMFORGE_NAMESPACE", "") or _default_namespace(
-    DATABASES["default"]
-)
+GEMMFORGE_NAMESPACE = env_str("GEMMFORGE_NAMESPACE", "") or _default_namespace(DATABASES["default"])
 if not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", GEMMFORGE_NAMESPACE):
     raise ImproperlyConfigured(
         "GEMMFORGE_NAMESPACE must be 1 to 64 letters, digits, '_', '.' or '-', "
@@ -250,8 +248,8 @@ GEMMFORGE_GPU_DEVICE = env_str("GEMMFORGE_GPU_DEVICE", "0")  # CUDA_VISIBLE_DEVI
 # (seconds).
 GEMMFORGE_VERIFY_JOBS = env_int("GEMMFORGE_VERIFY_JOBS", GEMMFORGE_BATCH_SIZE, minimum=1)
 GEMMFORGE_DEVICE_SECONDS = env_int("GEMMFORGE_DEVICE_SECONDS", 20, minimum=1)
-# Start each GPU step's child while the step before it runs (``engine.gpu_step --standby``): its
-# imports and its verifications' fork server are ready when its batch comes.
+# Start each GPU step's child while the step before it runs (``engine.campaign.gpu_step
+# --standby``): its imports and its verifications' fork server are ready when its batch comes.
 GEMMFORGE_GPU_STANDBY = env_bool("GEMMFORGE_GPU_STANDBY", True)
 WORK_LEASE_SECONDS = env_int("WORK_LEASE_SECONDS", 120, minimum=1)  # extended every third of it
 WORK_MAX_ATTEMPTS = env_int("WORK_MAX_ATTEMPTS", 3, minimum=1)

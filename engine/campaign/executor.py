@@ -1,10 +1,10 @@
 """Executors: verify and time a batch of compiled candidates for one problem.
 
-``LocalGpuExecutor`` does the real work on this machine's GPU (engine.verify in an isolated child
-per candidate, all started at once, while this process sets up one engine.measure session; then
-that session times the verified ones, baselines beside them). ``ReplayExecutor`` answers from a
-table of recorded GPU measurements (bench/results/...) and never touches a GPU: it is for CPU
-tests and for the replay benchmark (engine.campaign.replay).
+``LocalGpuExecutor`` does the real work on this machine's GPU (engine.verify.verifier in an isolated
+child per candidate, all started at once, while this process sets up one engine.timing.measure
+session; then that session times the verified ones, baselines beside them). ``ReplayExecutor``
+answers from a table of recorded GPU measurements (bench/results/...) and never touches a GPU: it is
+for CPU tests and for the replay benchmark (engine.campaign.replay_benchmark).
 """
 
 from __future__ import annotations
@@ -16,15 +16,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from engine import cublaslt_kernels
-from engine.families import KernelConfig, get_family
-from engine.phases import Phases
+from engine.codegen import KernelConfig, get_family
 from engine.problem import Problem
-from engine.ratios import baseline_runner, quartiles
+from engine.publish.ratios import baseline_runner, quartiles
+from engine.timing import cublaslt_kernels
+from engine.timing.phases import Phases
 
 if TYPE_CHECKING:
-    from engine.runtime import BaselineLibrary
-    from engine.verify import Verifications, WarmPool
+    from engine.gpu.runtime import BaselineLibrary
+    from engine.verify.verifier import Verifications, WarmPool
 
 STATUS_OK = "ok"
 STATUS_COMPILE_ERROR = "compile_error"
@@ -52,8 +52,8 @@ class Outcome:
     ``baselines`` maps each baseline (best of both layouts) to its time in the same session;
     ``timings`` holds every protocol's numbers for storage; ``gpu_seconds`` is this candidate's
     share of the GPU wall time (verification and timing); ``cublaslt_kernels``, what cuBLASLt
-    ran beside it (engine.cublaslt_kernels.from_record: the same for the whole batch, not stored
-    with the candidate; proposers that copy cuBLASLt learn it).
+    ran beside it (engine.timing.cublaslt_kernels.from_record: the same for the whole batch, not
+    stored with the candidate; proposers that copy cuBLASLt learn it).
     """
 
     name: str
@@ -90,8 +90,8 @@ class LocalGpuExecutor:
 
     ``after_verification`` runs once a batch's verdicts are in, before its timing. By default,
     with ENGINE_VERIFY_WARM set (on, kernels), it forks the next batch's warm verifiers
-    (engine.verify.WarmPool) so that they create their contexts while this batch is timed; a
-    caller that verifies the next batch in another process (engine.gpu_step) signals that
+    (engine.verify.verifier.WarmPool) so that they create their contexts while this batch is timed;
+    a caller that verifies the next batch in another process (engine.campaign.gpu_step) signals that
     process instead. ``shim``: the cuBLAS shim loaded already, else loaded on first use."""
 
     needs_libraries = True
@@ -110,9 +110,9 @@ class LocalGpuExecutor:
         shim: BaselineLibrary | None = None,
         auditor: Callable[..., Any] | None = None,
     ) -> None:
-        from engine import audit as audit_module
+        from engine.verify import audit as audit_module
 
-        # suspiciously fast candidates are audited before their time counts (engine.audit)
+        # suspiciously fast candidates are audited before their time counts (engine.verify.audit)
         self.auditor = auditor or audit_module.audit
         self.device_seconds = device_seconds
         self.protocols = tuple(protocols)
@@ -122,15 +122,15 @@ class LocalGpuExecutor:
         self.verify_timeout = verify_timeout
         self.heat_seconds = heat_seconds
         self._shim = shim
-        self._fork_server: Any = None  # engine.forkserver.ForkServer, and its folder
+        self._fork_server: Any = None  # engine.isolation.forkserver.ForkServer, and its folder
         self._fork_server_folder: Any = None
         self._warm: WarmPool | None = None  # for the next batch
         self._after_verification = after_verification or self._warm_next_batch
-        from engine import mps
         from engine.config import load as load_engine_config
+        from engine.gpu import mps
 
         engine_config = load_engine_config()
-        # verification children as clients of an MPS server (ENGINE_VERIFY_MPS, engine.mps)
+        # verification children as clients of an MPS server (ENGINE_VERIFY_MPS, engine.gpu.mps)
         self.mps = mps.ensure_for_verification(engine_config.verify_mps)
         self.heat_while_verifying = engine_config.heat_while_verifying == "on"
 
@@ -149,11 +149,11 @@ class LocalGpuExecutor:
         With ENGINE_HEAT_WHILE_VERIFYING=on the baselines run back to back until the last
         verdict, as the heat-up the timing needs (so the timing starts without one).
 
-        ``verifications``: an engine.verify.Verifications for this batch already started by the
-        caller (engine.gpu_step starts them before it imports torch). ``phases`` gets the time
-        breakdown (engine.phases)."""
-        from engine import measure as measure_module
-        from engine import verify as verify_module
+        ``verifications``: an engine.verify.verifier.Verifications for this batch already started by
+        the caller (engine.campaign.gpu_step starts them before it imports torch). ``phases`` gets
+        the time breakdown (engine.timing.phases)."""
+        from engine.timing import measure as measure_module
+        from engine.verify import verifier as verify_module
 
         phases = phases if phases is not None else Phases()
         started = time.monotonic()
@@ -245,10 +245,10 @@ class LocalGpuExecutor:
         record: Mapping[str, Any],
         phases: Phases,
     ) -> Outcome:
-        """``outcome``, or, for a candidate the audit rule picks (engine.audit), what its audit
-        says: rejected with the failing step's reason, or its time in the audit's fresh
+        """``outcome``, or, for a candidate the audit rule picks (engine.verify.audit), what its
+        audit says: rejected with the failing step's reason, or its time in the audit's fresh
         process."""
-        from engine.audit import audit_trigger
+        from engine.verify.audit import audit_trigger
 
         floor = float(record["protocols"][self.protocols[0]].get("floor_seconds", 0.0))
         trigger = audit_trigger(outcome.seconds or 0.0, outcome.baselines, floor)
@@ -274,7 +274,7 @@ class LocalGpuExecutor:
     def _verification_fork_server(self) -> Any:
         """One fork server for every batch this executor verifies itself (it imports torch
         once); a new one if it died; False (fresh children) when ENGINE_VERIFY_FORK_SERVER=off."""
-        from engine import verify as verify_module
+        from engine.verify import verifier as verify_module
 
         if not verify_module.fork_server_on():
             return False
@@ -285,8 +285,8 @@ class LocalGpuExecutor:
     def _warm_next_batch(self) -> None:
         """With ENGINE_VERIFY_WARM set and a fork server: the next batch's warm verifiers, one
         per verification job, forked now."""
-        from engine import verify as verify_module
         from engine.config import load as load_engine_config
+        from engine.verify import verifier as verify_module
 
         if load_engine_config().verify_warm == "off":
             return
@@ -302,7 +302,7 @@ class LocalGpuExecutor:
         return warm
 
     def _session(self, problem: Problem, phases: Phases) -> Any:
-        from engine import measure as measure_module
+        from engine.timing import measure as measure_module
 
         if self._shim is None:
             config = self.config or measure_module.load_config()
@@ -327,7 +327,8 @@ def child_startup(verdicts: Sequence[Any]) -> dict[str, list[float]]:
 
 
 def outcome_from_record(name: str, record: Mapping[str, Any], protocols: Sequence[str]) -> Outcome:
-    """A verified candidate's outcome from an engine.measure record (primary = first protocol)."""
+    """A verified candidate's outcome from an engine.timing.measure record (the first protocol
+    is the primary one)."""
     timings: dict[str, Any] = {}
     for protocol in protocols:
         summary = record["protocols"][protocol]
@@ -336,7 +337,8 @@ def outcome_from_record(name: str, record: Mapping[str, Any], protocols: Sequenc
             "seconds": summary["seconds"].get(name),
             "baselines": {b: v["seconds"] for b, v in summary["best_baselines"].items()},
         }
-        # interquartile ranges, where kept: a ratio inside the noise is a tie (engine.ratios)
+        # interquartile ranges, where kept: a ratio inside the noise is a tie
+        # (engine.publish.ratios)
         if name in kept:
             timings[protocol].update(kept[name])
             timings[protocol]["baseline_quartiles"] = {
@@ -368,7 +370,7 @@ def _with_gpu_seconds(outcome: Outcome, seconds: float) -> Outcome:
 
 
 def _local_arch() -> str:
-    from engine.cuda_driver import local_arch
+    from engine.gpu.cuda_driver import local_arch
 
     return local_arch()
 
@@ -425,7 +427,7 @@ class ReplayTable:
 
     def baselines(self, problem: Problem) -> dict[str, float]:
         """Best-of-layouts time of each baseline for ``problem``."""
-        from engine.baselines import best_of_layouts
+        from engine.timing.baselines import best_of_layouts
 
         return {b: v["seconds"] for b, v in best_of_layouts(self.seconds[problem.key]).items()}
 

@@ -19,14 +19,15 @@ from concurrent.futures import wait as futures_wait
 from pathlib import Path
 from typing import Any
 
-from engine import cublaslt_kernels, sandbox, toolchain
-from engine.baseline_names import TORCH_TUNED
+from engine.build.compile import CompileResult
 from engine.campaign.executor import STATUS_OK
 from engine.campaign.storage import CandidateRecord
-from engine.compile import CompileResult
-from engine.families import KernelConfig, get_family
+from engine.codegen import KernelConfig, get_family
+from engine.isolation import processes, sandbox
 from engine.problem import Layout, Problem
-from engine.ratios import quartiles
+from engine.publish.ratios import quartiles
+from engine.timing import cublaslt_kernels
+from engine.timing.baseline_names import TORCH_TUNED
 
 FINAL_PROTOCOLS = ("device", "offline", "server")
 FINAL_TIMEOUT = 600.0
@@ -112,11 +113,11 @@ def remeasure_batch(
     and the ones after it are measured by a new child. ``timeout`` is per problem: a child gets
     ``timeout`` times its number of problems.
 
-    The child loads the candidates, so it runs in the candidate sandbox (engine.sandbox) like the
-    verifier: the allow-listed environment with a private HOME and TMPDIR, an empty working
+    The child loads the candidates, so it runs in the candidate sandbox (engine.isolation.sandbox)
+    like the verifier: the allow-listed environment with a private HOME and TMPDIR, an empty working
     directory, the GPU children's limits and, where the OS allows, no network. Each record says
     what it ran under (``sandbox``). ``extra_baselines``: the torch-tuned baselines the child
-    tunes and times beside NVIDIA's (engine.baseline_names.TORCH_TUNED; all by default).
+    tunes and times beside NVIDIA's (engine.timing.baseline_names.TORCH_TUNED; all by default).
 
     ``heat_seconds`` (measure's default when None) and ``probe_overhead=False`` are for sweeps
     that only rank kernels in the device protocol: a shorter heat-up, no host-overhead probe."""
@@ -185,7 +186,7 @@ def _remeasure_child(
                 on_record(taken, {**json.loads(line), "sandbox": applied})
                 taken += 1
 
-        running = toolchain.start(
+        running = processes.start(
             [python, "-m", "engine.campaign.final", spec, out],
             cwd=Path(workdir),
             env=sandbox.engine_child_env(Path(workdir)),
@@ -199,7 +200,7 @@ def _remeasure_child(
                     take_written()  # each problem's record as soon as the child wrote it
                     futures_wait([waiting], timeout=RECORD_POLL_S)
             except BaseException:  # interrupted: the child must not go on using the GPU
-                toolchain.kill_group(running.proc)
+                processes.kill_group(running.proc)
                 raise
             finally:
                 take_written()  # what it measured before an interrupt is kept
@@ -230,7 +231,7 @@ def final_summary(record: dict[str, Any]) -> dict[str, Any]:
             "best_baselines": result["best_baselines"],
             "speedups": result["speedups"],
             "rejected_while_timed": result["rejected_while_timed"],
-            "rejections": result.get("rejections", {}),  # why (engine.timed_checks)
+            "rejections": result.get("rejections", {}),  # why (engine.verify.timed_checks)
         }
         # each runner's interquartile range, where kept: what tells a tie from a win
         if kept := quartiles(result.get("stats") or {}):
@@ -403,7 +404,7 @@ def main(argv: list[str]) -> int:
     import torch
 
     from engine.config import load as load_config
-    from engine.measure import load_shim, measure
+    from engine.timing.measure import load_shim, measure
 
     spec = json.loads(Path(argv[0]).read_text())
     config = load_config()

@@ -25,10 +25,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from engine.baseline_names import NVIDIA
+from engine.build.compile import compile_configs
 from engine.campaign.executor import STATUS_OK, CompiledCandidate, GpuExecutor, Outcome
-from engine.campaign.policy import Policy
-from engine.campaign.proposers import LearnsCublasLtKernels, Proposal, Proposer
 from engine.campaign.round import (
     DEFAULT_MIX,
     FAILURE_REWARD,
@@ -41,9 +39,11 @@ from engine.campaign.round import (
 )
 from engine.campaign.space import SearchSpace
 from engine.campaign.storage import CampaignStorage, CandidateRecord
-from engine.compile import compile_configs
 from engine.problem import Problem
-from engine.protocols import DEFAULT_PROTOCOL, PROTOCOLS
+from engine.propose.policy import Policy
+from engine.propose.proposers import LearnsCublasLtKernels, Proposal, Proposer
+from engine.timing.baseline_names import NVIDIA
+from engine.timing.protocol_names import DEFAULT_PROTOCOL, PROTOCOLS
 
 FINAL = ("budget", "exhausted", "no_improvement", "converged", "gpu_budget")
 
@@ -136,7 +136,7 @@ class Progress:
 
 
 class Campaign:
-    """``learner``: where the policy learns each round (engine.campaign.policy.PolicyFile or
+    """``learner``: where the policy learns each round (engine.propose.policy.PolicyFile or
     InMemoryLearner; None: it does not learn online). ``policy``: the one the rl proposer
     samples, for the entropy stop."""
 

@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from engine.baseline_names import NVIDIA
+from engine.build.compile import CompileResult
 from engine.campaign.executor import (
     STATUS_COMPILE_ERROR,
     STATUS_REJECTED,
@@ -32,12 +32,12 @@ from engine.campaign.executor import (
     GpuExecutor,
     Outcome,
 )
-from engine.campaign.proposers import Proposal, Proposer, propose_batch
 from engine.campaign.space import SearchSpace
 from engine.campaign.storage import CandidateRecord
-from engine.compile import CompileResult
-from engine.families import KernelConfig, get_family
+from engine.codegen import KernelConfig, get_family
 from engine.problem import Problem
+from engine.propose.proposers import Proposal, Proposer, propose_batch
+from engine.timing.baseline_names import NVIDIA
 
 DEFAULT_MIX = {"rl": 0.5, "evolve": 0.3, "random": 0.2}
 DEFAULT_BASELINE = "cublaslt_autotune"
@@ -126,7 +126,7 @@ def proposal_of(
 
 
 class PolicyLearner(Protocol):
-    """What learns a round's rewards: engine.campaign.policy.PolicyFile (shared through a file by
+    """What learns a round's rewards: engine.propose.policy.PolicyFile (shared through a file by
     several processes) or InMemoryLearner (one process)."""
 
     def learn(

@@ -8,15 +8,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from engine import floor_model
-from engine.baseline_names import TORCH_TUNED, tuned_label
 from engine.commands.common import (
     add_problem_arguments,
     compile_kernel_file,
     problem_from_args,
     torch_baselines,
 )
-from engine.verify import verify
+from engine.timing import floor_model
+from engine.timing.baseline_names import TORCH_TUNED, tuned_label
+from engine.verify.verifier import verify
 
 PROTOCOL_CHOICES = ("device", "offline", "server", "graph")
 
@@ -49,14 +49,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--no-predict",
         dest="predict",
         action="store_false",
-        help="skip the floor model (engine.floor_model: calibrated on the GPU first, about 1 s, "
+        help="skip the floor model (engine.timing.floor_model: calibrated on the GPU first, "
+        "about 1 s, "
         "then each shape's device time predicted before it is timed)",
     )
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine.measure import measure
+    from engine.timing.measure import measure
 
     extra = torch_baselines(args.torch_baselines)
     problems = [problem_from_args(shape, args.layout) for shape in args.shape]

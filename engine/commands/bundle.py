@@ -38,8 +38,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def sanitized_in(finals: Path):
     """Whether a bundle kernel passed compute-sanitizer in the campaign's finals (the verdicts
     engine.campaign.final.SavedFinals keeps, by kernel name and source)."""
+    from engine.build.compile import source_hash
     from engine.campaign.final import SavedFinals, kernel_id
-    from engine.compile import source_hash
 
     saved = SavedFinals(finals if finals.is_file() else None)
 
@@ -56,8 +56,8 @@ def finals_path(db: Path) -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine.bundle import best_kernels, bundle_headline, write_bundle
     from engine.campaign.storage import SqliteStorage
+    from engine.publish.bundle import best_kernels, bundle_headline, write_bundle
 
     if not args.db.is_file():
         raise SystemExit(f"error: no such campaign database: {args.db}")

@@ -6,9 +6,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from engine.baseline_names import TORCH_TUNED
-from engine.compile import CompileResult, compile_source
+from engine.build.compile import CompileResult, compile_source
 from engine.problem import Layout, Problem, ProblemError
+from engine.timing.baseline_names import TORCH_TUNED
 
 
 def problem_from_args(shape: str, layout: str) -> Problem:

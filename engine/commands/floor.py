@@ -7,7 +7,7 @@ import argparse
 import json
 from pathlib import Path
 
-from engine import floor_model
+from engine.timing import floor_model
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

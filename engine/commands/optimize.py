@@ -16,38 +16,35 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from engine.baseline_names import TORCH_TUNED
-from engine.bundle.buckets import expand_shapes
-from engine.campaign import (
-    INPUT_PROPOSER_NAMES,
-    PROPOSER_NAMES,
+from engine.campaign.executor import LocalGpuExecutor, ReplayExecutor, ReplayTable
+from engine.campaign.final import SavedFinals, final_measurements
+from engine.campaign.loop import (
     Campaign,
     CampaignSettings,
-    CandidateRecord,
-    InMemoryLearner,
-    LocalGpuExecutor,
-    Policy,
-    PolicyFile,
     Progress,
-    ReplayExecutor,
-    ReplayTable,
-    SearchSpace,
-    SqliteStorage,
     campaign_report,
-    families_for_arch,
-    make_proposers,
-    policy_path,
+    compile_configs,
 )
-from engine.campaign.final import SavedFinals, final_measurements
-from engine.campaign.loop import compile_configs
-from engine.campaign.mirror import MirrorFileError, load_targets, with_exact_mirrors
-from engine.campaign.policy import policy_families, pretrained_path
 from engine.campaign.round import batch_size_for
+from engine.campaign.space import SearchSpace, families_for_arch
+from engine.campaign.storage import CandidateRecord, SqliteStorage
+from engine.codegen import FAMILIES
 from engine.commands.common import torch_baselines
 from engine.config import load as load_config
-from engine.families import FAMILIES
 from engine.problem import Layout, Problem, ProblemError
-from engine.protocols import DEFAULT_PROTOCOL, PROTOCOLS
+from engine.propose.mirror import MirrorFileError, load_targets, with_exact_mirrors
+from engine.propose.mix import INPUT_PROPOSER_NAMES, PROPOSER_NAMES, make_proposers
+from engine.propose.policy import (
+    InMemoryLearner,
+    Policy,
+    PolicyFile,
+    policy_families,
+    policy_path,
+    pretrained_path,
+)
+from engine.publish.bundle.buckets import expand_shapes
+from engine.timing.baseline_names import TORCH_TUNED
+from engine.timing.protocol_names import DEFAULT_PROTOCOL, PROTOCOLS
 
 CLI_PROPOSERS = (*PROPOSER_NAMES, *INPUT_PROPOSER_NAMES, "llm")
 
@@ -128,7 +125,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default="full",
         choices=("full", "library"),
         help="full: every valid config of the GPU's families; library: the curated, prebuildable "
-        "configs of engine/families/library.py (GPU runs only)",
+        "configs of engine/codegen/library.py (GPU runs only)",
     )
     parser.add_argument(
         "--families",
@@ -436,7 +433,7 @@ def pretrain(policy: Policy, tables: list[Path], *, baseline: str, steps: int) -
 def sanitize_library(library: Path, *, layout: Layout):
     """The sanitizers on ``library`` at their small unaligned problem, in the campaign's layout
     (run 13's TN kernels were sanitized as NN: the same bytes, another label)."""
-    from engine.sanitize import sanitize, sanitize_problem
+    from engine.verify.sanitize import sanitize, sanitize_problem
 
     return sanitize(library, sanitize_problem(layout), timeout=60)
 

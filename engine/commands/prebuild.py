@@ -8,12 +8,12 @@ import threading
 import time
 from pathlib import Path
 
-from engine.campaign.mirror import MirrorFileError, exact_mirrors, load_targets
-from engine.compile import CompileResult, compile_many
+from engine.build.compile import CompileResult, compile_many
+from engine.codegen import FAMILIES, KernelConfig, get_family
+from engine.codegen.library import library
 from engine.config import load as load_config
-from engine.families import FAMILIES, KernelConfig, get_family
-from engine.families.library import library
 from engine.problem import Layout, Problem, ProblemError
+from engine.propose.mirror import MirrorFileError, exact_mirrors, load_targets
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -29,7 +29,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--library",
         action="store_true",
-        help="the family's curated library (engine/families/library.py) instead of a sample; "
+        help="the family's curated library (engine/codegen/library.py) instead of a sample; "
         "with --limit, that many of it, spread over the library",
     )
     parser.add_argument(
@@ -37,7 +37,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=Path,
         metavar="KERNELS_JSON",
         help="sm90: the exact copies of the kernels cuBLASLt runs on each problem of this "
-        "--cublaslt-kernels file in --layout (engine.campaign.mirror.exact_mirrors), for a "
+        "--cublaslt-kernels file in --layout (engine.propose.mirror.exact_mirrors), for a "
         "library-space campaign with --proposers mirror",
     )
     parser.add_argument(

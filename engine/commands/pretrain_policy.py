@@ -3,8 +3,8 @@
 Reads every sweep table under bench/results (bench/family_sweep.py's format: dense, each config
 timed on each shape; the arch from its environment) and every campaign file (SQLite: the
 candidates a search measured; campaigns replayed from a table, named ``replay-…``, are left out as
-copies of it), fits a fresh policy per arch to them (engine.campaign.policy.Policy.pretrain) and
-writes engine/campaign/pretrained/<arch>.pt, which campaigns start from where no policy of theirs
+copies of it), fits a fresh policy per arch to them (engine.propose.policy.Policy.pretrain) and
+writes engine/propose/pretrained/<arch>.pt, which campaigns start from where no policy of theirs
 is saved yet. Run it again after a new table is recorded or a family's knobs change (a policy for
 another knob space is ignored on load).
 """
@@ -17,11 +17,11 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from engine.campaign.executor import ReplayTable
-from engine.campaign.policy import PRETRAINED_DIR, Policy, policy_families
 from engine.campaign.space import SearchSpace
 from engine.campaign.storage import SqliteStorage
-from engine.families import get_family
+from engine.codegen import get_family
 from engine.problem import Problem
+from engine.propose.policy import PRETRAINED_DIR, Policy, policy_families
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "bench" / "results"

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from engine.campaign.executor import ReplayTable
-from engine.campaign.replay import (
+from engine.campaign.replay_benchmark import (
     STRATEGIES,
     VARIANTS,
     default_tables,
@@ -50,7 +50,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--policy",
         type=Path,
-        help="start every rl run from this saved policy (e.g. engine/campaign/pretrained/sm_90.pt, "
+        help="start every rl run from this saved policy (e.g. engine/propose/pretrained/sm_90.pt, "
         "trained on the other tables) instead of pretraining on the table's other shapes",
     )
     parser.add_argument("--out", type=Path, default=Path("replay.json"), help="report JSON")
@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
     table = ReplayTable.load(tables)
     start_policy = None
     if args.policy is not None:
-        from engine.campaign.policy import Policy, policy_families
+        from engine.propose.policy import Policy, policy_families
 
         start_policy = Policy.load(args.policy, policy_families(table.arch))
         if start_policy is None:

@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from engine import report
+from engine.publish import report
 
 DEFAULT_ANCHORS = Path(__file__).resolve().parents[2].parent / "shared" / "anchors"
 

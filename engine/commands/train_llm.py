@@ -37,7 +37,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from transformers import AutoTokenizer
 
-    from engine.campaign import LocalGpuExecutor, ReplayExecutor, ReplayTable
+    from engine.campaign.executor import LocalGpuExecutor, ReplayExecutor, ReplayTable
     from engine.llm.evaluate import ChainEvaluator
     from engine.llm.train import TrainSettings, train_grpo
 

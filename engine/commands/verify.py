@@ -6,9 +6,9 @@ import argparse
 import json
 from pathlib import Path
 
-from engine import static_checks
+from engine.build import static_checks
 from engine.commands.common import add_problem_arguments, compile_kernel_file, problem_from_args
-from engine.verify import REASONS, verify
+from engine.verify.verifier import REASONS, verify
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

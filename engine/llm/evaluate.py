@@ -1,10 +1,10 @@
 """The evaluator chain for model-written sources: static gate → compile → verify → measure → reward.
 
 :class:`SourceKernel` is a candidate that carries its source instead of a family config; it
-quacks like engine.families.KernelConfig (``FAMILY``, ``name``, ``knobs()``, ``render()``) so the
+quacks like engine.codegen.KernelConfig (``FAMILY``, ``name``, ``knobs()``, ``render()``) so the
 campaign loop handles it unchanged. :class:`SourceCompiler` is a campaign compiler
 (``Campaign(compiler=...)``) for batches that mix family configs and sources: a source is gated
-by engine.static_checks before nvcc, built against the shared CUDA runtime and its library's
+by engine.build.static_checks before nvcc, built against the shared CUDA runtime and its library's
 imports are checked after; a gate rejection comes back as a :class:`GatedCompileResult` whose
 ``rejected_by`` names the static reason. :class:`ChainEvaluator` runs the whole chain for one
 source (the GRPO reward), with any engine.campaign executor (LocalGpuExecutor on the GPU,
@@ -19,7 +19,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
-from engine import static_checks
+from engine.build import static_checks
+from engine.build.compile import CompileResult, source_hash
 from engine.campaign.executor import (
     STATUS_COMPILE_ERROR,
     STATUS_REJECTED,
@@ -29,15 +30,14 @@ from engine.campaign.executor import (
     Outcome,
 )
 from engine.campaign.loop import reward_of
-from engine.compile import CompileResult, source_hash
-from engine.families.base import VALID, Validity
+from engine.codegen.base import VALID, Validity
 from engine.llm.extract import NO_CODE, check_answer
 from engine.problem import Layout, Problem
 
 FAMILY = "llm"
 DEFAULT_ARCHS = ("sm_90a",)
 
-# (sources, layout, archs) → results in order; the default is engine.compile.compile_many.
+# (sources, layout, archs) → results in order; the default is engine.build.compile.compile_many.
 Builder = Callable[[Sequence[str], Layout, tuple[str, ...]], list[CompileResult]]
 
 
@@ -111,7 +111,7 @@ def default_builder(
     def build(
         sources: Sequence[str], layout: Layout, archs: tuple[str, ...]
     ) -> list[CompileResult]:
-        from engine.compile import compile_many
+        from engine.build.compile import compile_many
 
         flags = (
             f"-DGEMMFORGE_LAYOUT_TN={int(layout is Layout.TN)}",

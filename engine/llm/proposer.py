@@ -22,13 +22,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from engine import cublaslt_kernels
 from engine.campaign.executor import STATUS_COMPILE_ERROR, STATUS_OK
-from engine.campaign.mirror import merge_kernels
-from engine.campaign.proposers import Proposal
 from engine.campaign.space import SearchSpace
 from engine.campaign.storage import CandidateRecord
-from engine.families import get_family
+from engine.codegen import get_family
 from engine.llm.backends import Backend, Completion
 from engine.llm.evaluate import SourceCompiler, SourceKernel
 from engine.llm.extract import EMPTY, check_answer
@@ -42,6 +39,9 @@ from engine.llm.prompt import (
     repair_message,
 )
 from engine.problem import Problem
+from engine.propose.mirror import merge_kernels
+from engine.propose.proposers import Proposal
+from engine.timing import cublaslt_kernels
 
 NAME = "llm"
 BACKEND_ERROR = "llm_backend"
@@ -79,7 +79,7 @@ class LLMProposer:
         self.top_k = top_k
         self.max_turns = max_turns
         self.notes = notes
-        # problem key → the kernels cuBLASLt runs on it (engine.campaign.mirror.load_targets)
+        # problem key → the kernels cuBLASLt runs on it (engine.propose.mirror.load_targets)
         self.cublaslt_kernels = {k: list(v) for k, v in (cublaslt_kernels or {}).items()}
         self.threads: dict[str, _Thread] = {}  # candidate name → its conversation
         self.repairs: dict[str, list[tuple[str, str]]] = {}  # problem key → [(name, error)]

@@ -6,16 +6,16 @@ import pytest
 
 
 class VerifierSandboxes(list):
-    """What each verifier child of one test ran under (engine.sandbox.Applied, None: none), and
-    its command."""
+    """What each verifier child of one test ran under (engine.isolation.sandbox.Applied, None:
+    none), and its command."""
 
     def __init__(self) -> None:
         super().__init__()
         self.commands: list[str] = []
 
     def assert_all_sandboxed(self) -> None:
-        from engine import sandbox
         from engine.config import load
+        from engine.isolation import sandbox
 
         assert self, "no verifier child ran"
         expected = sandbox.gpu_policy().limits
@@ -28,9 +28,9 @@ class VerifierSandboxes(list):
 
 @pytest.fixture
 def verifier_sandboxes(monkeypatch) -> VerifierSandboxes:
-    """Records the sandbox of every engine.verify child: its ProcessResult passes through
-    engine.verify.interpret on its way to a verdict."""
-    from engine import verify as verify_module
+    """Records the sandbox of every engine.verify.verifier child: its ProcessResult passes through
+    engine.verify.verifier.interpret on its way to a verdict."""
+    from engine.verify import verifier as verify_module
 
     seen = VerifierSandboxes()
     real_interpret = verify_module.interpret

@@ -1,5 +1,6 @@
-"""A child for tests/engine/test_forkserver.py, run by engine.forkserver: ``main(argv)`` does
-what ``argv[0]`` says. Imported by the server before it forks (``LOADED_IN`` is its pid)."""
+"""A child for tests/engine/isolation/test_forkserver.py, run by engine.isolation.forkserver:
+``main(argv)`` does what ``argv[0]`` says. Imported by the server before it forks (``LOADED_IN`` is
+its pid)."""
 
 from __future__ import annotations
 

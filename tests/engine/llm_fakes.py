@@ -6,10 +6,10 @@ import hashlib
 from collections.abc import Sequence
 from pathlib import Path
 
+from engine.build.compile import CompileResult, source_hash
+from engine.build.static_checks import StaticResult
 from engine.campaign.executor import STATUS_OK, STATUS_REJECTED, CompiledCandidate, Outcome
-from engine.compile import CompileResult, source_hash
 from engine.problem import Layout, Problem
-from engine.static_checks import StaticResult
 
 GOOD_KERNEL = """\
 #include "gemmforge_abi.h"

@@ -1,17 +1,17 @@
-"""Stand-ins for engine.toolchain.run's result (a child process its sandbox stopped) and for the
-python a verification child runs with; whether a process is alive."""
+"""Stand-ins for engine.isolation.processes.run's result (a child process its sandbox stopped) and
+for the python a verification child runs with; whether a process is alive."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
-from engine import sandbox, toolchain
+from engine.isolation import processes, sandbox
 
 
-def killed_for_memory(command: str, limits: sandbox.Limits) -> toolchain.ProcessResult:
-    """What toolchain.run returns for a child the memory watchdog killed while allocating."""
-    return toolchain.ProcessResult(
+def killed_for_memory(command: str, limits: sandbox.Limits) -> processes.ProcessResult:
+    """What processes.run returns for a child the memory watchdog killed while allocating."""
+    return processes.ProcessResult(
         command=command,
         returncode=None,
         stdout="",
@@ -24,8 +24,8 @@ def killed_for_memory(command: str, limits: sandbox.Limits) -> toolchain.Process
 
 
 def environment_reporting_python(folder: Path) -> Path:
-    """A stand-in for python (engine.verify's ``python``) whose verdict is ok and whose message
-    is the environment it was given, as JSON."""
+    """A stand-in for python (engine.verify.verifier's ``python``) whose verdict is ok and whose
+    message is the environment it was given, as JSON."""
     path = folder / "python"
     path.write_text(
         f"#!{sys.executable}\n"

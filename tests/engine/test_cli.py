@@ -19,12 +19,12 @@ ROOT = Path(__file__).resolve().parents[2]
 def no_gpu_work(monkeypatch):
     """Fails the test if a command gets as far as measuring or verifying."""
     import engine.commands.bench as bench_command
-    import engine.measure
+    import engine.timing.measure
 
     def forbidden(*_args, **_kwargs):
         raise AssertionError("reached GPU work")
 
-    monkeypatch.setattr(engine.measure, "measure", forbidden)
+    monkeypatch.setattr(engine.timing.measure, "measure", forbidden)
     monkeypatch.setattr(bench_command, "verify", forbidden)
     monkeypatch.setattr(bench_command, "compile_kernel_file", forbidden)
 

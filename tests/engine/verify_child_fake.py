@@ -1,7 +1,8 @@
-"""A stand-in for engine.verify_child in CPU tests of warm verifiers (engine.verify.WarmVerifier),
-run by engine.forkserver: the same command line (``SPEC VERDICT [--wait FIFO]``), the real
-wait for "go", and a verdict that says which library it got, in which process, and when it was
-forked and told to go. A library whose path contains "hang" never answers."""
+"""A stand-in for engine.verify.gpu_checks in CPU tests of warm verifiers
+(engine.verify.verifier.WarmVerifier), run by engine.isolation.forkserver: the same command line
+(``SPEC VERDICT [--wait FIFO]``), the real wait for "go", and a verdict that says which library it
+got, in which process, and when it was forked and told to go. A library whose path contains "hang"
+never answers."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import os
 import time
 from pathlib import Path
 
-from engine.verify_child import wait_for_go
+from engine.verify.gpu_checks import wait_for_go
 
 
 def main(argv: list[str]) -> int:

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from engine import compile as comp
-from engine import gpu_health
-from engine.families.library import library
+from engine.build import compile as comp
+from engine.codegen.library import library
+from engine.gpu import health_probe
 from engine.problem import Layout
 from engine.problem import Problem as EngineProblem
 from tests.engine.compile_fakes import fake_nvcc, tar_members, tar_of
@@ -100,7 +100,7 @@ def gpu_item(alice, configs):
 @pytest.fixture
 def gpu_child(monkeypatch, configs):
     """Stands in for the GPU step's child: looks its batch up in the compile cache as
-    engine.gpu_step does (compile_configs for the GPU's arch), and keeps what it got."""
+    engine.campaign.gpu_step does (compile_configs for the GPU's arch), and keeps what it got."""
     seen: list[comp.CompileResult] = []
 
     def child(problem_key, rows, *, phases=None, protocol="device"):
@@ -117,7 +117,7 @@ def gpu_child(monkeypatch, configs):
 
     monkeypatch.setattr(runner, "run_gpu_child", child)
     monkeypatch.setattr(
-        gpu_health, "check", lambda device, fresh=False: gpu_health.Health(True, "H200", "x")
+        health_probe, "check", lambda device, fresh=False: health_probe.Health(True, "H200", "x")
     )
     return seen
 

@@ -5,18 +5,13 @@ from __future__ import annotations
 import pytest
 from django.conf import settings
 
-from engine.campaign import (
-    Campaign as EngineCampaign,
-)
-from engine.campaign import (
-    CampaignSettings,
-    CandidateRecord,
-    ReplayExecutor,
-    ReplayTable,
-    SearchSpace,
-    make_proposers,
-)
+from engine.campaign.executor import ReplayExecutor, ReplayTable
+from engine.campaign.loop import Campaign as EngineCampaign
+from engine.campaign.loop import CampaignSettings
+from engine.campaign.space import SearchSpace
+from engine.campaign.storage import CandidateRecord
 from engine.problem import Problem as EngineProblem
+from engine.propose.mix import make_proposers
 from webapp.campaigns.models import Campaign, Candidate, Problem
 from webapp.campaigns.services import campaign_create
 from webapp.campaigns.storage import DjangoStorage, measured_winners
@@ -94,7 +89,7 @@ def test_storage_reads_back_what_it_recorded(campaign, table):
 def test_a_transfer_proposer_starts_from_each_problems_best_measured_candidates(
     campaign, table, django_assert_num_queries
 ):
-    from engine.campaign.proposers import TRANSFER_TOP
+    from engine.propose.proposers import TRANSFER_TOP
 
     run_loop(campaign, table, budget=8)
     with django_assert_num_queries(1):  # each compile step asks: one query, no row's source

@@ -18,7 +18,7 @@ def recorded_headline():
     """What ``engine report`` says of the same recorded run (its device-protocol headline)."""
     from django.conf import settings
 
-    from engine import report
+    from engine.publish import report
 
     run = settings.BASE_DIR / "bench/results/2026-12-02-h200-families/families-run1.json"
     return report.report_headline(report.load_results([run]))
@@ -99,7 +99,7 @@ def test_the_speedups_endpoint_gives_each_shapes_best_per_baseline(client, recor
         "cublas",
         "cublaslt_heuristic",
         "cublaslt_autotune",
-        "inductor_max_autotune",  # the engine's list (engine.baseline_names), not a copy
+        "inductor_max_autotune",  # the engine's list (engine.timing.baseline_names), not a copy
         "tunableop",
     ]
     assert len(data["shapes"]) == 16

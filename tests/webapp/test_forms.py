@@ -257,9 +257,9 @@ def test_it_estimates_the_gpu_time_from_the_recorded_run():
 
 
 def test_the_names_match_the_engine():
-    from engine.bench import PROTOCOLS
-    from engine.campaign import PROPOSER_NAMES
     from engine.campaign.loop import DEFAULT_MIX
+    from engine.propose.mix import PROPOSER_NAMES
+    from engine.timing.protocols import PROTOCOLS
 
     assert launch.REWARD_PROTOCOLS == PROTOCOLS
     assert set(launch.PROPOSERS) == set(PROPOSER_NAMES)

@@ -1,6 +1,7 @@
-"""The web app's GPU step child (``python -m engine.gpu_step``) runs in the candidate sandbox of
-engine.sandbox (issue 10): the allow-listed environment (none of the worker's secrets), a private
-HOME and TMPDIR, an empty working directory, the GPU children's limits, the worker's GPU pinned."""
+"""The web app's GPU step child (``python -m engine.campaign.gpu_step``) runs in the candidate
+sandbox of engine.isolation.sandbox (issue 10): the allow-listed environment (none of the worker's
+secrets), a private HOME and TMPDIR, an empty working directory, the GPU children's limits, the
+worker's GPU pinned."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from unittest import mock
 
 import pytest
 
-from engine import sandbox, toolchain
+from engine.isolation import processes, sandbox
 from engine.problem import Problem as EngineProblem
 from tests.engine.process_fakes import killed_for_memory
 from webapp.campaigns import runner
@@ -67,17 +68,17 @@ def reporting_python(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def spied_runs(monkeypatch) -> list[tuple[list[str], dict, toolchain.ProcessResult]]:
-    """Every toolchain.run of the runner, passed through to the real one and recorded."""
-    calls: list[tuple[list[str], dict, toolchain.ProcessResult]] = []
-    real_run = toolchain.run
+def spied_runs(monkeypatch) -> list[tuple[list[str], dict, processes.ProcessResult]]:
+    """Every processes.run of the runner, passed through to the real one and recorded."""
+    calls: list[tuple[list[str], dict, processes.ProcessResult]] = []
+    real_run = processes.run
 
     def spy(argv, **kwargs):
         result = real_run(argv, **kwargs)
         calls.append((list(argv), kwargs, result))
         return result
 
-    monkeypatch.setattr(runner.toolchain, "run", spy)
+    monkeypatch.setattr(runner.processes, "run", spy)
     return calls
 
 
@@ -113,7 +114,7 @@ def test_the_gpu_step_child_gets_the_candidate_environment_and_the_gpu_sandbox(
     assert env["HOME"] == env["TMPDIR"] == str(workdir / "home")
     assert env["PYTHONPATH"].split(os.pathsep)[0] == str(settings.BASE_DIR)
     assert report["engine"] == str(Path(settings.BASE_DIR) / "engine" / "__init__.py")
-    assert report["argv"][:2] == ["-m", "engine.gpu_step"]
+    assert report["argv"][:2] == ["-m", "engine.campaign.gpu_step"]
     assert report["core"] == 0
     assert report["fsize"] == 64 << 20
     assert report["user_ns"] == os.readlink("/proc/self/ns/user")
@@ -122,7 +123,7 @@ def test_the_gpu_step_child_gets_the_candidate_environment_and_the_gpu_sandbox(
 def test_the_real_gpu_step_child_runs_a_replayed_batch_inside_the_sandbox(
     settings, tmp_path, spied_runs
 ):
-    """engine.gpu_step itself works from the empty working directory with the allow-listed
+    """engine.campaign.gpu_step itself works from the empty working directory with the allow-listed
     environment; a relative execution log still lands in the repository's frame."""
     settings.GEMMFORGE_EXECUTOR = f"replay:{RECORDED_RUN}"
     log = tmp_path / "executions.log"
@@ -146,9 +147,9 @@ def test_a_gpu_step_stopped_by_its_sandbox_crashes_the_step_and_says_why(setting
     monkeypatch.setenv("ENGINE_CHILD_MEMORY_GB", "8")
 
     def killed(argv, **kwargs):
-        return killed_for_memory("python -m engine.gpu_step", kwargs["policy"].limits)
+        return killed_for_memory("python -m engine.campaign.gpu_step", kwargs["policy"].limits)
 
-    monkeypatch.setattr(runner.toolchain, "run", killed)
+    monkeypatch.setattr(runner.processes, "run", killed)
     with pytest.raises(runner.StepCrashed, match=r"memory.*resident memory 8 GiB"):
         runner.run_gpu_child(PROBLEM, rows_for(PROBLEM, 1))
 
@@ -170,8 +171,8 @@ def test_the_gpu_step_children_share_one_autotune_cache(tmp_path, monkeypatch):
     """Every step's child gets a private HOME, but the engine cache (and with it cuBLASLt's
     autotune file, keyed by GPU, driver, CUDA and cuBLASLt only) is the worker's: a shape is
     autotuned by the first step that times it, not by every step (issue 7)."""
-    from engine import baselines
     from engine.config import EngineConfig
+    from engine.timing import baselines
 
     monkeypatch.setenv("ENGINE_CACHE_DIR", str(tmp_path / "cache"))
     (tmp_path / "step1").mkdir()

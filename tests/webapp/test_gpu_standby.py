@@ -1,7 +1,8 @@
 """The standby GPU step child (issue 7): while a step runs, the worker starts the next step's child
-(``python -m engine.gpu_step --standby``), which imports torch and starts its verifications' fork
-server before its batch comes. It runs in the same sandbox as any step child; one that died, or
-was started for other settings, is replaced by a fresh child. Replayed steps (no GPU)."""
+(``python -m engine.campaign.gpu_step --standby``), which imports torch and starts its
+verifications' fork server before its batch comes. It runs in the same sandbox as any step child;
+one that died, or was started for other settings, is replaced by a fresh child. Replayed steps (no
+GPU)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from unittest import mock
 
 import pytest
 
-from engine import sandbox
+from engine.isolation import sandbox
 from engine.problem import Problem as EngineProblem
 from webapp.campaigns import runner
 
@@ -130,7 +131,7 @@ def test_a_pool_process_ending_ends_its_standby_child_and_its_mps_daemon(standby
     """Celery's pool processes end without atexit; worker_process_shutdown does the cleanup."""
     from celery.signals import worker_process_shutdown
 
-    from engine import mps
+    from engine.gpu import mps
 
     stopped = []
     monkeypatch.setattr(mps, "stop_started", lambda: stopped.append(True))

@@ -1,5 +1,5 @@
-"""The GPU step's time breakdown (issue 7): the runner stores ``phases_s`` (engine.phases) and
-``info`` in the GPU work item's result, from its child's own phases plus what only the worker
+"""The GPU step's time breakdown (issue 7): the runner stores ``phases_s`` (engine.timing.phases)
+and ``info`` in the GPU work item's result, from its child's own phases plus what only the worker
 sees (the child's start and exit, the health probe, the recording). They add up to the step."""
 
 from __future__ import annotations
@@ -10,8 +10,9 @@ from unittest import mock
 
 import pytest
 
-from engine import gpu_health, toolchain
 from engine.campaign.executor import ReplayTable
+from engine.gpu import health_probe
+from engine.isolation import processes
 from engine.problem import Problem as EngineProblem
 from webapp.campaigns import runner, work
 from webapp.campaigns.models import Campaign, Candidate, WorkItem
@@ -101,14 +102,14 @@ def test_a_local_step_books_the_childs_phases_and_its_own(gpu_item, monkeypatch)
         with open(out, "w") as f:
             json.dump(data, f)
         time.sleep(0.02)  # the child exiting
-        return toolchain.ProcessResult("python -m engine.gpu_step", 0, "", "", 0.07, False)
+        return processes.ProcessResult("python -m engine.campaign.gpu_step", 0, "", "", 0.07, False)
 
     def check(device, *, fresh=False):
         time.sleep(0.03)
-        return gpu_health.Health(True, "NVIDIA H200", "resident")
+        return health_probe.Health(True, "NVIDIA H200", "resident")
 
-    monkeypatch.setattr(runner.toolchain, "run", child)
-    monkeypatch.setattr(gpu_health, "check", check)
+    monkeypatch.setattr(runner.processes, "run", child)
+    monkeypatch.setattr(health_probe, "check", check)
     started = time.perf_counter()
     result = runner.gpu_step(item_id=item.id, token=token)
     wall = time.perf_counter() - started
@@ -123,7 +124,7 @@ def test_a_local_step_books_the_childs_phases_and_its_own(gpu_item, monkeypatch)
         "autotune_cached": True,
         "verification_children": 2,
         "health_probe": "resident",
-        "mps": "off",  # ENGINE_VERIFY_MPS (engine.mps): whether verifiers shared an MPS server
+        "mps": "off",  # ENGINE_VERIFY_MPS (engine.gpu.mps): whether verifiers shared an MPS server
     }
     item.refresh_from_db()
     assert item.result == result  # what bench/stack_run.py reads back
@@ -137,9 +138,9 @@ def test_an_older_child_without_phases_still_gives_its_outcomes(settings):
     def child(argv, **_kwargs):
         with open(argv[argv.index("--out") + 1], "w") as f:
             f.write(json.dumps([{"name": "k", "status": "rejected"}]))
-        return toolchain.ProcessResult("python -m engine.gpu_step", 0, "", "", 0.1, False)
+        return processes.ProcessResult("python -m engine.campaign.gpu_step", 0, "", "", 0.1, False)
 
-    with mock.patch.object(runner.toolchain, "run", child):
+    with mock.patch.object(runner.processes, "run", child):
         phases = runner.Phases()
         outcomes = runner.run_gpu_child("4096x4096x4096_tn", [row], phases=phases)
     assert outcomes == [{"name": "k", "status": "rejected"}]
@@ -147,8 +148,8 @@ def test_an_older_child_without_phases_still_gives_its_outcomes(settings):
 
 
 def crashing_child(argv, **_kwargs):
-    return toolchain.ProcessResult(
-        "python -m engine.gpu_step", -11, "", "Segmentation fault", 1, False
+    return processes.ProcessResult(
+        "python -m engine.campaign.gpu_step", -11, "", "Segmentation fault", 1, False
     )
 
 
@@ -161,10 +162,10 @@ def test_a_crashed_step_is_followed_by_a_fresh_probe_that_decides_what_it_was(
 
     def check(device, *, fresh=False):
         checks.append(fresh)
-        return gpu_health.Health(healthy, "NVIDIA H200" if healthy else "Xid 79", "driver")
+        return health_probe.Health(healthy, "NVIDIA H200" if healthy else "Xid 79", "driver")
 
-    monkeypatch.setattr(runner.toolchain, "run", crashing_child)
-    monkeypatch.setattr(gpu_health, "check", check)
+    monkeypatch.setattr(runner.processes, "run", crashing_child)
+    monkeypatch.setattr(health_probe, "check", check)
     expected = runner.StepCrashed if healthy else runner.GpuUnhealthy
     with pytest.raises(expected) as raised:
         runner.gpu_step(item_id=item.id, token=token)
@@ -179,14 +180,14 @@ def test_a_step_killed_on_its_timeout_is_followed_by_a_fresh_probe(gpu_item, mon
     checks = []
 
     def hung_child(argv, **_kwargs):
-        return toolchain.ProcessResult("python -m engine.gpu_step", -9, "", "", 1, True)
+        return processes.ProcessResult("python -m engine.campaign.gpu_step", -9, "", "", 1, True)
 
     def check(device, *, fresh=False):
         checks.append(fresh)
-        return gpu_health.Health(True, "NVIDIA H200", "driver")
+        return health_probe.Health(True, "NVIDIA H200", "driver")
 
-    monkeypatch.setattr(runner.toolchain, "run", hung_child)
-    monkeypatch.setattr(gpu_health, "check", check)
+    monkeypatch.setattr(runner.processes, "run", hung_child)
+    monkeypatch.setattr(health_probe, "check", check)
     result = runner.gpu_step(item_id=item.id, token=token)
     assert checks == [True]
     assert result["measured"] == 2

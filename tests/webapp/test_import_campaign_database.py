@@ -12,10 +12,10 @@ from django.conf import settings
 from django.core.management import CommandError, call_command
 from django.urls import reverse
 
-from engine import report as engine_report
-from engine.campaign import CandidateRecord, SearchSpace
-from engine.campaign.storage import SqliteStorage
+from engine.campaign.space import SearchSpace
+from engine.campaign.storage import CandidateRecord, SqliteStorage
 from engine.problem import Problem as EngineProblem
+from engine.publish import report as engine_report
 from webapp.campaigns import ratios
 from webapp.campaigns.models import BaselineResult, Campaign, Candidate, Problem
 from webapp.workers.models import GpuEnvironment

@@ -43,8 +43,8 @@ def test_it_imports_the_recorded_h200_run(alice):
 
 def test_imported_speedups_are_the_ones_engine_report_gives(alice):
     """Each shape's kernel and ratios as ``engine report`` reads the same file (the baselines by
-    engine.baselines.best_of_layouts, the sweep's kernel times in the same process)."""
-    from engine import report as engine_report
+    engine.timing.baselines.best_of_layouts, the sweep's kernel times in the same process)."""
+    from engine.publish import report as engine_report
 
     call_command("import_results", str(RUN1), owner="alice")
     report = json.loads(RUN1.read_text())

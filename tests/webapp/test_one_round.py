@@ -12,18 +12,18 @@ import sys
 import pytest
 
 from engine import cli
-from engine.campaign.policy import (
+from engine.campaign.round import round_rng
+from engine.campaign.space import SearchSpace
+from engine.campaign.storage import SqliteStorage
+from engine.problem import Problem as EngineProblem
+from engine.propose.policy import (
     Policy,
     PolicyFile,
     policy_families,
     policy_path,
     pretrained_path,
 )
-from engine.campaign.proposers import PolicyProposer
-from engine.campaign.round import round_rng
-from engine.campaign.space import SearchSpace
-from engine.campaign.storage import SqliteStorage
-from engine.problem import Problem as EngineProblem
+from engine.propose.proposers import PolicyProposer
 from tests.webapp.test_faults import (  # noqa: F401  (services: the fixture)
     ROOT,
     Stack,
@@ -200,7 +200,7 @@ def test_real_celery_workers_propose_what_engine_optimize_proposes(
 
 
 def test_the_launch_protocol_is_the_one_the_gpu_step_child_times(alice, replay, tmp_path):
-    from engine.protocols import PROTOCOLS
+    from engine.timing.protocol_names import PROTOCOLS
     from webapp.campaigns import launch, runner
 
     assert launch.REWARD_PROTOCOLS is PROTOCOLS  # the form offers the engine's, nothing else

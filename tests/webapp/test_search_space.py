@@ -10,7 +10,7 @@ import pytest
 from django.urls import reverse
 
 from engine.campaign.space import families_for_arch
-from engine.families.library import library
+from engine.codegen.library import library
 from engine.problem import Layout
 from engine.problem import Problem as EngineProblem
 from webapp.campaigns import runner
@@ -108,7 +108,7 @@ def test_the_local_gpu_step_gets_its_verify_jobs_and_timing_cap(settings, tmp_pa
 
     row = mock.Mock(family="sm90", config={}, id=1)
     row.name = "k"
-    with mock.patch.object(runner.toolchain, "run", fake_run):
+    with mock.patch.object(runner.processes, "run", fake_run):
         assert runner.run_gpu_child("4096x4096x4096_nn", [row]) == []
     [argv] = seen
     assert argv[argv.index("--verify-jobs") + 1] == "6"

@@ -230,7 +230,7 @@ def test_the_lease_keeper_stops_the_steps_children_once_the_campaign_is_cancelle
     item = queued_item(alice)
     token = work.work_item_claim(item_id=item.id, hostname="a@host")
     with mock.patch.object(work, "work_item_ours", autospec=True, return_value=False), \
-         mock.patch.object(work.toolchain, "stop_children", autospec=True) as stop:  # fmt: skip
+         mock.patch.object(work.processes, "stop_children", autospec=True) as stop:  # fmt: skip
         keeper = work.LeaseKeeper(item_id=item.id, token=token)
         with keeper:
             keeper.join(5)

@@ -1,7 +1,7 @@
 """What the candidate page and the downloads make from stored records: the compile report (ptxas
 resources per kernel), a shape's best kernel source, and the campaign's kernel bundle.
 
-engine.bundle imports torch, so it is imported only when a bundle is built.
+engine.publish.bundle imports torch, so it is imported only when a bundle is built.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import IO, Any
 
 from django.utils.text import slugify
 
-from engine.compile import KernelResources, parse_ptxas
+from engine.build.compile import KernelResources, parse_ptxas
 from webapp.campaigns.models import Campaign, Candidate, Problem
 
 RESOURCE_COLUMNS = ("registers", "shared_bytes", "stack_bytes", "spill_stores_bytes")
@@ -23,7 +23,7 @@ def compile_report(compile_result: dict[str, Any] | None) -> dict[str, Any] | No
     """The compile record as the candidate page shows it; None when nothing was recorded.
 
     ``kernels``: one row per entry function and arch, from the record's ``resources`` or, when it
-    has none, parsed from its log with engine.compile.parse_ptxas; ``source`` says which.
+    has none, parsed from its log with engine.build.compile.parse_ptxas; ``source`` says which.
     """
     if not compile_result:
         return None
@@ -88,7 +88,7 @@ def best_verified(*, problem: Problem) -> Candidate | None:
 
 def family_config(candidate: Candidate, problem: Problem) -> Any:
     """The engine config behind the candidate (its family's from_knobs, layout of the shape)."""
-    from engine.families import get_family
+    from engine.codegen import get_family
 
     return get_family(candidate.family).from_knobs(
         {**(candidate.config or {}), "layout": problem.layout}
@@ -122,7 +122,7 @@ def bundle_kernels(
     """A BundleKernel per problem from its chosen kernel; by default only those faster than
     ``over`` (torch.matmul) in the session their numbers come from, a tie not being faster: the
     bundle's ops fall back to torch.matmul for the rest."""
-    from engine.bundle import BundleKernel, is_faster
+    from engine.publish.bundle import BundleKernel, is_faster
     from webapp.campaigns.ratios import choice_of
 
     kernels = []
@@ -168,7 +168,7 @@ def bundle_environment(*, campaign: Campaign) -> dict[str, Any]:
 
 def campaign_bundle(*, campaign: Campaign, include_slower: bool = False) -> IO[bytes]:
     """The bundle zip in a temporary file (rewound; closed by whoever streams it)."""
-    from engine.bundle import write_bundle
+    from engine.publish.bundle import write_bundle
     from webapp.campaigns.ratios import campaign_headline
 
     kernels = bundle_kernels(campaign=campaign, include_slower=include_slower)

@@ -2,7 +2,7 @@
 
 The proposer names mirror the engine's (engine.campaign.PROPOSER_NAMES; a test keeps them equal)
 without importing torch into the web process; the reward protocols are the engine's own
-(engine.protocols, which imports nothing).
+(engine.timing.protocol_names, which imports nothing).
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.db.models import Count
 
-from engine.protocols import DEFAULT_PROTOCOL as DEFAULT_REWARD_PROTOCOL  # noqa: F401
-from engine.protocols import PROTOCOLS as REWARD_PROTOCOLS  # noqa: F401
+from engine.timing.protocol_names import DEFAULT_PROTOCOL as DEFAULT_REWARD_PROTOCOL  # noqa: F401
+from engine.timing.protocol_names import PROTOCOLS as REWARD_PROTOCOLS  # noqa: F401
 from webapp import ratelimit
 
 PROPOSERS = ("rl", "evolve", "random", "transfer")  # engine.campaign.PROPOSER_NAMES

@@ -7,10 +7,10 @@ import secrets
 from django.conf import settings
 from django.db import models
 
-from engine.baseline_names import BASELINE_LABELS, BASELINES
 from engine.problem import Layout as EngineLayout
 from engine.problem import Problem as EngineProblem
-from engine.protocols import DEFAULT_PROTOCOL, PROTOCOLS
+from engine.timing.baseline_names import BASELINE_LABELS, BASELINES
+from engine.timing.protocol_names import DEFAULT_PROTOCOL, PROTOCOLS
 
 
 class Layout(models.TextChoices):
@@ -57,7 +57,7 @@ class Campaign(models.Model):
         choices=[(p, p) for p in PROTOCOLS],
         default=DEFAULT_PROTOCOL,
         help_text="The timing protocol its GPU steps time candidates and baselines in, and the "
-        "reward (speedup over the best baseline) uses (engine.protocols).",
+        "reward (speedup over the best baseline) uses (engine.timing.protocol_names).",
     )
     seed = models.PositiveIntegerField(
         default=campaign_seed,
@@ -237,7 +237,7 @@ class Candidate(models.Model):
 class BaselineResult(models.Model):
     """A vendor library's timings for one shape on one GPU environment."""
 
-    # the engine's names (engine.baseline_names), so a baseline added there is one here
+    # the engine's names (engine.timing.baseline_names), so a baseline added there is one here
     Baseline = models.TextChoices(
         "Baseline", [(name.upper(), (name, BASELINE_LABELS[name])) for name in BASELINES]
     )

@@ -4,17 +4,17 @@ A round is engine.campaign.round's, the one ``engine optimize`` runs: what is pr
 outcome becomes a CandidateRecord, its reward and what the policy learns are decided there; this
 module adapts storage (DjangoStorage), scheduling (work items, queues) and leases.
 
-compile step (queue ``compile``): the arch's shared policy (engine.campaign.policy.PolicyFile)
+compile step (queue ``compile``): the arch's shared policy (engine.propose.policy.PolicyFile)
 learns the round before's rewards (once: a retried step learns nothing twice), then the round's
 proposers, rebuilt from the stored history, propose a batch; it is rendered and compiled and the
 candidates stored; then a GPU step (queue ``gpu.<arch>`` of the problem)
 or, when nothing is left to run, the problem's stop reason. GPU step: run the batch in a child
-process (``python -m engine.gpu_step`` in the candidate sandbox of engine.sandbox: allow-listed
-environment, CUDA_VISIBLE_DEVICES pinned, the GPU children's limits, its process group killed on
-timeout; the worker never initialises CUDA), probe the GPU's health (engine.gpu_health.check),
-record the outcomes through DjangoStorage and queue the next round's compile step. Each step
-commits only while it holds its work item's lease, so a step that lost its lease (its worker was
-presumed dead) changes nothing, and a candidate is recorded once.
+process (``python -m engine.campaign.gpu_step`` in the candidate sandbox of
+engine.isolation.sandbox: allow-listed environment, CUDA_VISIBLE_DEVICES pinned, the GPU children's
+limits, its process group killed on timeout; the worker never initialises CUDA), probe the GPU's
+health (engine.gpu.health_probe.check), record the outcomes through DjangoStorage and queue the next
+round's compile step. Each step commits only while it holds its work item's lease, so a step that
+lost its lease (its worker was presumed dead) changes nothing, and a candidate is recorded once.
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ from celery.signals import worker_process_shutdown
 from django.conf import settings
 from django.db import transaction
 
-from engine import sandbox, toolchain
-from engine.phases import Phases
+from engine.isolation import processes, sandbox
+from engine.timing.phases import Phases
 from webapp.campaigns import artifact_store
 from webapp.campaigns.models import Campaign, Candidate, Problem, WorkItem
 from webapp.campaigns.storage import DjangoStorage, measured_winners, source_hash, source_of
@@ -106,8 +106,8 @@ def _search_space(engine_problem: Any, arch: str, kind: str, spec: str) -> Any:
 
 
 def proposer_mix(campaign: Campaign) -> dict[str, float]:
-    from engine.campaign import PROPOSER_NAMES
     from engine.campaign.round import DEFAULT_MIX
+    from engine.propose.mix import PROPOSER_NAMES
 
     mix = {k: float(v) for k, v in (campaign.proposer_mix or {}).items() if k in PROPOSER_NAMES}
     return {k: v for k, v in mix.items() if v > 0} or dict(DEFAULT_MIX)
@@ -133,11 +133,11 @@ def round_settings(campaign: Campaign) -> Any:
 
 
 def shared_policy(arch: str) -> Any:
-    """The arch's policy file (engine.campaign.policy.PolicyFile) in the engine's cache
+    """The arch's policy file (engine.propose.policy.PolicyFile) in the engine's cache
     (ENGINE_CACHE_DIR), the one ``engine optimize`` uses; where none is saved yet, it starts
     from the pretrained policy the repository ships for the arch."""
-    from engine.campaign.policy import PolicyFile, policy_families, policy_path, pretrained_path
     from engine.config import load as load_engine_config
+    from engine.propose.policy import PolicyFile, policy_families, policy_path, pretrained_path
 
     path = policy_path(load_engine_config().cache_dir, arch)
     return PolicyFile(path, policy_families(arch), start=pretrained_path(arch))
@@ -150,8 +150,8 @@ def policy_stream(campaign: Campaign, problem: Problem) -> str:
 
 # -- the compile step --------------------------------------------------------------------------
 def compile_step(*, item_id: int, token: str) -> dict[str, Any]:
-    from engine.campaign import make_proposers
     from engine.campaign.round import Round
+    from engine.propose.mix import make_proposers
 
     item = WorkItem.objects.select_related("problem", "campaign").get(id=item_id)
     campaign, problem = item.campaign, item.problem
@@ -163,7 +163,7 @@ def compile_step(*, item_id: int, token: str) -> dict[str, Any]:
     policy_file = shared_policy(problem.arch) if "rl" in rounds.mix else None
     known = []
     if "transfer" in rounds.mix:
-        from engine.campaign.proposers import TRANSFER_TOP
+        from engine.propose.proposers import TRANSFER_TOP
 
         known = measured_winners(problem.arch, top=TRANSFER_TOP)
     proposers = make_proposers(
@@ -261,7 +261,7 @@ def compile_batch(configs: list[Any], *, arch: str | None = None) -> dict[str, A
             keys=[r.key for r in built if r.ok and r.library is not None]
         )
     if settings.GEMMFORGE_COMPILE_HOOK:
-        ran = toolchain.run(
+        ran = processes.run(
             shlex.split(settings.GEMMFORGE_COMPILE_HOOK), timeout=settings.COMPILE_STEP_TIMEOUT
         )
         if ran.timed_out or not ran.ok:
@@ -292,8 +292,8 @@ def _finish_problem(item: WorkItem, token: str, reason: str) -> dict[str, Any]:
 
 # -- the GPU step ------------------------------------------------------------------------------
 def gpu_step(*, item_id: int, token: str) -> dict[str, Any]:
-    """Its result says where the step's time went: ``phases_s`` (engine.phases; they add up to
-    the step's wall time here) and ``info`` (verification children, autotune cached or not, the
+    """Its result says where the step's time went: ``phases_s`` (engine.timing.phases; they add up
+    to the step's wall time here) and ``info`` (verification children, autotune cached or not, the
     heat-up that ran, which CUDA call the health probe made)."""
     from engine.campaign.executor import Outcome
     from engine.campaign.round import Round, proposal_of
@@ -317,8 +317,8 @@ def gpu_step(*, item_id: int, token: str) -> dict[str, Any]:
         if fetched.get("installed") or fetched.get("refused"):
             phases.info["artifacts"] = fetched
     if rows and executor_spec() == "local":  # before the first (standby) step child starts
-        from engine import mps
         from engine.config import load as load_engine_config
+        from engine.gpu import mps
 
         phases.info["mps"] = mps.ensure_for_verification(
             load_engine_config().verify_mps, gpu=settings.GEMMFORGE_GPU_DEVICE
@@ -361,23 +361,23 @@ def gpu_step(*, item_id: int, token: str) -> dict[str, Any]:
 
 
 def health_check(phases: Phases, *, fresh: bool, after: Exception | None = None) -> None:
-    """Every local GPU step is followed by a health probe (engine.gpu_health.check: the
+    """Every local GPU step is followed by a health probe (engine.gpu.health_probe.check: the
     resident probe, or fresh processes after a step that timed out or crashed); a failed one
     raises GpuUnhealthy, and the step's results are not recorded."""
     if executor_spec() != "local":
         return
-    from engine import gpu_health
+    from engine.gpu import health_probe
 
     with phases("health_probe"):
-        health = gpu_health.check(settings.GEMMFORGE_GPU_DEVICE, fresh=fresh)
+        health = health_probe.check(settings.GEMMFORGE_GPU_DEVICE, fresh=fresh)
     phases.info["health_probe"] = health.call
     if not health.ok:
         raise GpuUnhealthy(health.message) from after
 
 
 def step_args(spec: str, problem_key: str, workdir: Path, *, protocol: str = "device") -> list[str]:
-    """engine.gpu_step's arguments for a batch in ``workdir`` (batch.json, outcomes.json), timed
-    in the campaign's reward ``protocol``."""
+    """engine.campaign.gpu_step's arguments for a batch in ``workdir`` (batch.json, outcomes.json),
+    timed in the campaign's reward ``protocol``."""
     args = ["--executor", spec, "--problem", problem_key,
             "--batch", str(workdir / "batch.json"), "--out", str(workdir / "outcomes.json"),
             "--parent-pid", str(os.getpid()), "--protocol", protocol]  # fmt: skip
@@ -396,8 +396,8 @@ VERIFIED_MARK = "verified"  # a local step creates it in its folder once its ver
 
 
 class StandbyStep:
-    """A GPU step child started before its step (``python -m engine.gpu_step --standby``): it
-    imports torch and starts its verifications' fork server while the GPU still runs the step
+    """A GPU step child started before its step (``python -m engine.campaign.gpu_step --standby``):
+    it imports torch and starts its verifications' fork server while the GPU still runs the step
     before, in its own empty working directory and the same sandbox as any step child. With
     ENGINE_VERIFY_WARM set (on, kernels) it forks its warm verifiers once ``warm_after`` (the
     step before's VERIFIED_MARK) exists."""
@@ -407,12 +407,12 @@ class StandbyStep:
         self.device = settings.GEMMFORGE_GPU_DEVICE
         self._folder = tempfile.TemporaryDirectory(prefix="gemmforge-gpu-")
         self.workdir = Path(self._folder.name)
-        argv = [sys.executable, "-m", "engine.gpu_step", "--standby", "--executor", spec,
+        argv = [sys.executable, "-m", "engine.campaign.gpu_step", "--standby", "--executor", spec,
                 "--parent-pid", str(os.getpid())]  # fmt: skip
         if warm_after is not None:
             argv += ["--warm-after", str(warm_after),
                      "--warm-verifiers", str(settings.GEMMFORGE_VERIFY_JOBS)]  # fmt: skip
-        self.running = toolchain.start(
+        self.running = processes.start(
             argv, cwd=self.workdir, env=gpu_child_env(self.workdir), policy=sandbox.gpu_policy()
         )
 
@@ -424,7 +424,7 @@ class StandbyStep:
             and (self.running.alive())
         )
 
-    def run(self, args: list[str], done: Callable[[], bool]) -> toolchain.ProcessResult:
+    def run(self, args: list[str], done: Callable[[], bool]) -> processes.ProcessResult:
         return self.running.finish(
             stdin=json.dumps(args) + "\n", timeout=settings.GPU_STEP_TIMEOUT, done=done
         )
@@ -467,11 +467,11 @@ atexit.register(standby_discard)
 @worker_process_shutdown.connect(weak=False, dispatch_uid="gemmforge-gpu-children")
 def on_worker_process_shutdown(**_kwargs: Any) -> None:
     """A Celery pool process ends without running atexit: its standby step child, its resident
-    health probe and the MPS daemon it started for verification (engine.mps) end here."""
-    from engine import gpu_health, mps
+    health probe and the MPS daemon it started for verification (engine.gpu.mps) end here."""
+    from engine.gpu import health_probe, mps
 
     standby_discard()
-    gpu_health.resident_close()
+    health_probe.resident_close()
     mps.stop_started()
 
 
@@ -482,8 +482,8 @@ def run_gpu_child(
     phases: Phases | None = None,
     protocol: str = "device",
 ) -> list[dict[str, Any]]:
-    """The batch's outcomes from ``python -m engine.gpu_step`` in a child process (a standby
-    one when GEMMFORGE_GPU_STANDBY); ``phases`` gets the child's time breakdown, its start
+    """The batch's outcomes from ``python -m engine.campaign.gpu_step`` in a child process (a
+    standby one when GEMMFORGE_GPU_STANDBY); ``phases`` gets the child's time breakdown, its start
     (spawn, or the batch handed over, to its first statement) and its exit."""
     spec = executor_spec()
     standby = standby_take(spec) if settings.GEMMFORGE_GPU_STANDBY else None
@@ -502,8 +502,8 @@ def run_gpu_child(
         if standby is not None:
             ran = standby.run(args, done=done)
         else:
-            ran = toolchain.run(
-                [sys.executable, "-m", "engine.gpu_step", *args],
+            ran = processes.run(
+                [sys.executable, "-m", "engine.campaign.gpu_step", *args],
                 timeout=settings.GPU_STEP_TIMEOUT,
                 cwd=tmp,
                 env=gpu_child_env(tmp),
@@ -511,7 +511,7 @@ def run_gpu_child(
                 done=done,
             )
         returned = time.time()
-        if ran.killed_for == toolchain.STOPPED:  # cancelled, or the worker is shutting down
+        if ran.killed_for == processes.STOPPED:  # cancelled, or the worker is shutting down
             raise LeaseLost(f"GPU step stopped: {ran.stderr[-300:]}")
         if ran.timed_out:
             message = f"GPU step killed after {settings.GPU_STEP_TIMEOUT} s"
@@ -544,9 +544,9 @@ def run_gpu_child(
 
 
 def gpu_child_env(workdir: Path) -> dict[str, str]:
-    """The GPU step child's environment: engine.sandbox's for an engine child (allow-listed: no
-    Django secret key, database or broker URL, API key; a private HOME and TMPDIR in
-    ``workdir``; the repository on PYTHONPATH) with the worker's GPU pinned."""
+    """The GPU step child's environment: engine.isolation.sandbox's for an engine child
+    (allow-listed: no Django secret key, database or broker URL, API key; a private HOME and TMPDIR
+    in ``workdir``; the repository on PYTHONPATH) with the worker's GPU pinned."""
     return {
         **sandbox.engine_child_env(workdir),
         "CUDA_VISIBLE_DEVICES": settings.GEMMFORGE_GPU_DEVICE,

@@ -19,7 +19,7 @@ from django.db.models import F, Window
 from django.db.models.functions import RowNumber
 
 from engine.campaign.storage import CandidateRecord
-from engine.families import get_family
+from engine.codegen import get_family
 from engine.problem import Problem as EngineProblem
 from webapp.campaigns.models import Campaign, Candidate, Problem
 from webapp.campaigns.ratios import problem_refresh_best
@@ -106,7 +106,7 @@ def record_from_row(row: Candidate, parent: str | None) -> CandidateRecord:
 
 def measured_winners(arch: str, *, top: int) -> list[tuple[EngineProblem, CandidateRecord]]:
     """The best ``top`` measured candidates of every problem on ``arch``, in any campaign: what
-    a transfer proposer (engine.campaign.proposers.TransferProposer) starts from. One query,
+    a transfer proposer (engine.propose.proposers.TransferProposer) starts from. One query,
     ranked in the database, however many candidates there are."""
     rows = (
         Candidate.objects.filter(

@@ -116,7 +116,7 @@ def scaled_timings(timings: dict, factor: float) -> dict:
 
 
 def floor_seconds(problem: Problem) -> float:
-    from engine import physics
+    from engine.timing import physics
 
     return physics.floor_seconds(problem.as_engine(), physics.PEAKS["H200"])
 
@@ -142,7 +142,7 @@ def campaign_make_synthetic_grid(
 ) -> Campaign:
     """A DONE campaign over ``shapes`` (e.g. the CUDA-L2 preset's 1000): each shape takes
     ``per_shape`` candidates drawn from the recorded shape nearest to it, every time scaled by the
-    ratio of the two shapes' roofline floors on an H200 (engine.physics: FLOPs, bytes or the
+    ratio of the two shapes' roofline floors on an H200 (engine.timing.physics: FLOPs, bytes or the
     launch, whichever bounds it), so a 64³ shape is not credited with a time under the launch
     floor. Ratios are as recorded; the name says the campaign is synthetic."""
     name = (

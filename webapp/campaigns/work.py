@@ -22,7 +22,7 @@ from django.db import close_old_connections, connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from engine import toolchain
+from engine.isolation import processes
 from webapp.campaigns.models import Campaign, Problem, WorkItem
 
 logger = logging.getLogger(__name__)
@@ -143,8 +143,8 @@ class LeaseKeeper(threading.Thread):
 
     Every WORK_STOP_POLL_SECONDS it also checks that the item is still ours: once its campaign
     was cancelled, or its lease taken (re-queued by a worker shutting down, or expired), it kills
-    this process's children (engine.toolchain.stop_children: nvcc, the GPU step's child, a hook)
-    and later ones do not start, so the step ends within seconds and records nothing."""
+    this process's children (engine.isolation.processes.stop_children: nvcc, the GPU step's child, a
+    hook) and later ones do not start, so the step ends within seconds and records nothing."""
 
     def __init__(self, *, item_id: int, token: str) -> None:
         super().__init__(name=f"lease-{item_id}", daemon=True)
@@ -174,19 +174,19 @@ class LeaseKeeper(threading.Thread):
     def _lose(self, why: str) -> None:
         self.lost = True
         if not self.stopping.is_set():
-            killed = toolchain.stop_children(f"work item {self.item_id}: {why}")
+            killed = processes.stop_children(f"work item {self.item_id}: {why}")
             logger.warning("work item %s: %s; stopped %d child process groups", self.item_id,
                            why, killed)  # fmt: skip
 
     def __enter__(self) -> LeaseKeeper:
-        toolchain.allow_children()  # a stop for this process's previous task is over
+        processes.allow_children()  # a stop for this process's previous task is over
         self.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.stopping.set()
         self.join(10)
-        toolchain.allow_children()
+        processes.allow_children()
 
 
 # -- failure, retry, expiry --------------------------------------------------------------------

@@ -5,53 +5,128 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('campaigns', '0001_initial'),
+        ("campaigns", "0001_initial"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='candidate',
-            name='outcome',
-            field=models.JSONField(blank=True, help_text="The engine's CandidateRecord once measured or failed; null while in flight.", null=True),
+            model_name="candidate",
+            name="outcome",
+            field=models.JSONField(
+                blank=True,
+                help_text="The engine's CandidateRecord once measured or failed; null while in flight.",
+                null=True,
+            ),
         ),
         migrations.AddField(
-            model_name='problem',
-            name='arch',
-            field=models.CharField(default='sm_90', help_text='GPU arch its GPU steps run on (queue gpu.sm90).', max_length=16),
+            model_name="problem",
+            name="arch",
+            field=models.CharField(
+                default="sm_90",
+                help_text="GPU arch its GPU steps run on (queue gpu.sm90).",
+                max_length=16,
+            ),
         ),
         migrations.AddField(
-            model_name='problem',
-            name='stopped',
-            field=models.CharField(blank=True, help_text="The engine's stop reason (budget, exhausted, ...).", max_length=32),
+            model_name="problem",
+            name="stopped",
+            field=models.CharField(
+                blank=True,
+                help_text="The engine's stop reason (budget, exhausted, ...).",
+                max_length=32,
+            ),
         ),
         migrations.CreateModel(
-            name='WorkItem',
+            name="WorkItem",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('kind', models.CharField(choices=[('compile', 'Compile'), ('gpu', 'GPU')], max_length=8)),
-                ('round', models.PositiveIntegerField(default=0)),
-                ('status', models.CharField(choices=[('queued', 'Queued'), ('running', 'Running'), ('done', 'Done'), ('failed', 'Failed')], default='queued', max_length=8)),
-                ('queue', models.CharField(help_text='Celery queue its task goes to.', max_length=32)),
-                ('payload', models.JSONField(blank=True, default=dict, help_text='e.g. candidate ids.')),
-                ('attempts', models.PositiveIntegerField(default=0, help_text='Claims so far.')),
-                ('max_attempts', models.PositiveIntegerField(default=3)),
-                ('lease_token', models.CharField(blank=True, max_length=32)),
-                ('lease_expires', models.DateTimeField(blank=True, null=True)),
-                ('worker', models.CharField(blank=True, help_text='Celery node holding it.', max_length=255)),
-                ('enqueued', models.DateTimeField(blank=True, help_text='Last sent to the broker.', null=True)),
-                ('reason', models.TextField(blank=True, help_text="Why it failed, or the last retry's error.")),
-                ('result', models.JSONField(blank=True, default=dict)),
-                ('created', models.DateTimeField(auto_now_add=True)),
-                ('updated', models.DateTimeField(auto_now=True)),
-                ('campaign', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='work_items', to='campaigns.campaign')),
-                ('problem', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='work_items', to='campaigns.problem')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "kind",
+                    models.CharField(
+                        choices=[("compile", "Compile"), ("gpu", "GPU")], max_length=8
+                    ),
+                ),
+                ("round", models.PositiveIntegerField(default=0)),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("queued", "Queued"),
+                            ("running", "Running"),
+                            ("done", "Done"),
+                            ("failed", "Failed"),
+                        ],
+                        default="queued",
+                        max_length=8,
+                    ),
+                ),
+                (
+                    "queue",
+                    models.CharField(help_text="Celery queue its task goes to.", max_length=32),
+                ),
+                (
+                    "payload",
+                    models.JSONField(blank=True, default=dict, help_text="e.g. candidate ids."),
+                ),
+                ("attempts", models.PositiveIntegerField(default=0, help_text="Claims so far.")),
+                ("max_attempts", models.PositiveIntegerField(default=3)),
+                ("lease_token", models.CharField(blank=True, max_length=32)),
+                ("lease_expires", models.DateTimeField(blank=True, null=True)),
+                (
+                    "worker",
+                    models.CharField(
+                        blank=True, help_text="Celery node holding it.", max_length=255
+                    ),
+                ),
+                (
+                    "enqueued",
+                    models.DateTimeField(
+                        blank=True, help_text="Last sent to the broker.", null=True
+                    ),
+                ),
+                (
+                    "reason",
+                    models.TextField(
+                        blank=True, help_text="Why it failed, or the last retry's error."
+                    ),
+                ),
+                ("result", models.JSONField(blank=True, default=dict)),
+                ("created", models.DateTimeField(auto_now_add=True)),
+                ("updated", models.DateTimeField(auto_now=True)),
+                (
+                    "campaign",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="work_items",
+                        to="campaigns.campaign",
+                    ),
+                ),
+                (
+                    "problem",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="work_items",
+                        to="campaigns.problem",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['id'],
-                'indexes': [models.Index(fields=['status', 'lease_expires'], name='work_item_lease_idx'), models.Index(fields=['campaign', 'status'], name='work_item_campaign_idx')],
-                'constraints': [models.UniqueConstraint(fields=('problem', 'round', 'kind'), name='work_item_unique_step')],
+                "ordering": ["id"],
+                "indexes": [
+                    models.Index(fields=["status", "lease_expires"], name="work_item_lease_idx"),
+                    models.Index(fields=["campaign", "status"], name="work_item_campaign_idx"),
+                ],
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("problem", "round", "kind"), name="work_item_unique_step"
+                    )
+                ],
             },
         ),
     ]

@@ -4,15 +4,24 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('campaigns', '0005_candidate_proposal'),
+        ("campaigns", "0005_candidate_proposal"),
     ]
 
     operations = [
         migrations.AlterField(
-            model_name='baselineresult',
-            name='baseline',
-            field=models.CharField(choices=[('torch', 'torch.matmul'), ('cublas', 'cuBLAS'), ('cublaslt_heuristic', 'cuBLASLt (heuristic)'), ('cublaslt_autotune', 'cuBLASLt (autotuned)'), ('inductor_max_autotune', 'Inductor max-autotune'), ('tunableop', 'TunableOp')], max_length=32),
+            model_name="baselineresult",
+            name="baseline",
+            field=models.CharField(
+                choices=[
+                    ("torch", "torch.matmul"),
+                    ("cublas", "cuBLAS"),
+                    ("cublaslt_heuristic", "cuBLASLt (heuristic)"),
+                    ("cublaslt_autotune", "cuBLASLt (autotuned)"),
+                    ("inductor_max_autotune", "Inductor max-autotune"),
+                    ("tunableop", "TunableOp"),
+                ],
+                max_length=32,
+            ),
         ),
     ]

@@ -42,7 +42,7 @@ class Migration(migrations.Migration):
                     ("graph", "graph"),
                 ],
                 default="device",
-                help_text="The timing protocol its GPU steps time candidates and baselines in, and the reward (speedup over the best baseline) uses (engine.protocols).",
+                help_text="The timing protocol its GPU steps time candidates and baselines in, and the reward (speedup over the best baseline) uses (engine.timing.protocol_names).",
                 max_length=64,
             ),
         ),

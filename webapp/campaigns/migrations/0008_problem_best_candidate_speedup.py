@@ -4,25 +4,36 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('campaigns', '0007_campaign_seed_engine_protocol'),
+        ("campaigns", "0007_campaign_seed_engine_protocol"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='candidate',
-            name='speedup',
-            field=models.FloatField(blank=True, help_text="Speedup over cuBLASLt-autotune in the reward protocol, inside the session webapp.campaigns.ratios shows it from; null when failed or unpaired (a cache the problem's refresh writes, for the history and knob charts).", null=True),
+            model_name="candidate",
+            name="speedup",
+            field=models.FloatField(
+                blank=True,
+                help_text="Speedup over cuBLASLt-autotune in the reward protocol, inside the session webapp.campaigns.ratios shows it from; null when failed or unpaired (a cache the problem's refresh writes, for the history and knob charts).",
+                null=True,
+            ),
         ),
         migrations.AddField(
-            model_name='problem',
-            name='best',
-            field=models.JSONField(blank=True, default=dict, help_text="The shape's chosen kernel (webapp.campaigns.ratios): candidate id, name, the session its times come from and its same-session ratios; empty until one is timed beside a baseline."),
+            model_name="problem",
+            name="best",
+            field=models.JSONField(
+                blank=True,
+                default=dict,
+                help_text="The shape's chosen kernel (webapp.campaigns.ratios): candidate id, name, the session its times come from and its same-session ratios; empty until one is timed beside a baseline.",
+            ),
         ),
         migrations.AlterField(
-            model_name='problem',
-            name='best_speedups',
-            field=models.JSONField(blank=True, default=dict, help_text='Baseline name → the chosen kernel\'s speedup, e.g. {"cublas": 1.07}.'),
+            model_name="problem",
+            name="best_speedups",
+            field=models.JSONField(
+                blank=True,
+                default=dict,
+                help_text='Baseline name → the chosen kernel\'s speedup, e.g. {"cublas": 1.07}.',
+            ),
         ),
     ]

@@ -4,20 +4,23 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('workers', '0001_initial'),
+        ("workers", "0001_initial"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='workerheartbeat',
-            name='gpu_failed',
-            field=models.DateTimeField(blank=True, help_text='When its GPU failed a health probe (its queue stopped).', null=True),
+            model_name="workerheartbeat",
+            name="gpu_failed",
+            field=models.DateTimeField(
+                blank=True,
+                help_text="When its GPU failed a health probe (its queue stopped).",
+                null=True,
+            ),
         ),
         migrations.AddField(
-            model_name='workerheartbeat',
-            name='gpu_failure',
-            field=models.TextField(blank=True, help_text='What the failed health probe said.'),
+            model_name="workerheartbeat",
+            name="gpu_failure",
+            field=models.TextField(blank=True, help_text="What the failed health probe said."),
         ),
     ]

@@ -1,0 +1,1 @@
+"""Building candidates: static gate, nvcc and Triton AOT compiles, the compile cache."""

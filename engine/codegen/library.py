@@ -1,0 +1,273 @@
+"""Curated config libraries: the pruned spaces we prebuild, sweep densely and search first.
+
+The full family spaces hold hundreds of thousands of configs; compiling one costs 35–70 s of a
+CPU core. A library is a few hundred configs chosen from what CUTLASS's and cuBLAS's own Hopper
+kernels use (tiles of 64–256 with K 64 or 128, clusters of one or two CTAs, cooperative or
+ping-pong schedules, both epilogues, persistent or stream-K scheduling) and, for the sm80 family,
+the tile/warp/stage/split combinations that keep the CTA busy on small and skinny problems. Every
+member passes its family's ``is_valid``; the library only narrows, it never widens.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+from engine.codegen.base import KernelConfig
+from engine.codegen.sm80 import Sm80Config
+from engine.codegen.sm90 import Sm90Config
+from engine.codegen.triton import TritonConfig, inductor_configs
+from engine.problem import Layout, Problem
+
+SM90_COOP_TILES = ((128, 128, 64), (128, 256, 64), (256, 128, 64), (128, 128, 128), (128, 64, 64))
+SM90_PINGPONG_TILES = ((64, 128, 64), (64, 256, 64), (128, 128, 64), (128, 64, 64), (64, 64, 128))
+SM90_CLUSTERS = ((1, 1), (2, 1), (1, 2))
+SM90_EPILOGUES = ("tma", "nosmem")
+# (scheduler, decomposition, splits) for the cooperative kernel
+SM90_COOP_SCHEDULERS = (
+    ("persistent", "heuristic", 1),
+    ("streamk", "heuristic", 1),
+    ("streamk", "splitk", 2),
+)
+SM90_SWIZZLED_TILES = ((128, 256, 64), (256, 128, 64))  # large tiles also with raster N, swizzle 8
+# The ping-pong 128×128×64 kernel won 8 of the 9 large NN shapes of the 64-shape campaign that
+# stay under 0.98× cuBLASLt-autotune (0.875–0.971), always with the scheduler's own raster order
+# and no swizzle, the only ones the library offered it. Large problems overflow the L2 (at
+# 8192², A and B are 128 MB each), where the order of the output tiles decides how often A's
+# and B's tiles are fetched again.
+SM90_SWIZZLED_PINGPONG_TILE = (128, 128, 64)
+SM90_PINGPONG_RASTERS = ("m", "n")
+SM90_PINGPONG_SWIZZLES = (2, 4, 8)
+# Deep split-K on Hopper's own kernel for small M·N with a long K: on the sm80 family 16 splits
+# took 128×128×12288 from 0.42× to 0.77× cuBLASLt-autotune (run 12), with a second kernel for
+# the reduction; CUTLASS's stream-K scheduler reduces in the kernel (bench/NOTES.md §15).
+SM90_DEEP_SPLIT_TILES = ((128, 64, 64), (128, 128, 64))
+SM90_DEEP_SPLITS = (4, 8, 16)
+# Warpgroups split along N (the cooperative kernel): cuBLASLt-autotune's 192×192 tile on
+# 16384×12288×512, the worst of the large shapes (0.875×, run 14), where our best was a 128×128
+# ping-pong; the heuristic's 128×320 on 16384×4096×8192 (0.971×); and 128×256, the tile cuBLASLt
+# runs on the short-K wide shapes, split the other way.
+SM90_SPLIT_N_TILES = ((192, 192, 64), (128, 320, 64), (128, 256, 64))
+# Tiles M below 64 (the transposed problem: the wgmma's M runs along N): cuBLASLt-autotune's
+# tiles on 13 of the 80 grid problems are 8–48 rows (run 14's finals), where the library had only
+# the sm80 family's mma.sync kernels. Ping-pong 64-wide, and 32×128 cooperative with stream-K's
+# split-K for the long-K ones (cuBLASLt: 32×64 with 9–12 splits on 128×128×12288/16384). The
+# family offers 16, 32 and 48 rows: CUTLASS 4.2 does not build 8 (NN) or 24 (TN) here.
+SM90_TRANSPOSED_TILES = ((16, 64, 64), (32, 64, 64), (48, 64, 64))
+# A 64x128 (ping-pong) or 128x128 (cooperative) TMA epilogue tile instead of the builder's 32
+# columns: a quarter of the epilogue's steps (store, fence, barrier) where they dominate, on the
+# short-K wide shapes (K 64–512, 0.90–0.95× in run 14), for the tiles that won or that cuBLASLt
+# runs there.
+SM90_WIDE_EPILOGUE_TILES = (((128, 128, 64), "pingpong"), ((128, 256, 64), "coop"))
+SM90_TRANSPOSED_SPLIT_TILE = (32, 128, 64)
+SM90_TRANSPOSED_SPLITS = (8, 16)
+
+SM80_TILES = (
+    # tile M, N, K, warps M, N
+    (64, 64, 64, 2, 2),
+    (64, 128, 32, 2, 2),
+    (128, 64, 32, 2, 2),
+    (128, 128, 32, 2, 2),
+    (128, 128, 64, 2, 2),
+    (128, 256, 32, 2, 4),
+    (256, 128, 32, 4, 2),
+    (32, 128, 64, 1, 4),
+    (64, 256, 32, 1, 4),
+    (32, 64, 64, 1, 2),
+)
+SM80_STAGES = (3, 4)
+SM80_SPLITS = (1, 2, 4)
+# Deep split-K for small M·N with a long K: at 128×128×12288 the best library kernel reached only
+# 0.42× cuBLASLt-autotune with ≤ 4 splits (8 CTAs of 32×64 for 132 SMs; run 11's grid64).
+SM80_DEEP_SPLIT_TILES = ((32, 64, 64, 1, 2), (64, 64, 64, 2, 2), (32, 128, 64, 1, 4))
+SM80_DEEP_SPLITS = (8, 16, 32)
+# The same deep tiles with the split reduction fused (sm_90, bench/NOTES.md §18): launched with
+# programmatic dependent launch, or reduced inside a cluster of the tile's splits (at most 16
+# CTAs). The 12 shapes that hold 64 % of the 64-shape campaign's loss are split-K shapes whose
+# kernels take 12–26 µs, where a second launch is a visible share. Two splits are for the
+# mid-size shapes that lose with one (128×4096×2048: 128 CTAs of 64×64 on 132 SMs, 0.73×).
+SM80_FUSED_SPLITS = {"pdl": (2, 4, 8, 16, 32), "cluster": (2, 4, 8, 16)}
+
+
+def sm90_library(layout: Layout) -> list[Sm90Config]:
+    def config(tile, cluster, schedule, epilogue, **knobs) -> Sm90Config:
+        (tm, tn, tk), (cm, cn) = tile, cluster
+        return Sm90Config(
+            layout=layout,
+            tile_m=tm,
+            tile_n=tn,
+            tile_k=tk,
+            cluster_m=cm,
+            cluster_n=cn,
+            schedule=schedule,
+            epilogue=epilogue,
+            **knobs,
+        )
+
+    configs: list[Sm90Config] = []
+    for tile, cluster, epilogue in itertools.product(
+        SM90_COOP_TILES, SM90_CLUSTERS, SM90_EPILOGUES
+    ):
+        for scheduler, decomposition, splits in SM90_COOP_SCHEDULERS:
+            configs.append(
+                config(
+                    tile,
+                    cluster,
+                    "coop",
+                    epilogue,
+                    scheduler=scheduler,
+                    decomposition=decomposition,
+                    splits=splits,
+                )
+            )
+        if tile in SM90_SWIZZLED_TILES:
+            configs.append(config(tile, cluster, "coop", epilogue, raster="n", swizzle=8))
+    for tile, cluster, epilogue in itertools.product(
+        SM90_PINGPONG_TILES, SM90_CLUSTERS, SM90_EPILOGUES
+    ):
+        configs.append(config(tile, cluster, "pingpong", epilogue))
+    for cluster, raster, swizzle in itertools.product(
+        SM90_CLUSTERS, SM90_PINGPONG_RASTERS, SM90_PINGPONG_SWIZZLES
+    ):
+        configs.append(
+            config(
+                SM90_SWIZZLED_PINGPONG_TILE,
+                cluster,
+                "pingpong",
+                "tma",
+                raster=raster,
+                swizzle=swizzle,
+            )
+        )
+    split_k = itertools.chain(
+        itertools.product(SM90_DEEP_SPLIT_TILES, SM90_DEEP_SPLITS),
+        itertools.product([SM90_TRANSPOSED_SPLIT_TILE], SM90_TRANSPOSED_SPLITS),
+    )
+    for tile, splits in split_k:
+        configs.append(
+            config(
+                tile,
+                (1, 1),
+                "coop",
+                "tma",
+                scheduler="streamk",
+                decomposition="splitk",
+                splits=splits,
+            )
+        )
+    for tile, cluster in itertools.product(SM90_SPLIT_N_TILES, SM90_CLUSTERS):
+        configs.append(config(tile, cluster, "coop", "tma", warpgroups="n"))
+    for tile, cluster in itertools.product(SM90_TRANSPOSED_TILES, SM90_CLUSTERS):
+        configs.append(config(tile, cluster, "pingpong", "tma"))
+    for (tile, schedule), cluster in itertools.product(SM90_WIDE_EPILOGUE_TILES, SM90_CLUSTERS):
+        configs.append(config(tile, cluster, schedule, "tma", epilogue_n=128))
+    return [c for c in configs if c.is_valid()]
+
+
+def sm80_library(layout: Layout) -> list[Sm80Config]:
+    def config(tile, stages: int, splits: int, reduction: str = "kernel") -> Sm80Config:
+        tm, tn, tk, wm, wn = tile
+        return Sm80Config(
+            layout=layout,
+            tile_m=tm,
+            tile_n=tn,
+            tile_k=tk,
+            warp_m=wm,
+            warp_n=wn,
+            stages=stages,
+            splits=splits,
+            reduction=reduction,
+        )
+
+    configs = [
+        config(tile, stages, splits)
+        for tile, stages, splits in [
+            *itertools.product(SM80_TILES, SM80_STAGES, SM80_SPLITS),
+            *itertools.product(SM80_DEEP_SPLIT_TILES, (4,), SM80_DEEP_SPLITS),
+        ]
+    ]
+    configs += [
+        config(tile, 4, splits, reduction)
+        for reduction, fused_splits in SM80_FUSED_SPLITS.items()
+        for tile, splits in itertools.product(SM80_DEEP_SPLIT_TILES, fused_splits)
+    ]
+    return [c for c in configs if c.is_valid(None, "sm_90")]
+
+
+# Triton: every config torch Inductor's max-autotune tries on a problem of CUDA-L2's grid (its mm
+# configs scaled to the problem: 44 in all), so the family never lacks what Inductor picks; then
+# what Inductor does not try. Split-K reduced by the tile's last split (one launch) for small
+# M·N with a long K, with tiles whose count times the splits fills 132 SMs about once;
+# Inductor's persistent TMA configs (off by default in Inductor); and lean tiles for the
+# latency-bound problems (under ~15 µs): few warps, a deep pipeline, and no group-M reordering
+# where one wave covers the problem.
+TRITON_GRID = (64, 128, 256, 512, 1024, 2048, 4096, 8192, 12288, 16384)
+TRITON_SPLIT_TILES = (
+    (32, 32, 128, 3, 4),
+    (64, 32, 128, 4, 4),
+    (64, 64, 64, 4, 4),
+    (64, 64, 128, 3, 4),
+)
+TRITON_SPLITS = (2, 4, 8, 16)
+TRITON_PERSISTENT_TMA = (
+    (128, 256, 64, 3, 8),
+    (128, 128, 64, 3, 8),
+    (128, 128, 128, 3, 8),
+    (128, 128, 128, 3, 4),
+    (128, 128, 64, 4, 8),
+    (128, 128, 64, 5, 8),
+    (256, 128, 64, 4, 8),
+    (128, 128, 64, 5, 4),
+)
+TRITON_LEAN_TILES = (
+    (16, 64, 128, 4, 4),
+    (32, 64, 64, 4, 4),
+    (32, 64, 128, 3, 4),
+    (64, 32, 64, 4, 4),
+    (64, 64, 64, 2, 4),
+    (64, 64, 128, 2, 4),
+    (64, 128, 64, 3, 4),
+    (128, 64, 64, 3, 4),
+)
+
+
+def triton_library(layout: Layout) -> list[TritonConfig]:
+    def config(tile, **knobs) -> TritonConfig:
+        tm, tn, tk, stages, warps = tile
+        knobs.setdefault("even_k", knobs.get("loads", "pointer") == "pointer")
+        return TritonConfig(
+            layout=layout, tile_m=tm, tile_n=tn, tile_k=tk, stages=stages, warps=warps, **knobs
+        )
+
+    configs: dict[str, TritonConfig] = {}
+    for m, n, k in itertools.product(TRITON_GRID, repeat=3):
+        for c in inductor_configs(Problem(m, n, k, layout)):
+            configs.setdefault(c.name, c)
+    extra = [
+        *(config(t, splits=s) for t, s in itertools.product(TRITON_SPLIT_TILES, TRITON_SPLITS)),
+        *(config((64, 64, 64, 4, 4), splits=s, loads="tma") for s in TRITON_SPLITS),
+        *(config(t, schedule="persistent", loads="tma") for t in TRITON_PERSISTENT_TMA),
+        *(config(t, group_m=g) for t, g in itertools.product(TRITON_LEAN_TILES, (1, 8))),
+    ]
+    for c in extra:
+        configs.setdefault(c.name, c)
+    return [c for c in configs.values() if c.is_valid()]
+
+
+LIBRARIES = {"sm90": sm90_library, "sm80": sm80_library, "triton": triton_library}
+
+
+def library(family: str, layout: Layout, limit: int | None = None) -> list[KernelConfig]:
+    """The curated configs of ``family`` for ``layout`` (KeyError for an unknown family).
+
+    ``limit`` keeps that many, spread evenly over the library's order (so a subset still covers
+    tiles, clusters and schedules); the same limit always gives the same configs.
+    """
+    try:
+        make = LIBRARIES[family]
+    except KeyError:
+        known = sorted(LIBRARIES)
+        raise KeyError(f"no library for family {family!r}: expected one of {known}") from None
+    configs = list(make(layout))
+    if limit is None or limit >= len(configs):
+        return configs
+    return [configs[i * len(configs) // limit] for i in range(max(0, limit))]

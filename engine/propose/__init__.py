@@ -1,0 +1,1 @@
+"""What to try next: random, evolutionary, transfer and mirror proposers; the learned policy."""

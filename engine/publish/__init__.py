@@ -1,0 +1,1 @@
+"""What users take away: ratios they can trust, the report, kernel bundles."""

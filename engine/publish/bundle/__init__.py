@@ -1,0 +1,370 @@
+"""Kernel bundles: a zip a user builds once and calls from PyTorch.
+
+The zip holds the Python package ``gemmforge_bundle`` (engine/publish/bundle/package/):
+kernel sources, the ABI header, a manifest that is the dispatch table, the ops
+(``torch.ops.gemmforge.hgemm`` and ``hgemm_linear``, falling back to torch.matmul for shapes
+without a kernel), a build script, a verification script, and the campaign's results with their
+environment.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import zipfile
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from engine import abi
+from engine.build import triton_aot
+from engine.build.compile import BASE_FLAGS
+from engine.campaign.storage import CandidateRecord, SqliteStorage
+from engine.codegen import get_family
+from engine.problem import Problem
+from engine.publish.bundle.buckets import Point, buckets
+from engine.publish.ratios import (
+    FASTER,
+    Choice,
+    Headline,
+    Ratio,
+    Session,
+    ShapeBest,
+    Timing,
+    baseline_timings,
+    headline,
+    rank,
+)
+from engine.timing.baseline_names import BASELINE_LABELS
+
+PACKAGE_DIR = Path(__file__).resolve().parent / "package" / "gemmforge_bundle"
+ROOT = "gemmforge_bundle"
+# Bundled kernels are built without ptxas's verbose report
+NVCC_FLAGS = tuple(f for f in BASE_FLAGS if f not in ("-Xptxas", "-v"))
+
+
+class BundleError(ValueError):
+    """A bundle cannot be made from this input; the message says why."""
+
+
+@dataclass(frozen=True)
+class BundleKernel:
+    """The kernel chosen for one problem, with what it measured."""
+
+    problem: Problem
+    name: str
+    source: str
+    archs: tuple[str, ...]
+    speedups: dict[str, float] = field(default_factory=dict)  # all from one session
+    seconds: float | None = None
+    session: str = "search"  # the measurement session the time and speedups come from
+    # the Ms it serves (engine.publish.bundle.buckets); None: problem.m only
+    m_lo: int | None = None
+    m_hi: int | None = None
+    family: str | None = None  # None: model-written source (engine.llm)
+    knobs: Mapping[str, Any] | None = None
+
+
+def is_faster(r: Ratio | None) -> bool:
+    """Faster than the baseline beyond the measured noise (a tie falls back to it)."""
+    return r is not None and r.verdict == FASTER
+
+
+def record_session(record: CandidateRecord) -> Session | None:
+    """The search step's session of a record: its time and the baselines timed with it."""
+    kernel = Timing.of(record.seconds)
+    if kernel is None:
+        return None
+    return Session("search", "device", kernel, baseline_timings(dict(record.baselines)))
+
+
+def shape_choices(
+    storage: SqliteStorage,
+    campaign: str,
+    problems: Sequence[Problem],
+    admissible: Callable[[BundleKernel], bool] | None = None,
+) -> dict[str, tuple[Choice, CandidateRecord]]:
+    """Problem key → its kernel and that kernel's record: the best same-session ratio over
+    cuBLASLt-autotune (engine.publish.ratios.rank) of the kernels that pass ``admissible`` (their
+    compute-sanitizer verdict, in the CLI); shapes with none are left out."""
+    out: dict[str, tuple[Choice, CandidateRecord]] = {}
+    for problem in problems:
+        records = {
+            r.name: r
+            for r in storage.candidates(campaign, problem.key)
+            if r.status == "ok" and r.seconds
+        }
+        sessions = [(n, n, [s]) for n, r in records.items() if (s := record_session(r))]
+        for choice in rank(sessions):
+            record = records[choice.kernel]
+            if admissible is None or admissible(kernel_from_record(problem, record)):
+                out[problem.key] = (choice, record)
+                break
+    return out
+
+
+def best_kernels(
+    storage: SqliteStorage,
+    campaign: str,
+    problems: Sequence[Problem],
+    *,
+    over: str = "torch",
+    include_slower: bool = False,
+    admissible: Callable[[BundleKernel], bool] | None = None,
+    dynamic_m: bool = True,
+) -> list[BundleKernel]:
+    """Per problem, its chosen kernel (shape_choices: the best admissible one), kept only when
+    it is faster than the ``over`` baseline beyond the noise (the op falls back to torch.matmul
+    otherwise) unless ``include_slower``. With ``dynamic_m`` each kernel also serves a range of
+    M around its own (m_ranges)."""
+    chosen = shape_choices(storage, campaign, problems, admissible)
+    kernels = [
+        kernel_from_record(p, chosen[p.key][1])
+        for p in problems
+        if p.key in chosen and (include_slower or is_faster(chosen[p.key][0].ratios().get(over)))
+    ]
+    return m_ranges(storage, campaign, problems, kernels) if dynamic_m else kernels
+
+
+def measured_ratios(records: Iterable[CandidateRecord], over: str = "torch") -> dict[str, float]:
+    """Kernel name → its time over the ``over`` baseline timed in the same session."""
+    return {
+        r.name: r.seconds / r.baselines[over]
+        for r in records
+        if r.status == "ok" and r.seconds and r.baselines.get(over)
+    }
+
+
+def serves(kernel: BundleKernel, m: int) -> bool:
+    """Whether ``kernel`` is valid for M = m at its problem's N, K and layout: a family config
+    by its own legality rule (families handle M residues); model-written source only at the M
+    it was measured at (nothing says how it treats another)."""
+    problem = kernel.problem
+    if kernel.family is None or kernel.knobs is None:
+        return m == problem.m
+    other = Problem(m, problem.n, problem.k, problem.layout)
+    config = get_family(kernel.family).from_knobs({**kernel.knobs, "layout": problem.layout.value})
+    return bool(config.is_valid(other))
+
+
+def m_ranges(
+    storage: SqliteStorage,
+    campaign: str,
+    problems: Sequence[Problem],
+    kernels: Sequence[BundleKernel],
+) -> list[BundleKernel]:
+    """``kernels`` with the range of M each serves: per (N, K, layout) the measured problems are
+    the points (their choice: the bundled kernel, or torch.matmul where none is bundled) and
+    engine.publish.bundle.buckets draws the boundaries. A kernel whose range shrinks to nothing
+    is kept at its own M."""
+    by_key = {k.problem.key: k for k in kernels}
+    groups: dict[tuple[int, int, str], list[Problem]] = {}
+    for p in problems:
+        groups.setdefault((p.n, p.k, p.layout.value), []).append(p)
+    ranged: dict[str, BundleKernel] = {}
+    for group in groups.values():
+        points = []
+        for p in group:
+            ratios = measured_ratios(storage.candidates(campaign, p.key))
+            kernel = by_key.get(p.key)
+            if ratios or kernel is not None:
+                points.append(Point(p.m, kernel.name if kernel else None, ratios))
+        named = {k.name: k for k in kernels if k.problem in group}
+        if not points:
+            continue
+        for b in buckets(points, lambda name, m, named=named: serves(named[name], m)):
+            if b.kernel is not None:
+                kernel = by_key[Problem(b.m, group[0].n, group[0].k, group[0].layout).key]
+                ranged[kernel.problem.key] = replace(kernel, m_lo=b.lo, m_hi=b.hi)
+    return [ranged.get(k.problem.key, k) for k in kernels]
+
+
+def bundle_headline(
+    storage: SqliteStorage,
+    campaign: str,
+    problems: Sequence[Problem],
+    admissible: Callable[[BundleKernel], bool] | None = None,
+) -> Headline:
+    """The campaign headline over every shape, bundled or not (the README opens with it)."""
+    chosen = shape_choices(storage, campaign, problems, admissible)
+    bests = [
+        ShapeBest(p.key, float(p.flops), chosen[p.key][0]) for p in problems if p.key in chosen
+    ]
+    return headline(bests, without=len(problems) - len(bests))
+
+
+def kernel_from_record(problem: Problem, record: CandidateRecord) -> BundleKernel:
+    if record.source is not None:  # model-written (engine.llm): its source as measured
+        from engine.llm.evaluate import SourceKernel
+
+        return BundleKernel(
+            problem=problem,
+            name=record.name,
+            source=record.source,
+            archs=tuple(SourceKernel.ARCHS),
+            speedups=record.speedups(),
+            seconds=record.seconds,
+        )
+    try:
+        family = get_family(record.family)
+    except KeyError as exc:  # e.g. a model-written record stored without its source
+        raise BundleError(f"kernel {record.name}: {exc.args[0]} and no source stored") from None
+    config = family.from_knobs({**record.knobs, "layout": problem.layout.value})
+    return BundleKernel(
+        problem=problem,
+        name=config.name,
+        source=bundled_source(config.render(), tuple(config.archs)),
+        archs=tuple(config.archs),
+        speedups=record.speedups(),
+        seconds=record.seconds,
+        family=record.family,
+        knobs=dict(record.knobs),
+    )
+
+
+def bundled_source(source: str, archs: tuple[str, ...]) -> str:
+    """What a bundle ships for ``source``: itself, or for a Triton kernel the launcher with its
+    compiled cubin in place (engine.build.triton_aot.self_contained), so that the bundle builds with
+    nvcc alone and runs without Triton. Builds the kernel (or takes it from the compile cache);
+    raises BundleError when it does not build."""
+    if not triton_aot.is_triton_source(source):
+        return source
+    from engine.build.compile import compile_source
+
+    built = compile_source(source, archs=archs)
+    header = built.entry / triton_aot.HEADER_NAME if built.entry else None
+    if built.ok and (header is None or not header.is_file()):  # an entry packed without it
+        built = compile_source(source, archs=archs, use_cache=False)
+        header = built.entry / triton_aot.HEADER_NAME if built.entry else None
+    if not built.ok or header is None or not header.is_file():
+        raise BundleError(f"the Triton kernel does not build: {built.error}")
+    return triton_aot.self_contained(source, header.read_text())
+
+
+def manifest(kernels: Iterable[BundleKernel], environment: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "format": 2,  # 2: m_lo / m_hi, the range of M each kernel serves
+        "nvcc_flags": list(NVCC_FLAGS),
+        "environment": environment,
+        "kernels": [
+            {
+                "m": k.problem.m,
+                "m_lo": k.m_lo if k.m_lo is not None else k.problem.m,
+                "m_hi": k.m_hi if k.m_hi is not None else k.problem.m,
+                "n": k.problem.n,
+                "k": k.problem.k,
+                "layout": k.problem.layout.value,
+                "name": k.name,
+                "archs": list(k.archs),
+                "speedups": k.speedups,
+                "seconds": k.seconds,
+                "session": k.session,
+            }
+            for k in kernels
+        ],
+    }
+
+
+def results_csv(kernels: Sequence[BundleKernel]) -> str:
+    baselines = sorted({b for k in kernels for b in k.speedups})
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow(
+        ["m", "n", "k", "layout", "kernel", "seconds", *[f"speedup_{b}" for b in baselines]]
+    )
+    for k in kernels:
+        p = k.problem
+        writer.writerow(
+            [
+                p.m,
+                p.n,
+                p.k,
+                p.layout.value,
+                k.name,
+                k.seconds,
+                *[k.speedups.get(b, "") for b in baselines],
+            ]
+        )
+    return out.getvalue()
+
+
+def write_bundle(
+    kernels: Sequence[BundleKernel],
+    out: Path,
+    *,
+    environment: dict[str, Any],
+    title: str,
+    headline: Headline | None = None,
+) -> Path:
+    """Writes the zip; kernels with the same name are stored once."""
+    names = [k.name for k in kernels]
+    keys = [k.problem.key for k in kernels]
+    if len(set(keys)) != len(keys):
+        raise BundleError("two kernels for the same problem")
+    data = manifest(kernels, environment)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as zf:
+        for path in sorted(PACKAGE_DIR.glob("*.py")):
+            zf.write(path, f"{ROOT}/{path.name}")
+        zf.writestr(f"{ROOT}/include/gemmforge_abi.h", abi.HEADER.read_text())
+        for kernel in {k.name: k for k in kernels}.values():
+            zf.writestr(f"{ROOT}/kernels/{kernel.name}.cu", kernel.source)
+        zf.writestr(f"{ROOT}/kernels.json", json.dumps(data, indent=1))
+        zf.writestr("results.json", json.dumps(data, indent=1))
+        zf.writestr("results.csv", results_csv(kernels))
+        zf.writestr("README.md", readme(title, kernels, environment, len(set(names)), headline))
+    return out
+
+
+def readme(
+    title: str,
+    kernels: Sequence[BundleKernel],
+    environment: dict[str, Any],
+    unique: int,
+    headline: Headline | None = None,
+) -> str:
+    gpu = environment.get("gpu_name", "unknown GPU")
+    block = "\n".join(headline.markdown(BASELINE_LABELS)) if headline else ""
+    summary = f"## The campaign at a glance\n\n{block}\n" if block else ""
+    rows = "\n".join(
+        f"| {k.problem.shape} | {k.m_lo or k.problem.m}..{k.m_hi or k.problem.m} | "
+        f"{k.problem.layout.value} | `{k.name}` | "
+        + ", ".join(f"{b} {s:.3f}x" for b, s in sorted(k.speedups.items()))
+        + " |"
+        for k in kernels
+    )
+    return f"""# gemmforge bundle: {title}
+
+{len(kernels)} shape(s), {unique} kernel(s), measured on {gpu}. Shapes not listed fall back to
+torch.matmul: by default a shape is bundled only when its kernel was faster than torch.matmul
+beyond the measured noise, both timed in the same session. Each kernel serves the range of M
+listed (between measured Ms: the measured crossover, else the nearer one on a log scale);
+another M, dtype, stride or GPU architecture falls back to torch.matmul.
+
+{summary}
+## Use
+```sh
+unzip this.zip && cd <folder>            # the folder holding gemmforge_bundle/
+pip install nvidia-cutlass               # CUTLASS headers for the build (or set CUTLASS_INCLUDE)
+python -m gemmforge_bundle.build         # needs nvcc; builds gemmforge_bundle/lib/*.so once
+python -m gemmforge_bundle.verify        # re-checks correctness and speed on your GPU
+```
+```python
+import torch, gemmforge_bundle
+c = torch.ops.gemmforge.hgemm(a, b)              # a (M,K) @ b (K,N), fp16 CUDA contiguous
+y = torch.ops.gemmforge.hgemm_linear(x, w)       # x (...,K) @ w.T, w (N,K) as in nn.Linear
+c = gemmforge_bundle.matmul(a, b)                # same, less host time in eager inference
+y = gemmforge_bundle.linear(x, w)
+```
+The ops allocate only their output (and a kernel's workspace) from PyTorch's allocator and never
+synchronise: they work under torch.compile and CUDA-graph capture (call each shape once first).
+
+## Kernels
+| shape measured | serves M | layout | kernel | speedup (baseline / kernel, same session) |
+|---|---|---|---|---|
+{rows}
+
+`results.json` and `results.csv` hold the numbers and the environment they were measured in.
+"""

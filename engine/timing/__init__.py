@@ -1,0 +1,1 @@
+"""How fast is it? Timing protocols, measurement sessions, baselines, statistics, physics."""

@@ -1,0 +1,13 @@
+"""The timing protocols (engine.timing.protocols, engine.timing.measure.run_protocol), named without
+importing torch.
+
+device: CUDA events around each call, L2 flushed before each, median; offline: CUDA-L2's offline
+mode, host wall clock around each call, mean; server: offline with Poisson idle gaps; graph: per
+call time from CUDA-graph replays. A campaign's reward is the speedup in one of them (the web
+app's launch form offers these names and nothing else).
+"""
+
+from __future__ import annotations
+
+PROTOCOLS = ("device", "offline", "server", "graph")
+DEFAULT_PROTOCOL = "device"

@@ -1,0 +1,1 @@
+"""Is a candidate correct? Verifier, GPU checks, numerics, sanitizer, audit, timed checks."""
