@@ -8,7 +8,7 @@ fresh compile cache (as a GPU step does: look, open, read, check, install) and o
 batch of ``--batch`` keys. Each entry's own build time (``result.json``'s ``seconds``, measured
 when it was compiled on this machine) is kept beside its times. Also packs each entry at gzip
 levels 0 (a plain tar), 1 (the store's) and 6 for the sizes, and times the key computation a
-GPU step does first (engine.build.compile.config_keys for a batch of library configs).
+GPU step does first (engine.compilation.compile.config_keys for a batch of library configs).
 
     .venv/bin/python bench/artifact_store.py [--cache DIR] [--limit N] [--batch 16] [--out FILE]
 """
@@ -37,8 +37,8 @@ django.setup()
 
 from django.core.files.storage import FileSystemStorage  # noqa: E402
 
-from engine.build import cache_entries  # noqa: E402
-from engine.build import compile as comp  # noqa: E402
+from engine.compilation import cache_entries  # noqa: E402
+from engine.compilation import compile as comp  # noqa: E402
 from engine.config import EngineConfig  # noqa: E402
 from webapp.campaigns import artifact_store  # noqa: E402
 

@@ -41,7 +41,6 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.grid64 import search_summary  # noqa: E402
-from engine.build.compile import compile_configs  # noqa: E402
 from engine.campaign.final import remeasure_batch  # noqa: E402
 from engine.codegen.library import (  # noqa: E402
     SM80_DEEP_SPLIT_TILES,
@@ -51,6 +50,7 @@ from engine.codegen.library import (  # noqa: E402
     SM90_SWIZZLED_PINGPONG_TILE,
     library,
 )
+from engine.compilation.compile import compile_configs  # noqa: E402
 from engine.gpu import cuda_driver  # noqa: E402
 from engine.problem import Layout, Problem  # noqa: E402
 from engine.verify.verifier import Verifications, new_fork_server  # noqa: E402

@@ -17,9 +17,9 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
-from engine.build.compile import compile_many
 from engine.codegen import FAMILIES
 from engine.codegen.library import library
+from engine.compilation.compile import compile_many
 from engine.config import load as load_config
 from engine.problem import Layout, Problem
 from engine.timing.measure import load_shim, measure

@@ -44,9 +44,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.stack_run import GpuSampler, busy_fraction  # noqa: E402
-from engine.build.compile import compile_configs  # noqa: E402
 from engine.campaign.final import config_of, top_records  # noqa: E402
 from engine.campaign.storage import SqliteStorage  # noqa: E402
+from engine.compilation.compile import compile_configs  # noqa: E402
 from engine.gpu import cuda_driver  # noqa: E402
 from engine.gpu.environment import collect  # noqa: E402
 from engine.isolation import sandbox  # noqa: E402

@@ -19,10 +19,10 @@ from concurrent.futures import wait as futures_wait
 from pathlib import Path
 from typing import Any
 
-from engine.build.compile import CompileResult
 from engine.campaign.executor import STATUS_OK
 from engine.campaign.storage import CandidateRecord
 from engine.codegen import KernelConfig, get_family
+from engine.compilation.compile import CompileResult
 from engine.isolation import processes, sandbox
 from engine.problem import Layout, Problem
 from engine.publish.ratios import quartiles

@@ -142,7 +142,7 @@ def run_local(
     this process imports torch, and run while it imports torch and sets up the measurement
     (with ``warmed``, they and this process's context were made before the step came)."""
     warmed = warmed or Warmed()
-    from engine.build import compile as compile_module
+    from engine.compilation import compile as compile_module
     from engine.gpu import cuda_driver
     from engine.verify import verifier as verify_module
 

@@ -25,7 +25,6 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from engine.build.compile import compile_configs
 from engine.campaign.executor import STATUS_OK, CompiledCandidate, GpuExecutor, Outcome
 from engine.campaign.round import (
     DEFAULT_MIX,
@@ -39,6 +38,7 @@ from engine.campaign.round import (
 )
 from engine.campaign.space import SearchSpace
 from engine.campaign.storage import CampaignStorage, CandidateRecord
+from engine.compilation.compile import compile_configs
 from engine.problem import Problem
 from engine.propose.policy import Policy
 from engine.propose.proposers import LearnsCublasLtKernels, Proposal, Proposer

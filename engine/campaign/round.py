@@ -23,7 +23,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from engine.build.compile import CompileResult
 from engine.campaign.executor import (
     STATUS_COMPILE_ERROR,
     STATUS_REJECTED,
@@ -35,6 +34,7 @@ from engine.campaign.executor import (
 from engine.campaign.space import SearchSpace
 from engine.campaign.storage import CandidateRecord
 from engine.codegen import KernelConfig, get_family
+from engine.compilation.compile import CompileResult
 from engine.problem import Problem
 from engine.propose.proposers import Proposal, Proposer, propose_batch
 from engine.timing.baseline_names import NVIDIA

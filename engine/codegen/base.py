@@ -4,7 +4,7 @@ A family is a frozen config dataclass (one instance = one kernel variant) whose 
 describe the family:
 
   FAMILY    short name ("sm90", "sm80")
-  ARCHS     the archs its libraries are compiled for (passed to engine.build.compile)
+  ARCHS     the archs its libraries are compiled for (passed to engine.compilation.compile)
   SPACE     knob name → the values the search may choose, in order (the enumeration space)
   TEMPLATE  file name under engine/cuda/templates/
 

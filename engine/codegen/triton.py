@@ -2,9 +2,10 @@
 
 One Triton kernel (templates/triton_hgemm.py) whose knobs are constexprs; a config fixes them and
 ``render()`` returns a .cu launcher (templates/triton.cu.tmpl) that embeds the kernel and its
-compile spec. engine.build.compile runs Triton (engine.build.triton_aot) in its sandbox to turn the
-kernel into a cubin the launcher includes, then nvcc builds the library: the verifier, the timing,
-the compile cache and the bundles treat it like any other, and it runs without Triton installed.
+compile spec. engine.compilation.compile runs Triton (engine.compilation.triton_aot) in its sandbox
+to turn the kernel into a cubin the launcher includes, then nvcc builds the library: the verifier,
+the timing, the compile cache and the bundles treat it like any other, and it runs without Triton
+installed.
 
 Knobs: CTA tile M×N×K, pipeline stages, warps, group-M rasterisation, split-K (each split's fp32
 partial in the workspace; the last split of a tile to finish, counted by an atomic, sums them in
@@ -27,8 +28,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import ClassVar
 
-from engine.build.triton_aot import TritonSpec, embed
 from engine.codegen.base import TEMPLATES, KernelConfig, Validity, invalid
+from engine.compilation.triton_aot import TritonSpec, embed
 from engine.problem import Layout, Problem
 
 SMEM_LIMIT = 232448  # bytes of shared memory a block may opt in to on H100/H200 (227 KiB)

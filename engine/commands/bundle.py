@@ -38,8 +38,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def sanitized_in(finals: Path):
     """Whether a bundle kernel passed compute-sanitizer in the campaign's finals (the verdicts
     engine.campaign.final.SavedFinals keeps, by kernel name and source)."""
-    from engine.build.compile import source_hash
     from engine.campaign.final import SavedFinals, kernel_id
+    from engine.compilation.compile import source_hash
 
     saved = SavedFinals(finals if finals.is_file() else None)
 

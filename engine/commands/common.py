@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from engine.build.compile import CompileResult, compile_source
+from engine.compilation.compile import CompileResult, compile_source
 from engine.problem import Layout, Problem, ProblemError
 from engine.timing.baseline_names import TORCH_TUNED
 

@@ -8,9 +8,9 @@ import threading
 import time
 from pathlib import Path
 
-from engine.build.compile import CompileResult, compile_many
 from engine.codegen import FAMILIES, KernelConfig, get_family
 from engine.codegen.library import library
+from engine.compilation.compile import CompileResult, compile_many
 from engine.config import load as load_config
 from engine.problem import Layout, Problem, ProblemError
 from engine.propose.mirror import MirrorFileError, exact_mirrors, load_targets

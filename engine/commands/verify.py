@@ -6,8 +6,8 @@ import argparse
 import json
 from pathlib import Path
 
-from engine.build import static_checks
 from engine.commands.common import add_problem_arguments, compile_kernel_file, problem_from_args
+from engine.compilation import static_checks
 from engine.verify.verifier import REASONS, verify
 
 

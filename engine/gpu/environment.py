@@ -69,7 +69,7 @@ def nvidia_smi() -> dict[str, str]:
 def collect(*, cublaslt_version: int | None = None) -> GpuEnvironment:
     import torch
 
-    from engine.build.compile import cutlass_version, nvcc_version
+    from engine.compilation.compile import cutlass_version, nvcc_version
 
     props = torch.cuda.get_device_properties(0)
     smi = nvidia_smi()

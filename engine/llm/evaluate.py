@@ -4,9 +4,9 @@
 quacks like engine.codegen.KernelConfig (``FAMILY``, ``name``, ``knobs()``, ``render()``) so the
 campaign loop handles it unchanged. :class:`SourceCompiler` is a campaign compiler
 (``Campaign(compiler=...)``) for batches that mix family configs and sources: a source is gated
-by engine.build.static_checks before nvcc, built against the shared CUDA runtime and its library's
-imports are checked after; a gate rejection comes back as a :class:`GatedCompileResult` whose
-``rejected_by`` names the static reason. :class:`ChainEvaluator` runs the whole chain for one
+by engine.compilation.static_checks before nvcc, built against the shared CUDA runtime and its
+library's imports are checked after; a gate rejection comes back as a :class:`GatedCompileResult`
+whose ``rejected_by`` names the static reason. :class:`ChainEvaluator` runs the whole chain for one
 source (the GRPO reward), with any engine.campaign executor (LocalGpuExecutor on the GPU,
 ReplayExecutor or a fake in tests).
 """
@@ -19,8 +19,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
-from engine.build import static_checks
-from engine.build.compile import CompileResult, source_hash
 from engine.campaign.executor import (
     STATUS_COMPILE_ERROR,
     STATUS_REJECTED,
@@ -31,13 +29,15 @@ from engine.campaign.executor import (
 )
 from engine.campaign.loop import reward_of
 from engine.codegen.base import VALID, Validity
+from engine.compilation import static_checks
+from engine.compilation.compile import CompileResult, source_hash
 from engine.llm.extract import NO_CODE, check_answer
 from engine.problem import Layout, Problem
 
 FAMILY = "llm"
 DEFAULT_ARCHS = ("sm_90a",)
 
-# (sources, layout, archs) → results in order; the default is engine.build.compile.compile_many.
+# (sources, layout, archs) → results in order; by default engine.compilation.compile.compile_many
 Builder = Callable[[Sequence[str], Layout, tuple[str, ...]], list[CompileResult]]
 
 
@@ -111,7 +111,7 @@ def default_builder(
     def build(
         sources: Sequence[str], layout: Layout, archs: tuple[str, ...]
     ) -> list[CompileResult]:
-        from engine.build.compile import compile_many
+        from engine.compilation.compile import compile_many
 
         flags = (
             f"-DGEMMFORGE_LAYOUT_TN={int(layout is Layout.TN)}",

@@ -5,7 +5,7 @@ those that define the ABI entry point win, then the longest. It copes with what 
 unclosed final fence, ``<think>`` sections, fences of four backticks or tildes, prose around the
 code, or no fence at all (then the text from the first ``#include`` is taken when it defines
 ``gemmforge_hgemm``). An answer with no code is data (:data:`NO_CODE`), not an exception.
-:func:`check_answer` extracts, then runs engine.build.static_checks.check_candidate on it.
+:func:`check_answer` extracts, then runs engine.compilation.static_checks.check_candidate on it.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 
 from engine import abi
-from engine.build.static_checks import StaticResult, check_candidate
+from engine.compilation.static_checks import StaticResult, check_candidate
 
 NO_CODE = "llm_no_code"  # the answer holds no usable source
 EMPTY = "llm_empty"  # the backend returned nothing (or failed)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine import abi
-from engine.build import triton_aot
+from engine.compilation import triton_aot
 from engine.problem import Layout, Problem
 
 Message = dict[str, str]  # {"role": "system" | "user" | "assistant", "content": ...}
@@ -124,7 +124,7 @@ class PromptContext:
 
 
 def format_ptxas(resources: Sequence[Any]) -> str:
-    """One line per kernel entry from engine.build.compile.KernelResources."""
+    """One line per kernel entry from engine.compilation.compile.KernelResources."""
     lines = []
     for r in resources:
         spill = f", spills {r.spill_stores_bytes}B st/{r.spill_loads_bytes}B ld" if r.spills else ""

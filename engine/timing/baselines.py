@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from engine import abi
-from engine.build.compile import CompileResult, compile_source
+from engine.compilation.compile import CompileResult, compile_source
 from engine.config import EngineConfig
 from engine.config import load as load_config
 from engine.gpu.runtime import BaselineLibrary, KernelLibrary, LoadError

@@ -252,7 +252,8 @@ class TunableOp:
         # a file TunableOp would read its results from when first enabled: one that cannot exist
         self._dir = tempfile.TemporaryDirectory(prefix="gemmforge-tunableop-")
         self.tunable.set_filename(str(Path(self._dir.name) / "results%d.csv"))
-        self.tunable.write_file_on_exit(False)
+        if hasattr(self.tunable, "write_file_on_exit"):  # gone from torch.cuda.tunable in 2.11
+            self.tunable.write_file_on_exit(False)
         self.tunable.tuning_enable(False)
 
     def settings(self) -> dict[str, Any]:

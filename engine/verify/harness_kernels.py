@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from engine import abi
-from engine.build.compile import CompileResult, compile_source
+from engine.compilation.compile import CompileResult, compile_source
 from engine.problem import Layout
 from engine.timing.baselines import find_cublas
 

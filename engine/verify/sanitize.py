@@ -24,7 +24,7 @@ from typing import Any
 from filelock import FileLock
 
 from engine import abi
-from engine.build.compile import nvcc_version
+from engine.compilation.compile import nvcc_version
 from engine.config import EngineConfig
 from engine.config import load as load_config
 from engine.isolation import processes, sandbox

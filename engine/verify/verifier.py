@@ -68,7 +68,7 @@ REASONS = {
     "stream_escape": "while timed, work ran outside the caller's stream (it ended later)",
     "threads": "started host threads",
     "gpu_memory": "ran out of GPU memory, alone on the GPU",
-    # the static gate (engine.build.static_checks), before any GPU time
+    # the static gate (engine.compilation.static_checks), before any GPU time
     "static_size": "source over the size limit",
     "static_include": "includes a header outside the allow-list",
     "static_api": "source names a forbidden API (regex pre-filter)",

@@ -6,9 +6,9 @@ import hashlib
 from collections.abc import Sequence
 from pathlib import Path
 
-from engine.build.compile import CompileResult, source_hash
-from engine.build.static_checks import StaticResult
 from engine.campaign.executor import STATUS_OK, STATUS_REJECTED, CompiledCandidate, Outcome
+from engine.compilation.compile import CompileResult, source_hash
+from engine.compilation.static_checks import StaticResult
 from engine.problem import Layout, Problem
 
 GOOD_KERNEL = """\

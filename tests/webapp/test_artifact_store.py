@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from engine.build import compile as comp
 from engine.codegen.library import library
+from engine.compilation import compile as comp
 from engine.gpu import health_probe
 from engine.problem import Layout
 from engine.problem import Problem as EngineProblem

@@ -1,14 +1,14 @@
 """The artifact store (issue 7): successful compile-cache entries shared between machines through
 a Django storage, ``STORAGES["artifacts"]`` (``var/artifacts`` by default; any backend by setting).
 
-A compile step publishes each library it built (engine.build.cache_entries.pack_entry: one gzip'd
-tar per cache key, ``kernels/<key[:2]>/<key>.tar.gz``) unless the store has it. A GPU step fetches
-the entries of its batch that its own compile cache lacks and installs them
-(engine.build.cache_entries. install_entry: checked against the sha256s recorded at publish, written
-whole or not at all) before its child starts, so the child finds them as if built on its host. The
-keys are engine.build.compile's cache keys, computed on each side from the source, the archs for the
-problem's arch, the flags and the local nvcc and CUTLASS versions: machines with other toolchains
-never share an entry.
+A compile step publishes each library it built (engine.compilation.cache_entries.pack_entry: one
+gzip'd tar per cache key, ``kernels/<key[:2]>/<key>.tar.gz``) unless the store has it. A GPU step
+fetches the entries of its batch that its own compile cache lacks and installs them
+(engine.compilation.cache_entries. install_entry: checked against the sha256s recorded at publish,
+written whole or not at all) before its child starts, so the child finds them as if built on its
+host. The keys are engine.compilation.compile's cache keys, computed on each side from the source,
+the archs for the problem's arch, the flags and the local nvcc and CUTLASS versions: machines with
+other toolchains never share an entry.
 
 A store that is down, a key it lacks, an artifact refused by the checks: the GPU step's child
 compiles what is missing, as it does without a store. The batch functions never raise.
@@ -25,8 +25,8 @@ from django.conf import settings
 from django.core.files.base import ContentFile
 from django.core.files.storage import Storage, storages
 
-from engine.build.cache_entries import install_entry, pack_entry
-from engine.build.compile import config_keys, try_load
+from engine.compilation.cache_entries import install_entry, pack_entry
+from engine.compilation.compile import config_keys, try_load
 from engine.config import EngineConfig
 from engine.config import load as load_config
 
@@ -109,8 +109,8 @@ def artifacts_fetch_batch(
     *, candidates: Iterable[tuple[str, Mapping[str, Any]]], arch: str
 ) -> dict[str, Any]:
     """:func:`artifacts_fetch` for a GPU step's batch (``(family, knobs)`` per candidate) on a
-    GPU of ``arch``: the keys its child's engine.build.compile.compile_configs will look up. A store
-    (or a toolchain) that fails is logged, not raised: the child compiles what is missing."""
+    GPU of ``arch``: the keys its child's engine.compilation.compile.compile_configs will look up. A
+    store (or a toolchain) that fails is logged, not raised: the child compiles what is missing."""
     if not settings.GEMMFORGE_ARTIFACT_STORE:
         return {}
     from engine.codegen import get_family

@@ -12,7 +12,7 @@ from typing import IO, Any
 
 from django.utils.text import slugify
 
-from engine.build.compile import KernelResources, parse_ptxas
+from engine.compilation.compile import KernelResources, parse_ptxas
 from webapp.campaigns.models import Campaign, Candidate, Problem
 
 RESOURCE_COLUMNS = ("registers", "shared_bytes", "stack_bytes", "spill_stores_bytes")
@@ -23,7 +23,8 @@ def compile_report(compile_result: dict[str, Any] | None) -> dict[str, Any] | No
     """The compile record as the candidate page shows it; None when nothing was recorded.
 
     ``kernels``: one row per entry function and arch, from the record's ``resources`` or, when it
-    has none, parsed from its log with engine.build.compile.parse_ptxas; ``source`` says which.
+    has none, parsed from its log with engine.compilation.compile.parse_ptxas; ``source`` says
+    which.
     """
     if not compile_result:
         return None

@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from engine import abi
-from engine.build import triton_aot
-from engine.build.compile import BASE_FLAGS
 from engine.campaign.storage import CandidateRecord, SqliteStorage
 from engine.codegen import get_family
+from engine.compilation import triton_aot
+from engine.compilation.compile import BASE_FLAGS
 from engine.problem import Problem
 from engine.publish.bundle.buckets import Point, buckets
 from engine.publish.ratios import (
@@ -226,12 +226,12 @@ def kernel_from_record(problem: Problem, record: CandidateRecord) -> BundleKerne
 
 def bundled_source(source: str, archs: tuple[str, ...]) -> str:
     """What a bundle ships for ``source``: itself, or for a Triton kernel the launcher with its
-    compiled cubin in place (engine.build.triton_aot.self_contained), so that the bundle builds with
-    nvcc alone and runs without Triton. Builds the kernel (or takes it from the compile cache);
-    raises BundleError when it does not build."""
+    compiled cubin in place (engine.compilation.triton_aot.self_contained), so that the bundle
+    builds with nvcc alone and runs without Triton. Builds the kernel (or takes it from the compile
+    cache); raises BundleError when it does not build."""
     if not triton_aot.is_triton_source(source):
         return source
-    from engine.build.compile import compile_source
+    from engine.compilation.compile import compile_source
 
     built = compile_source(source, archs=archs)
     header = built.entry / triton_aot.HEADER_NAME if built.entry else None

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from engine.build.compile import CompileResult
 from engine.campaign.executor import Outcome, ReplayExecutor, ReplayTable
 from engine.campaign.loop import Campaign, CampaignSettings, reward_of
 from engine.campaign.space import SearchSpace
 from engine.campaign.storage import CandidateRecord, SqliteStorage
+from engine.compilation.compile import CompileResult
 from engine.problem import Problem
 from engine.propose.mix import make_proposers
 from engine.propose.policy import Policy

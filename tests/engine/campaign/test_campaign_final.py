@@ -92,9 +92,9 @@ def test_the_gpu_executor_verifies_a_batch_in_parallel_and_records_each_rejectio
 
 
 def test_a_top_kernel_that_fails_the_sanitizer_cannot_be_the_final_best(monkeypatch, tmp_path):
-    from engine.build.compile import CompileResult
     from engine.campaign import final
     from engine.campaign.loop import ProblemResult
+    from engine.compilation.compile import CompileResult
 
     records = [record("fast", 8.0), record("middle", 9.0), record("slow", 30.0)]
     result = ProblemResult(PROBLEM, records, stopped="budget")
@@ -135,9 +135,9 @@ def test_a_top_kernel_that_fails_the_sanitizer_cannot_be_the_final_best(monkeypa
 def test_finals_cut_short_resume_without_measuring_a_shape_or_sanitizing_a_kernel_twice(
     monkeypatch, tmp_path
 ):
-    from engine.build.compile import CompileResult
     from engine.campaign import final
     from engine.campaign.loop import ProblemResult
+    from engine.compilation.compile import CompileResult
 
     other = Problem(2048, 2048, 2048, Layout.NN)
     results = [
@@ -421,9 +421,9 @@ def test_one_child_re_measures_several_problems_on_the_gpu():
 
 
 def test_the_finals_report_each_shape_as_it_is_measured(monkeypatch, tmp_path):
-    from engine.build.compile import CompileResult
     from engine.campaign import final
     from engine.campaign.loop import ProblemResult
+    from engine.compilation.compile import CompileResult
 
     other = Problem(2048, 2048, 2048, Layout.NN)
     results = [
@@ -456,9 +456,9 @@ def test_the_finals_report_each_shape_as_it_is_measured(monkeypatch, tmp_path):
 def test_a_top_kernel_whose_source_changed_is_sanitized_and_measured_again(monkeypatch, tmp_path):
     """Same name, same knobs, another source (its family's template changed): the saved
     verdict and final are not its own."""
-    from engine.build.compile import CompileResult
     from engine.campaign import final
     from engine.campaign.loop import ProblemResult
+    from engine.compilation.compile import CompileResult
 
     results = [ProblemResult(PROBLEM, [record("a", 8.0)], stopped="budget")]
     source = ["old"]

@@ -18,10 +18,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from engine.build import compile as compile_module
 from engine.campaign import executor as executor_module
 from engine.campaign import gpu_step
 from engine.codegen.library import library
+from engine.compilation import compile as compile_module
 from engine.gpu import cuda_driver
 from engine.problem import Layout, Problem
 from engine.verify import verifier as verify_module
@@ -77,7 +77,7 @@ def test_verification_children_start_before_the_step_imports_torch(tmp_path):
         """
         import json, sys
         from types import SimpleNamespace
-        from engine.build import compile as compile_module
+        from engine.compilation import compile as compile_module
         from engine.campaign import gpu_step
         from engine.gpu import cuda_driver
         from engine.verify import verifier as verify_module

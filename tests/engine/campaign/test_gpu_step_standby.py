@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from engine.build.compile import compile_configs
 from engine.campaign.executor import STATUS_OK
 from engine.codegen import get_family
+from engine.compilation.compile import compile_configs
 from engine.gpu import cuda_driver
 from engine.isolation import processes, sandbox
 

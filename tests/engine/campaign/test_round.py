@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from engine.build.compile import CompileResult
 from engine.campaign.executor import Outcome, ReplayExecutor, ReplayTable
 from engine.campaign.round import (
     Round,
@@ -17,6 +16,7 @@ from engine.campaign.round import (
     compile_failure,
 )
 from engine.campaign.space import SearchSpace
+from engine.compilation.compile import CompileResult
 from engine.problem import Problem
 from engine.propose.mix import make_proposers
 from engine.propose.policy import Policy, PolicyFile

@@ -6,8 +6,8 @@ import dataclasses
 
 import pytest
 
-from engine.build import compile as comp
 from engine.codegen import FAMILIES, Sm80Config, Sm90Config, get_family
+from engine.compilation import compile as comp
 from engine.problem import Layout, Problem
 
 NN, TN = Layout.NN, Layout.TN

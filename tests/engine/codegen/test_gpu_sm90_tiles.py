@@ -48,7 +48,7 @@ SHAPES = ((1000, 1160, 520), (4096, 3072, 512))  # the first leaves a residue on
 
 @pytest.fixture(scope="module")
 def libraries() -> dict[str, str]:
-    from engine.build.compile import compile_configs
+    from engine.compilation.compile import compile_configs
     from engine.gpu import cuda_driver
 
     built = compile_configs(list(CONFIGS), target_arch=cuda_driver.local_arch())

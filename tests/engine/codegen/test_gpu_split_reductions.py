@@ -25,7 +25,7 @@ def config(reduction: str, splits: int) -> Sm80Config:
 
 @pytest.fixture(scope="module")
 def libraries() -> dict[tuple[str, int], str]:
-    from engine.build.compile import compile_configs
+    from engine.compilation.compile import compile_configs
     from engine.gpu import cuda_driver
 
     configs = [config(r, s) for r in REDUCTIONS for s in SPLITS]

@@ -52,7 +52,7 @@ def configs(layout: Layout) -> dict[str, TritonConfig]:
 
 @pytest.fixture(scope="module")
 def libraries() -> dict[tuple[str, Layout], Path]:
-    from engine.build.compile import compile_configs
+    from engine.compilation.compile import compile_configs
     from engine.gpu import cuda_driver
 
     wanted = {(name, layout): c for layout in Layout for name, c in configs(layout).items()}

@@ -11,10 +11,10 @@ import textwrap
 
 import pytest
 
-from engine.build import static_checks, triton_aot
 from engine.codegen import FAMILIES, TritonConfig, get_family
 from engine.codegen.library import library
 from engine.codegen.triton import INDUCTOR_MM_CONFIGS, inductor_configs
+from engine.compilation import static_checks, triton_aot
 from engine.problem import Layout, Problem
 
 triton_installed = pytest.mark.skipif(
@@ -130,7 +130,7 @@ def test_a_malformed_triton_block_is_an_error_with_a_reason():
 
 
 def test_the_cache_key_of_a_triton_source_names_tritons_version(monkeypatch):
-    from engine.build import compile as comp
+    from engine.compilation import compile as comp
 
     base = {
         "archs": ("sm_90a",),
@@ -169,7 +169,7 @@ LOAD_WITHOUT_TRITON = textwrap.dedent(
 def built(tmp_path_factory):
     """One split-K, persistent, TMA kernel (TN) built for sm_90a into a fresh cache, and its
     build through the candidate flags (shared CUDA runtime) for the symbol allow-list."""
-    from engine.build.compile import compile_source
+    from engine.compilation.compile import compile_source
     from engine.config import EngineConfig
 
     cache = tmp_path_factory.mktemp("triton-cache")
@@ -244,7 +244,7 @@ def test_the_library_passes_the_symbol_allow_list(built):
 @pytest.mark.nvcc
 @triton_installed
 def test_a_bundle_ships_the_compiled_kernel_and_builds_it_with_nvcc_alone(built, tmp_path):
-    from engine.build.compile import compile_source
+    from engine.compilation.compile import compile_source
     from engine.publish.bundle import bundled_source
 
     kernel, source, _result, _gated = built
@@ -261,7 +261,7 @@ def test_a_bundle_ships_the_compiled_kernel_and_builds_it_with_nvcc_alone(built,
 @pytest.mark.nvcc
 @triton_installed
 def test_a_triton_error_is_a_failed_build_with_its_log(engine_config):
-    from engine.build.compile import compile_source
+    from engine.compilation.compile import compile_source
 
     source = TritonConfig(layout=Layout.NN).render().replace("acc = tl.dot(a, b, acc)", "acc = ")
     result = compile_source(source, archs=("sm_90a",), config=engine_config)
@@ -343,7 +343,7 @@ def test_the_static_gate_refuses_triton_python_that_reaches_outside_triton(line,
 @pytest.mark.nvcc
 @triton_installed
 def test_the_build_refuses_such_python_before_running_it(engine_config, tmp_path):
-    from engine.build.compile import compile_source
+    from engine.compilation.compile import compile_source
 
     marker = tmp_path / "ran"
     line = f"open({str(marker)!r}, 'w').write('ran')"

@@ -70,7 +70,9 @@ def test_a_built_bundle_guards_dispatches_compiles_and_captures(tmp_path: Path):
     out = write_bundle([kernel], tmp_path / "b.zip", environment={}, title="gpu")
     root = tmp_path / "unpacked"
     zipfile.ZipFile(out).extractall(root)
-    env = {**os.environ, "PYTHONPATH": str(root)}
+    # the unpacked bundle first; nvidia-cutlass may be on the caller's path, not site-packages
+    pythonpath = os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "PYTHONPATH": pythonpath}
     built = subprocess.run(
         [sys.executable, "-m", "gemmforge_bundle.build"],
         cwd=root,

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from engine.build import triton_aot
 from engine.campaign.storage import CandidateRecord, SqliteStorage
 from engine.codegen import Sm80Config, Sm90Config
 from engine.codegen.triton import TritonConfig
+from engine.compilation import triton_aot
 from engine.problem import Problem
 from engine.publish.bundle import BundleError, best_kernels, kernel_from_record, serves
 
@@ -52,9 +52,9 @@ def test_a_triton_kernel_bundles_with_its_cubin_header_inlined(monkeypatch, tmp_
     config = first_valid(TritonConfig, PROBLEM)
     (tmp_path / triton_aot.HEADER_NAME).write_text("// the compiled cubin, as bytes\n")
     built = types.SimpleNamespace(ok=True, entry=tmp_path, error=None)
-    import engine.build.compile
+    import engine.compilation.compile
 
-    monkeypatch.setattr(engine.build.compile, "compile_source", lambda source, **_: built)
+    monkeypatch.setattr(engine.compilation.compile, "compile_source", lambda source, **_: built)
     kernel = kernel_from_record(PROBLEM, record(config))
     assert "// the compiled cubin, as bytes" in kernel.source
     assert f'#include "{triton_aot.HEADER_NAME}"' not in kernel.source
@@ -64,9 +64,9 @@ def test_a_triton_kernel_bundles_with_its_cubin_header_inlined(monkeypatch, tmp_
 def test_a_triton_kernel_that_does_not_build_is_a_bundle_error(monkeypatch):
     config = first_valid(TritonConfig, PROBLEM)
     failed = types.SimpleNamespace(ok=False, entry=None, error="ptxas died")
-    import engine.build.compile
+    import engine.compilation.compile
 
-    monkeypatch.setattr(engine.build.compile, "compile_source", lambda source, **_: failed)
+    monkeypatch.setattr(engine.compilation.compile, "compile_source", lambda source, **_: failed)
     with pytest.raises(BundleError, match="ptxas died"):
         kernel_from_record(PROBLEM, record(config))
 

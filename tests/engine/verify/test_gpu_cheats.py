@@ -14,9 +14,9 @@ from functools import cache
 
 import pytest
 
-from engine.build import static_checks as sc
-from engine.build.compile import CompileResult, compile_source
 from engine.codegen import KernelConfig, get_family
+from engine.compilation import static_checks as sc
+from engine.compilation.compile import CompileResult, compile_source
 from engine.isolation import processes
 from engine.isolation.forkserver import FORKED
 from engine.problem import Layout, Problem

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.build import static_checks as sc
-from engine.build.compile import CompileResult
+from engine.compilation import static_checks as sc
+from engine.compilation.compile import CompileResult
 from engine.problem import Problem
 from engine.verify import harness_kernels
 

@@ -1,5 +1,6 @@
-"""Compile-cache entries as artifacts (engine.build.cache_entries): packed on one machine, checked
-and installed whole into another machine's cache; the keys a GPU step needs, without compiling."""
+"""Compile-cache entries as artifacts (engine.compilation.cache_entries): packed on one machine,
+checked and installed whole into another machine's cache; the keys a GPU step needs, without
+compiling."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ import os
 
 import pytest
 
-from engine.build import cache_entries
-from engine.build import compile as comp
 from engine.codegen.library import library
+from engine.compilation import cache_entries
+from engine.compilation import compile as comp
 from engine.problem import Layout
 from tests.engine.compile_fakes import fake_nvcc, machine, tar_members, tar_of
 

@@ -6,8 +6,8 @@ from pathlib import Path
 from unittest import mock
 
 from engine import cli
-from engine.build.compile import CompileResult
 from engine.commands import prebuild
+from engine.compilation.compile import CompileResult
 
 
 def fake_result(ok: bool = True) -> CompileResult:

@@ -95,7 +95,7 @@ ALLOWED_HEADERS = frozenset(
         # the gemmforge ABI and the reference loop
         "gemmforge_abi.h",
         "reference_gemm.cuh",
-        # written by the build of a source that embeds a Triton kernel (engine.build.triton_aot)
+        # written by the build of a source embedding a Triton kernel (engine.compilation.triton_aot)
         "gemmforge_triton.h",
         # CUDA toolkit
         "cuda.h",
@@ -344,9 +344,9 @@ def check_source(source: str) -> StaticResult:
 
 
 def check_triton(source: str) -> list[Finding]:
-    """The Python of an embedded Triton kernel (engine.build.triton_aot), which the build runs: only
-    Triton and math, no builtin that reaches files or code, no private attributes."""
-    from engine.build import triton_aot
+    """The Python of an embedded Triton kernel (engine.compilation.triton_aot), which the build
+    runs: only Triton and math, no builtin that reaches files or code, no private attributes."""
+    from engine.compilation import triton_aot
 
     if not triton_aot.is_triton_source(source):
         return []

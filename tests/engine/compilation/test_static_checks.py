@@ -1,5 +1,5 @@
-"""The static gate (engine.build.static_checks): every cheat whose expected reason is a static one
-is rejected with it, before any GPU time; honest sources and libraries pass.
+"""The static gate (engine.compilation.static_checks): every cheat whose expected reason is a static
+one is rejected with it, before any GPU time; honest sources and libraries pass.
 
 cuBLAS wrapped in the ABI (tests/fixtures/good_kernels/cublas_wrapped.cu) is a harness fixture,
 not a candidate: it includes and links cuBLAS by design and never goes through the gate.
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.build import static_checks as sc
-from engine.build.compile import compile_many
+from engine.compilation import static_checks as sc
+from engine.compilation.compile import compile_many
 from engine.problem import Layout
 from engine.verify import harness_kernels
 from engine.verify.verifier import REASONS
@@ -343,9 +343,9 @@ def test_runtime_cheats_and_the_reference_pass_the_symbol_check(built_candidates
 @pytest.mark.parametrize("family", ["sm90", "sm80"])
 def test_a_family_build_passes_the_symbol_check(family):
     """One CUTLASS build per family with the candidate flags (~60-70 s each; cached)."""
-    from engine.build.compile import compile_source
     from engine.codegen.sm80 import Sm80Config
     from engine.codegen.sm90 import Sm90Config
+    from engine.compilation.compile import compile_source
 
     config = Sm90Config(layout=Layout.TN) if family == "sm90" else Sm80Config(layout=Layout.NN)
     built = compile_source(config.render(), archs=config.archs, extra_flags=sc.candidate_flags())

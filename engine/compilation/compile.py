@@ -10,9 +10,9 @@ where ``key`` hashes the source, target archs, flags, libraries, the nvcc and CU
 again and builds in a temporary folder that is renamed into place, so concurrent workers never see
 half an entry. Failed builds are cached too (with their log), timed-out ones are not.
 
-A source that embeds a Triton kernel (engine.build.triton_aot) is built in two steps in the same
-sandbox: the Triton kernel is compiled for the first arch into ``gemmforge_triton.h`` (its cubin),
-then nvcc builds the launcher that includes it. Its key also hashes Triton's version.
+A source that embeds a Triton kernel (engine.compilation.triton_aot) is built in two steps in the
+same sandbox: the Triton kernel is compiled for the first arch into ``gemmforge_triton.h`` (its
+cubin), then nvcc builds the launcher that includes it. Its key also hashes Triton's version.
 
 nvcc errors and timeouts are data (``CompileResult.ok`` is False); exceptions are raised only for
 setup errors (:class:`CompileSetupError`: no nvcc, no CUTLASS headers, Triton missing for a
@@ -41,7 +41,7 @@ from typing import Any
 from filelock import FileLock
 
 from engine import abi
-from engine.build import triton_aot
+from engine.compilation import triton_aot
 from engine.config import EngineConfig
 from engine.config import load as load_config
 from engine.isolation import processes, sandbox
@@ -543,8 +543,7 @@ def _triton_step(
             filter(None, [str(sandbox.REPO_ROOT), env.get("PYTHONPATH")])
         ),
     }
-    argv = [sys.executable, "-m", "engine.build.triton_aot", SOURCE_NAME, triton_aot.HEADER_NAME]
-    argv.append(arch)
+    argv = [sys.executable, "-m", triton_aot.__name__, SOURCE_NAME, triton_aot.HEADER_NAME, arch]
     return processes.run(argv, timeout=timeout, cwd=work, env=child_env, policy=policy)
 
 

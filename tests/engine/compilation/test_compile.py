@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.build import compile as comp
+from engine.compilation import compile as comp
 from engine.config import EngineConfig
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"

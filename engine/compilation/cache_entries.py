@@ -1,23 +1,23 @@
 """Compile-cache entries as bytes, for a store that machines share (issue 7).
 
-A compile worker packs one successful entry of the compile cache (engine.build.compile's layout:
-``kernel.cu``, ``lib.so``, ``result.json``, ``build.log``) into an *artifact*: a gzip'd tar of
-those files and a manifest (``artifact.json``: the cache key, each file's sha256 and size, the
+A compile worker packs one successful entry of the compile cache (engine.compilation.compile's
+layout: ``kernel.cu``, ``lib.so``, ``result.json``, ``build.log``) into an *artifact*: a gzip'd tar
+of those files and a manifest (``artifact.json``: the cache key, each file's sha256 and size, the
 sha256 of the ABI header the kernel included, and where and when it was packed). A GPU worker
-installs an artifact into its own compile cache, where engine.build.compile.try_load (and so the GPU
-step) finds it.
+installs an artifact into its own compile cache, where engine.compilation.compile.try_load (and so
+the GPU step) finds it.
 
-The artifact's name is engine.build.compile's cache key, a sha256 over the source, archs, flags,
-libraries and the nvcc and CUTLASS versions. The key does not cover the engine's own header
-(``engine/cuda/gemmforge_abi.h``, included by every kernel) nor the host compiler and C library,
-so the manifest records them: an artifact packed against another ABI header is refused; the host
-facts are for diagnosis.
+The artifact's name is engine.compilation.compile's cache key, a sha256 over the source, archs,
+flags, libraries and the nvcc and CUTLASS versions. The key does not cover the engine's own header
+(``engine/cuda/gemmforge_abi.h``, included by every kernel) nor the host compiler and C library, so
+the manifest records them: an artifact packed against another ABI header is refused; the host facts
+are for diagnosis.
 
 Installing checks everything before writing anything: the tar holds only the expected plain
 files, each matches its recorded sha256 (the library's included), the result says ``ok`` for this
 very key and its source hash is the source's. The entry is written to a temporary folder beside
-its place and renamed into it under the entry's file lock (engine.build.compile's), so the cache
-never holds half an entry. A refusal is data (:class:`Installed`), never an exception.
+its place and renamed into it under the entry's file lock (engine.compilation.compile's), so the
+cache never holds half an entry. A refusal is data (:class:`Installed`), never an exception.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from pathlib import Path
 from filelock import FileLock
 
 from engine import abi
-from engine.build.compile import (
+from engine.compilation.compile import (
     CACHE_FORMAT_VERSION,
     LIBRARY_NAME,
     LOG_NAME,

@@ -10,13 +10,13 @@ A Triton candidate is one ``.cu`` file: a launcher behind the kernel C ABI that 
     <Python source defining the @triton.jit kernel>
     gemmforge-triton */
 
-engine.build.compile builds such a source in two steps, both in its sandbox: this module, run as
-``python -m engine.build.triton_aot kernel.cu gemmforge_triton.h sm_90a``, compiles the kernel with
-``triton.compile`` for the arch (``GPUTarget("cuda", 90, 32)`` for sm_90a: Triton's own
-target, so no GPU is asked) and writes the header — the cubin as bytes and the facts a launch
-needs (entry name, warps, dynamic shared memory, global scratch per program); then nvcc builds
-the launcher into the library. Triton ≥ 3.3 kernels take two more pointers after their own
-parameters (global and profile scratch); the launcher passes them.
+engine.compilation.compile builds such a source in two steps, both in its sandbox: this module, run
+as ``python -m engine.compilation.triton_aot kernel.cu gemmforge_triton.h sm_90a``, compiles the
+kernel with ``triton.compile`` for the arch (``GPUTarget("cuda", 90, 32)`` for sm_90a: Triton's own
+target, so no GPU is asked) and writes the header — the cubin as bytes and the facts a launch needs
+(entry name, warps, dynamic shared memory, global scratch per program); then nvcc builds the
+launcher into the library. Triton ≥ 3.3 kernels take two more pointers after their own parameters
+(global and profile scratch); the launcher passes them.
 
 Why not ``triton.tools.compile`` (Triton's AOT tool)? Its C launcher uses the driver API
 (cuModuleLoadData per context, -lcuda), exits the process on a CUDA error, hard-codes device 0
@@ -208,7 +208,7 @@ def render_header(
         rows.append("  " + ", ".join(f"0x{b:02x}" for b in cubin[i : i + 24]) + ",")
     body = "\n".join(rows)
     return (
-        "// Written by engine/build/triton_aot.py at build time: the Triton kernel's cubin\n"
+        "// Written by engine/compilation/triton_aot.py at build time: the Triton kernel's cubin\n"
         "// and what launching it needs. Not a source: the build makes it again from kernel.cu.\n"
         "#pragma once\n"
         f'#define GEMMFORGE_TRITON_NAME "{name}"\n'
@@ -253,7 +253,8 @@ def compile_kernel(source: str, arch: str, workdir: Path) -> str:  # pragma: no 
         if name in kernel.arg_names
     }
     ast = ASTSource(fn=kernel, signature=spec.signature, constexprs=spec.constexprs, attrs=attrs)
-    knobs.nvidia.dump_ptxas_log = True  # ptxas -v on stdout: engine.build.compile parses the report
+    # ptxas -v on stdout: engine.compilation.compile parses the report
+    knobs.nvidia.dump_ptxas_log = True
     compiled = triton.compile(
         ast,
         target=GPUTarget("cuda", capability(arch), 32),
@@ -278,7 +279,8 @@ def compile_kernel(source: str, arch: str, workdir: Path) -> str:  # pragma: no 
 
 def main(argv: list[str]) -> int:  # pragma: no cover - run as a build child
     if len(argv) != 3:
-        print("usage: python -m engine.build.triton_aot SOURCE.cu HEADER.h ARCH", file=sys.stderr)
+        usage = "usage: python -m engine.compilation.triton_aot SOURCE.cu HEADER.h ARCH"
+        print(usage, file=sys.stderr)
         return 2
     sys.dont_write_bytecode = True  # nothing but the header and the kernel's source is left
     source, header, arch = Path(argv[0]), Path(argv[1]), argv[2]
