@@ -17,10 +17,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from engine.codegen import KernelConfig, get_family
+from engine.config import load as load_engine_config
+from engine.gpu import cuda_driver, mps
 from engine.problem import Problem
 from engine.publish.ratios import baseline_runner, quartiles
 from engine.timing import cublaslt_kernels
 from engine.timing.phases import Phases
+from engine.verify import audit as audit_module
+from engine.verify import verifier as verify_module
+from engine.verify.audit import audit_trigger
 
 if TYPE_CHECKING:
     from engine.gpu.runtime import BaselineLibrary
@@ -110,8 +115,6 @@ class LocalGpuExecutor:
         shim: BaselineLibrary | None = None,
         auditor: Callable[..., Any] | None = None,
     ) -> None:
-        from engine.verify import audit as audit_module
-
         # suspiciously fast candidates are audited before their time counts (engine.verify.audit)
         self.auditor = auditor or audit_module.audit
         self.device_seconds = device_seconds
@@ -126,8 +129,6 @@ class LocalGpuExecutor:
         self._fork_server_folder: Any = None
         self._warm: WarmPool | None = None  # for the next batch
         self._after_verification = after_verification or self._warm_next_batch
-        from engine.config import load as load_engine_config
-        from engine.gpu import mps
 
         engine_config = load_engine_config()
         # verification children as clients of an MPS server (ENGINE_VERIFY_MPS, engine.gpu.mps)
@@ -153,7 +154,6 @@ class LocalGpuExecutor:
         the caller (engine.campaign.gpu_step starts them before it imports torch). ``phases`` gets
         the time breakdown (engine.timing.phases)."""
         from engine.timing import measure as measure_module
-        from engine.verify import verifier as verify_module
 
         phases = phases if phases is not None else Phases()
         started = time.monotonic()
@@ -248,7 +248,6 @@ class LocalGpuExecutor:
         """``outcome``, or, for a candidate the audit rule picks (engine.verify.audit), what its
         audit says: rejected with the failing step's reason, or its time in the audit's fresh
         process."""
-        from engine.verify.audit import audit_trigger
 
         floor = float(record["protocols"][self.protocols[0]].get("floor_seconds", 0.0))
         trigger = audit_trigger(outcome.seconds or 0.0, outcome.baselines, floor)
@@ -274,7 +273,6 @@ class LocalGpuExecutor:
     def _verification_fork_server(self) -> Any:
         """One fork server for every batch this executor verifies itself (it imports torch
         once); a new one if it died; False (fresh children) when ENGINE_VERIFY_FORK_SERVER=off."""
-        from engine.verify import verifier as verify_module
 
         if not verify_module.fork_server_on():
             return False
@@ -285,8 +283,6 @@ class LocalGpuExecutor:
     def _warm_next_batch(self) -> None:
         """With ENGINE_VERIFY_WARM set and a fork server: the next batch's warm verifiers, one
         per verification job, forked now."""
-        from engine.config import load as load_engine_config
-        from engine.verify import verifier as verify_module
 
         if load_engine_config().verify_warm == "off":
             return
@@ -370,9 +366,7 @@ def _with_gpu_seconds(outcome: Outcome, seconds: float) -> Outcome:
 
 
 def _local_arch() -> str:
-    from engine.gpu.cuda_driver import local_arch
-
-    return local_arch()
+    return cuda_driver.local_arch()
 
 
 # -- recorded measurements -------------------------------------------------------------------

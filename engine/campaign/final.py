@@ -23,7 +23,9 @@ from engine.campaign.executor import STATUS_OK
 from engine.campaign.storage import CandidateRecord
 from engine.codegen import KernelConfig, get_family
 from engine.compilation.compile import CompileResult
+from engine.config import load as load_config
 from engine.isolation import processes, sandbox
+from engine.llm.evaluate import SourceKernel, default_builder
 from engine.problem import Layout, Problem
 from engine.publish.ratios import quartiles
 from engine.timing import cublaslt_kernels
@@ -44,8 +46,6 @@ def top_records(records: Sequence[CandidateRecord], baseline: str, k: int) -> li
 def config_of(record: CandidateRecord) -> Any:
     """The record's kernel: a family config, or a model-written source (engine.llm)."""
     if record.source is not None:
-        from engine.llm.evaluate import SourceKernel
-
         return SourceKernel(record.source, Layout.parse(str(record.knobs.get("layout", "nn"))))
     return get_family(record.family).from_knobs(dict(record.knobs))
 
@@ -53,7 +53,6 @@ def config_of(record: CandidateRecord) -> Any:
 def compile_sources(kernels: Sequence[Any]) -> list[CompileResult]:
     """Model-written kernels built as the campaign built them (engine.llm.evaluate: the
     candidate flags, each layout's define), through the compile cache."""
-    from engine.llm.evaluate import default_builder
 
     build = default_builder()
     out: list[CompileResult] = []
@@ -403,7 +402,6 @@ def main(argv: list[str]) -> int:
 
     import torch
 
-    from engine.config import load as load_config
     from engine.timing.measure import load_shim, measure
 
     spec = json.loads(Path(argv[0]).read_text())

@@ -36,10 +36,22 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from engine.campaign.executor import (
+    STATUS_COMPILE_ERROR,
+    CompiledCandidate,
+    LocalGpuExecutor,
+    Outcome,
+    ReplayExecutor,
+    ReplayTable,
+)
 from engine.codegen import get_family
+from engine.compilation import compile as compile_module
+from engine.config import load as load_config
+from engine.gpu import cuda_driver
 from engine.problem import Problem
 from engine.timing.phases import Phases
 from engine.timing.protocol_names import PROTOCOLS
+from engine.verify import verifier as verify_module
 
 if TYPE_CHECKING:
     from engine.gpu.runtime import BaselineLibrary
@@ -96,8 +108,6 @@ def run_batch(
     configs = [get_family(c["family"]).from_knobs(c["knobs"]) for c in batch]
     if executor_spec.startswith("replay:"):
         with phases("imports"):
-            from engine.campaign.executor import CompiledCandidate, ReplayExecutor, ReplayTable
-
             table = ReplayTable.load([executor_spec[len("replay:") :]])
             executor = ReplayExecutor(table, protocol=protocol)
         if delay_s:
@@ -142,9 +152,6 @@ def run_local(
     this process imports torch, and run while it imports torch and sets up the measurement
     (with ``warmed``, they and this process's context were made before the step came)."""
     warmed = warmed or Warmed()
-    from engine.compilation import compile as compile_module
-    from engine.gpu import cuda_driver
-    from engine.verify import verifier as verify_module
 
     with phases("compile_lookup"):
         arch = cuda_driver.local_arch()
@@ -159,13 +166,6 @@ def run_local(
         warm=warmed.verifiers,
     )
     with phases("imports"):
-        from engine.campaign.executor import (
-            STATUS_COMPILE_ERROR,
-            CompiledCandidate,
-            LocalGpuExecutor,
-            Outcome,
-        )
-
         executor = LocalGpuExecutor(
             protocols=(protocol,),
             arch=arch,
@@ -194,9 +194,6 @@ def standby(args: argparse.Namespace) -> int:
     server = None
     warm_after = None
     if args.executor == "local":
-        from engine.config import load as load_config
-        from engine.verify import verifier as verify_module
-
         if verify_module.fork_server_on():
             server, _folder = verify_module.new_fork_server(start=True)
             if load_config().verify_warm != "off":
@@ -242,7 +239,6 @@ def wait_for_step(
 def warm_up(server: ForkServer, verifiers: int) -> Warmed:
     """The warm verifiers first (their contexts take turns with ours), then this process's
     context and shim."""
-    from engine.verify import verifier as verify_module
 
     pool = verify_module.WarmPool.for_this_process(server, verifiers)
     return Warmed(pool, prepare_measurement())
@@ -254,7 +250,6 @@ def prepare_measurement() -> BaselineLibrary | None:
     it)."""
     import torch
 
-    from engine.config import load as load_config
     from engine.timing import measure
 
     try:

@@ -8,10 +8,9 @@ the best speedup in the table for that problem; "to 95 %" is the number of candi
 ratio reaches 0.95.
 
 The default table is the 2026-12-03 H200 library sweep (library-run2.json, which already holds
-run 1's rows: loading both files would count nothing twice, as rows are keyed by problem, but adds
-nothing either): 192 NN configs timed on 24 shapes and 64 TN configs on 4 of them. The older
-family-sweep reports (6–24 configs per problem) load the same way through ``--table``.
-"""
+the first sweep's rows: loading both files would count nothing twice, as rows are keyed by problem,
+but adds nothing either): 192 NN configs timed on 24 shapes and 64 TN configs on 4 of them. The
+older family-sweep reports (6–24 configs per problem) load the same way through ``--table``. """
 
 from __future__ import annotations
 

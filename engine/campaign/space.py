@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from engine.codegen import FAMILIES, KernelConfig
+from engine.codegen.library import LIBRARIES, library
 from engine.problem import Layout, Problem
 
 DEFAULT_FAMILIES_BY_ARCH = {"sm_90": ("sm90", "sm80"), "sm_90a": ("sm90", "sm80")}
@@ -80,7 +81,6 @@ class SearchSpace:
     ) -> SearchSpace:
         """Every valid config of ``families``; for a family in CURATED_IN_FULL, beside others,
         its curated library configs only."""
-        from engine.codegen.library import library
 
         def configs_of(family: str) -> Iterable[KernelConfig]:
             if family in CURATED_IN_FULL and len(families) > 1:
@@ -95,7 +95,6 @@ class SearchSpace:
         cls, problem: Problem, *, families: Sequence[str], arch: str | None = None
     ) -> SearchSpace:
         """The curated library configs of ``families`` that are valid for ``problem``."""
-        from engine.codegen.library import LIBRARIES, library
 
         configs = [c for f in families if f in LIBRARIES for c in library(f, problem.layout)]
         return cls.from_configs(problem, configs, arch=arch)

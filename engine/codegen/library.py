@@ -38,25 +38,27 @@ SM90_SWIZZLED_PINGPONG_TILE = (128, 128, 64)
 SM90_PINGPONG_RASTERS = ("m", "n")
 SM90_PINGPONG_SWIZZLES = (2, 4, 8)
 # Deep split-K on Hopper's own kernel for small M·N with a long K: on the sm80 family 16 splits
-# took 128×128×12288 from 0.42× to 0.77× cuBLASLt-autotune (run 12), with a second kernel for
-# the reduction; CUTLASS's stream-K scheduler reduces in the kernel (bench/NOTES.md §15).
+# took 128×128×12288 from 0.42× to 0.77× cuBLASLt-autotune (bench/results/2026-12-04-h200-run12),
+# with a second kernel for the reduction; CUTLASS's stream-K scheduler reduces in the kernel
+# (bench/NOTES.md §15).
 SM90_DEEP_SPLIT_TILES = ((128, 64, 64), (128, 128, 64))
 SM90_DEEP_SPLITS = (4, 8, 16)
 # Warpgroups split along N (the cooperative kernel): cuBLASLt-autotune's 192×192 tile on
-# 16384×12288×512, the worst of the large shapes (0.875×, run 14), where our best was a 128×128
-# ping-pong; the heuristic's 128×320 on 16384×4096×8192 (0.971×); and 128×256, the tile cuBLASLt
-# runs on the short-K wide shapes, split the other way.
+# 16384×12288×512, the worst of the large shapes (0.875×, bench/results/2026-12-05-h200-run14),
+# where our best was a 128×128 ping-pong; the heuristic's 128×320 on 16384×4096×8192 (0.971×); and
+# 128×256, the tile cuBLASLt runs on the short-K wide shapes, split the other way.
 SM90_SPLIT_N_TILES = ((192, 192, 64), (128, 320, 64), (128, 256, 64))
 # Tiles M below 64 (the transposed problem: the wgmma's M runs along N): cuBLASLt-autotune's
-# tiles on 13 of the 80 grid problems are 8–48 rows (run 14's finals), where the library had only
-# the sm80 family's mma.sync kernels. Ping-pong 64-wide, and 32×128 cooperative with stream-K's
-# split-K for the long-K ones (cuBLASLt: 32×64 with 9–12 splits on 128×128×12288/16384). The
-# family offers 16, 32 and 48 rows: CUTLASS 4.2 does not build 8 (NN) or 24 (TN) here.
+# tiles on 13 of the 80 grid problems are 8–48 rows (bench/results/2026-12-05-h200-run14 finals),
+# where the library had only the sm80 family's mma.sync kernels. Ping-pong 64-wide, and 32×128
+# cooperative with stream-K's split-K for the long-K ones (cuBLASLt: 32×64 with 9–12 splits on
+# 128×128×12288/16384). The family offers 16, 32 and 48 rows: CUTLASS 4.2 does not build 8 (NN) or
+# 24 (TN) here.
 SM90_TRANSPOSED_TILES = ((16, 64, 64), (32, 64, 64), (48, 64, 64))
 # A 64x128 (ping-pong) or 128x128 (cooperative) TMA epilogue tile instead of the builder's 32
 # columns: a quarter of the epilogue's steps (store, fence, barrier) where they dominate, on the
-# short-K wide shapes (K 64–512, 0.90–0.95× in run 14), for the tiles that won or that cuBLASLt
-# runs there.
+# short-K wide shapes (K 64–512, 0.90–0.95× in bench/results/2026-12-05-h200-run14), for the tiles
+# that won or that cuBLASLt runs there.
 SM90_WIDE_EPILOGUE_TILES = (((128, 128, 64), "pingpong"), ((128, 256, 64), "coop"))
 SM90_TRANSPOSED_SPLIT_TILE = (32, 128, 64)
 SM90_TRANSPOSED_SPLITS = (8, 16)
@@ -77,7 +79,8 @@ SM80_TILES = (
 SM80_STAGES = (3, 4)
 SM80_SPLITS = (1, 2, 4)
 # Deep split-K for small M·N with a long K: at 128×128×12288 the best library kernel reached only
-# 0.42× cuBLASLt-autotune with ≤ 4 splits (8 CTAs of 32×64 for 132 SMs; run 11's grid64).
+# 0.42× cuBLASLt-autotune with ≤ 4 splits (8 CTAs of 32×64 for 132 SMs;
+# bench/results/2026-12-04-h200-run11).
 SM80_DEEP_SPLIT_TILES = ((32, 64, 64, 1, 2), (64, 64, 64, 2, 2), (32, 128, 64, 1, 4))
 SM80_DEEP_SPLITS = (8, 16, 32)
 # The same deep tiles with the split reduction fused (sm_90, bench/NOTES.md §18): launched with

@@ -6,7 +6,11 @@ import argparse
 import sys
 from pathlib import Path
 
+from engine.campaign.final import SavedFinals, kernel_id
+from engine.campaign.storage import SqliteStorage
+from engine.compilation.compile import source_hash
 from engine.problem import ProblemError
+from engine.publish.bundle import best_kernels, bundle_headline, write_bundle
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -38,8 +42,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def sanitized_in(finals: Path):
     """Whether a bundle kernel passed compute-sanitizer in the campaign's finals (the verdicts
     engine.campaign.final.SavedFinals keeps, by kernel name and source)."""
-    from engine.campaign.final import SavedFinals, kernel_id
-    from engine.compilation.compile import source_hash
 
     saved = SavedFinals(finals if finals.is_file() else None)
 
@@ -56,9 +58,6 @@ def finals_path(db: Path) -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine.campaign.storage import SqliteStorage
-    from engine.publish.bundle import best_kernels, bundle_headline, write_bundle
-
     if not args.db.is_file():
         raise SystemExit(f"error: no such campaign database: {args.db}")
     storage = SqliteStorage(args.db)

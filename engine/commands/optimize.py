@@ -31,6 +31,9 @@ from engine.campaign.storage import CandidateRecord, SqliteStorage
 from engine.codegen import FAMILIES
 from engine.commands.common import torch_baselines
 from engine.config import load as load_config
+from engine.llm.backends import BackendSpec, make_backend
+from engine.llm.evaluate import SourceCompiler
+from engine.llm.proposer import LLMProposer
 from engine.problem import Layout, Problem, ProblemError
 from engine.propose.mirror import MirrorFileError, load_targets, with_exact_mirrors
 from engine.propose.mix import INPUT_PROPOSER_NAMES, PROPOSER_NAMES, make_proposers
@@ -45,6 +48,7 @@ from engine.propose.policy import (
 from engine.publish.bundle.buckets import expand_shapes
 from engine.timing.baseline_names import TORCH_TUNED
 from engine.timing.protocol_names import DEFAULT_PROTOCOL, PROTOCOLS
+from engine.verify import sanitize
 
 CLI_PROPOSERS = (*PROPOSER_NAMES, *INPUT_PROPOSER_NAMES, "llm")
 
@@ -272,7 +276,6 @@ def run(args: argparse.Namespace) -> int:
         families = chosen_families(args, executor.arch)
 
         if args.space == "library":
-
             def space_for(problem: Problem) -> SearchSpace:
                 space = SearchSpace.library(problem, families=families)
                 if not targets or "sm90" not in families:
@@ -281,7 +284,6 @@ def run(args: argparse.Namespace) -> int:
                 return with_exact_mirrors(space, targets.get(problem.key, ()))
 
         else:
-
             def space_for(problem: Problem) -> SearchSpace:
                 return SearchSpace.full(problem, families=families)
 
@@ -391,9 +393,6 @@ def run(args: argparse.Namespace) -> int:
 def llm_proposer(args: argparse.Namespace, compile_family, cublaslt_kernels=None):
     """(LLMProposer, its SourceCompiler) for the backend the arguments name; its prompts say
     what cuBLASLt runs on each problem where ``cublaslt_kernels`` knows it."""
-    from engine.llm.backends import BackendSpec, make_backend
-    from engine.llm.evaluate import SourceCompiler
-    from engine.llm.proposer import LLMProposer
 
     spec = BackendSpec(
         kind=args.llm_backend,
@@ -432,10 +431,9 @@ def pretrain(policy: Policy, tables: list[Path], *, baseline: str, steps: int) -
 
 def sanitize_library(library: Path, *, layout: Layout):
     """The sanitizers on ``library`` at their small unaligned problem, in the campaign's layout
-    (run 13's TN kernels were sanitized as NN: the same bytes, another label)."""
-    from engine.verify.sanitize import sanitize, sanitize_problem
+    (a TN kernel sanitized as NN is the same bytes under another label)."""
 
-    return sanitize(library, sanitize_problem(layout), timeout=60)
+    return sanitize.sanitize(library, sanitize.sanitize_problem(layout), timeout=60)
 
 
 def print_finals(finals: dict, baseline: str) -> None:

@@ -15,6 +15,7 @@ from engine.campaign.replay_benchmark import (
     write_plot,
     write_report,
 )
+from engine.propose.policy import Policy, policy_families
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -75,8 +76,6 @@ def run(args: argparse.Namespace) -> int:
     table = ReplayTable.load(tables)
     start_policy = None
     if args.policy is not None:
-        from engine.propose.policy import Policy, policy_families
-
         start_policy = Policy.load(args.policy, policy_families(table.arch))
         if start_policy is None:
             raise SystemExit(f"error: {args.policy} holds no policy for {table.arch}'s space")

@@ -1,4 +1,4 @@
-"""``python -m engine report RESULTS.json ... --out DIR``: the published report (issue 11)."""
+"""``python -m engine report RESULTS.json ... --out DIR``: the published report."""
 
 from __future__ import annotations
 

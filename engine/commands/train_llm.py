@@ -6,6 +6,9 @@ import argparse
 import json
 from pathlib import Path
 
+from engine.campaign.executor import LocalGpuExecutor, ReplayExecutor, ReplayTable
+from engine.llm.evaluate import ChainEvaluator
+from engine.llm.train import TrainSettings, train_grpo
 from engine.problem import Layout, Problem, ProblemError
 
 
@@ -37,9 +40,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from transformers import AutoTokenizer
 
-    from engine.campaign.executor import LocalGpuExecutor, ReplayExecutor, ReplayTable
-    from engine.llm.evaluate import ChainEvaluator
-    from engine.llm.train import TrainSettings, train_grpo
 
     try:
         problems = [Problem.parse(s, args.layout) for s in args.shapes.split(",") if s.strip()]

@@ -1,4 +1,4 @@
-"""Compile-cache entries as bytes, for a store that machines share (issue 7).
+"""Compile-cache entries as bytes, for a store that machines share.
 
 A compile worker packs one successful entry of the compile cache (engine.compilation.compile's
 layout: ``kernel.cu``, ``lib.so``, ``result.json``, ``build.log``) into an *artifact*: a gzip'd tar

@@ -2,7 +2,6 @@
 
 Every kernel library is built with the same nvcc command line (see :func:`nvcc_command`) into a
 content-addressed cache::
-
     <cache>/kernels/<key[:2]>/<key>/{kernel.cu, lib.so, result.json, build.log}
 
 where ``key`` hashes the source, target archs, flags, libraries, the nvcc and CUTLASS versions and
@@ -41,6 +40,7 @@ from typing import Any
 from filelock import FileLock
 
 from engine import abi
+from engine.codegen import get_family
 from engine.compilation import triton_aot
 from engine.config import EngineConfig
 from engine.config import load as load_config
@@ -321,7 +321,6 @@ def parse_ptxas(log: str) -> tuple[KernelResources, ...]:
     """Per-entry resources from nvcc ``-Xptxas -v`` output (pure; unknown lines are ignored).
 
     ptxas reports, for each entry and arch::
-
         ptxas info    : Compiling entry function '<name>' for '<arch>'
         ptxas info    : Function properties for <name>
             <n> bytes stack frame, <n> bytes spill stores, <n> bytes spill loads
@@ -602,7 +601,6 @@ def compile_configs(
     before it does.
 
     ``target_arch`` (the GPU's, e.g. ``sm_90``) builds only the SASS that GPU runs."""
-    from engine.codegen import get_family
 
     results: list[CompileResult | None] = [None] * len(configs)
     families = sorted({c.FAMILY for c in configs})
@@ -626,7 +624,6 @@ def config_keys(
     under, in order, without compiling: what a GPU step fetches from a shared artifact store.
 
     Raises :class:`CompileSetupError` when nvcc or the CUTLASS headers are missing."""
-    from engine.codegen import get_family
 
     config = config or load_config()
     return [

@@ -1,7 +1,6 @@
 """The static gate: checks on a candidate's source before any GPU time, and on its built library.
 
 Two stages, each returning a :class:`StaticResult` (a rejection is data, never an exception):
-
 * :func:`check_source` — size (≤ :data:`MAX_SOURCE_BYTES`), the ``#include`` allow-list, and a
   regex pre-filter for forbidden APIs (streams, syncs, allocation, L2 policy, cuBLAS, dynamic
   loading, threads and processes, files and the environment, token pasting). The regex scan is a
@@ -34,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from engine.compilation import triton_aot
 from engine.isolation import processes
 
 MAX_SOURCE_BYTES = 256 * 1024
@@ -346,7 +346,6 @@ def check_source(source: str) -> StaticResult:
 def check_triton(source: str) -> list[Finding]:
     """The Python of an embedded Triton kernel (engine.compilation.triton_aot), which the build
     runs: only Triton and math, no builtin that reaches files or code, no private attributes."""
-    from engine.compilation import triton_aot
 
     if not triton_aot.is_triton_source(source):
         return []

@@ -10,6 +10,7 @@ import socket
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from engine.compilation.compile import cutlass_version, nvcc_version
 from engine.isolation import processes
 
 _SMI_FIELDS = (
@@ -69,7 +70,6 @@ def nvidia_smi() -> dict[str, str]:
 def collect(*, cublaslt_version: int | None = None) -> GpuEnvironment:
     import torch
 
-    from engine.compilation.compile import cutlass_version, nvcc_version
 
     props = torch.cuda.get_device_properties(0)
     smi = nvidia_smi()

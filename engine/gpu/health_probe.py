@@ -8,7 +8,8 @@ so a fault in the fast path costs time, never a healthy GPU's queue.
 :func:`check`, the worker's per-step probe, asks a resident probe first: a child that keeps its
 context, its probe kernel and NVML open (``cuda_driver.py serve``) and answers without a process
 start or a context, which is what the fresh processes spend ≈ 0.75 s on while the next step's
-verifiers create their contexts (run 14). Whatever it cannot answer, the fresh probe decides."""
+verifiers create their contexts (bench/results/2026-12-05-h200-run14). Whatever it cannot answer,
+the fresh probe decides."""
 
 from __future__ import annotations
 
@@ -43,7 +44,7 @@ class Health:
 def probe(device: str = "0", *, timeout: float = float(processes.Timeout.PROBE)) -> Health:
     """Never raises for a sick GPU (that is the result). nvidia-smi and the driver probe run
     side by side: each is a process start and a call into the driver, ≈ 0.36 s of every GPU step
-    on the H200 one after the other (run 13)."""
+    on the H200 one after the other (bench/results/2026-12-04-h200-run13)."""
     if not _have("nvidia-smi"):
         return Health(False, "nvidia-smi is not on PATH")
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": device}

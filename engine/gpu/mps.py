@@ -1,4 +1,4 @@
-"""An MPS control daemon of our own for a GPU's verification children (issue 7).
+"""An MPS control daemon of our own for a GPU's verification children.
 
 Without MPS the GPU runs one process's context at a time, so sixteen verifiers that each launch
 short kernels take turns on it. Clients of one MPS server run concurrently and their contexts

@@ -87,7 +87,8 @@ class ForkServer:
             return
         # The server stays in our process group: a kill of the group reaches it. Its stderr
         # goes to a file of its own: on our stderr it would hold the pipe our parent reads
-        # until it exits, after us (0.5 s of every GPU step on the H200, run 11).
+        # until it exits, after us (0.5 s of every GPU step on the H200,
+        # bench/results/2026-12-04-h200-run11).
         with (self._cwd / "forkserver.stderr").open("ab") as log:
             self._proc = subprocess.Popen(
                 self._argv,

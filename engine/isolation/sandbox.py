@@ -1,4 +1,4 @@
-"""The sandbox of every process that builds or loads candidate code (issue 10).
+"""The sandbox of every process that builds or loads candidate code.
 
 - Environment: an allow-list (:func:`candidate_env`); HOME and TMPDIR are a private empty folder,
   and nothing that looks like a secret passes, even under an allowed prefix.

@@ -1,4 +1,4 @@
-"""LLM proposals and RL fine-tuning of the LLM (issue 8), without Django.
+"""LLM proposals and RL fine-tuning of the LLM, without Django.
 
 prompt.py     the prompt: problem, GPU facts, the C ABI, the best kernel, top-k earlier ones, the
               last error; repair turns

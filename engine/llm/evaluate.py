@@ -27,10 +27,10 @@ from engine.campaign.executor import (
     GpuExecutor,
     Outcome,
 )
-from engine.campaign.loop import reward_of
+from engine.campaign.loop import compile_configs, reward_of
 from engine.codegen.base import VALID, Validity
 from engine.compilation import static_checks
-from engine.compilation.compile import CompileResult, source_hash
+from engine.compilation.compile import CompileResult, compile_many, source_hash
 from engine.llm.extract import NO_CODE, check_answer
 from engine.problem import Layout, Problem
 
@@ -111,8 +111,6 @@ def default_builder(
     def build(
         sources: Sequence[str], layout: Layout, archs: tuple[str, ...]
     ) -> list[CompileResult]:
-        from engine.compilation.compile import compile_many
-
         flags = (
             f"-DGEMMFORGE_LAYOUT_TN={int(layout is Layout.TN)}",
             *static_checks.candidate_flags(),
@@ -180,8 +178,6 @@ class SourceCompiler:
         return results
 
     def _compile_family(self, configs: Sequence[Any]) -> list[CompileResult]:
-        from engine.campaign.loop import compile_configs
-
         return compile_configs(configs, jobs=self.jobs, config=self.config)
 
 

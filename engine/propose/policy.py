@@ -38,14 +38,16 @@ import os
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-from torch import nn
-
-from engine.campaign.space import SearchSpace
+from engine.campaign.space import DEFAULT_FAMILIES_BY_ARCH, HOPPER_ARCHS, SearchSpace
 from engine.codegen import FAMILIES, KernelConfig
 from engine.problem import Problem
+
+# torch is imported where it is used: a process that only reads a campaign (the web app, a
+# compile step without the rl proposer) never pays for its import
+if TYPE_CHECKING:
+    import torch
 
 FORMAT_VERSION = 1
 FEATURES = tuple(Problem(64, 64, 64).features())
@@ -64,7 +66,6 @@ def policy_families(arch: str, searched: Sequence[str] = ()) -> tuple[str, ...]:
     """The families an arch's policy has logits for: every family that runs on ``arch`` (on
     Hopper triton too, whether or not this machine has Triton to build it, so that one policy
     serves the machines that have it and those that do not), and any other ``searched``."""
-    from engine.campaign.space import DEFAULT_FAMILIES_BY_ARCH, HOPPER_ARCHS
 
     families = DEFAULT_FAMILIES_BY_ARCH.get(arch, ("sm80",))
     if arch in HOPPER_ARCHS and "triton" in FAMILIES:
@@ -85,6 +86,7 @@ _INDEX_CACHE: weakref.WeakKeyDictionary[SearchSpace, dict[str, torch.Tensor]] = 
 
 
 def problem_tensor(problem: Problem) -> torch.Tensor:
+    import torch
     features = problem.features()
     return torch.tensor([features[name] / FEATURE_SCALE for name in FEATURES], dtype=torch.float32)
 
@@ -100,6 +102,8 @@ class Policy:
         baseline_decay: float = 0.8,
         seed: int = 0,
     ) -> None:
+        import torch
+        from torch import nn
         self.families = tuple(families)
         self.entropy_coef = entropy_coef
         self.baseline_decay = baseline_decay
@@ -149,6 +153,7 @@ class Policy:
         return out
 
     def _index(self, space: SearchSpace) -> torch.Tensor:
+        import torch
         by_policy = _INDEX_CACHE.setdefault(space, {})
         cached = by_policy.get(self.space_id)
         if cached is None:
@@ -161,6 +166,7 @@ class Policy:
 
     # -- the distribution --------------------------------------------------------------------
     def logits(self, problem: Problem) -> torch.Tensor:
+        import torch
         out = self.net(problem_tensor(problem))
         return torch.cat([out, out.new_zeros(1)])
 
@@ -170,6 +176,7 @@ class Policy:
     def log_probs(
         self, problem: Problem, space: SearchSpace, exclude: set[str] | frozenset[str] = frozenset()
     ) -> torch.Tensor:
+        import torch
         scores = self.scores(problem, space)
         if exclude:
             mask = torch.tensor([c.name in exclude for c in space.configs])
@@ -177,6 +184,7 @@ class Policy:
         return torch.log_softmax(scores, dim=0)
 
     def probabilities(self, problem: Problem, space: SearchSpace) -> dict[str, float]:
+        import torch
         with torch.no_grad():
             probs = self.log_probs(problem, space).exp().tolist()
         return {c.name: p for c, p in zip(space.configs, probs, strict=True)}
@@ -185,6 +193,7 @@ class Policy:
         self, problem: Problem, space: SearchSpace, exclude: set[str] | frozenset[str] = frozenset()
     ) -> float:
         """Entropy of the distribution over the untried configs, as a fraction of the maximum."""
+        import torch
         remaining = len(space) - len(exclude & space.by_name.keys())
         if remaining <= 1:
             return 0.0
@@ -204,6 +213,7 @@ class Policy:
         generator: torch.Generator | None = None,
     ) -> list[KernelConfig]:
         """Up to ``n`` distinct untried configs, drawn without replacement."""
+        import torch
         available = len(space) - len(exclude & space.by_name.keys())
         n = min(n, available)
         if n <= 0:
@@ -218,6 +228,7 @@ class Policy:
         self, problem: Problem, space: SearchSpace, rewards: Mapping[str, float]
     ) -> dict[str, float]:
         """One REINFORCE step from observed ``rewards`` (config name → reward) of ``problem``."""
+        import torch
         names = [n for n in rewards if n in space]
         if not names:
             return {}
@@ -265,6 +276,7 @@ class Policy:
         """Fits the policy of every task's problem to q ∝ exp(reward / temperature) over its
         recorded configs (mean cross-entropy, one Adam step per step); returns the mean expected
         reward (centred per problem) after each step."""
+        import torch
         prepared = []
         for problem, space, rewards in tasks:
             known = [i for i, c in enumerate(space.configs) if c.name in rewards]
@@ -323,6 +335,7 @@ class Policy:
 
     def save(self, path: Path) -> None:
         """Atomic write of the weights, optimiser state, running baselines and space."""
+        import torch
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".tmp{os.getpid()}")
@@ -349,6 +362,7 @@ class Policy:
     @classmethod
     def load(cls, path: Path, families: Sequence[str], **kwargs: Any) -> Policy | None:
         """The policy saved at ``path`` if it was built on the same space, else None."""
+        import torch
         path = Path(path)
         if not path.is_file():
             return None

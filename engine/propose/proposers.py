@@ -14,8 +14,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-import torch
-
 from engine.campaign.space import OTHER_FAMILY_DISTANCE, SearchSpace
 from engine.campaign.storage import CandidateRecord
 from engine.codegen import KernelConfig, get_family
@@ -254,6 +252,8 @@ class PolicyProposer:
         exclude: set[str],
         rng: random.Random,
     ) -> list[Proposal]:
+        import torch  # the policy's sampling; torch loads only when a policy proposes
+
         generator = torch.Generator().manual_seed(rng.getrandbits(63))
         configs = self.policy.sample(problem, space, n, exclude=exclude, generator=generator)
         return [Proposal(c, self.name) for c in configs]

@@ -257,7 +257,7 @@ def geomean(values: Sequence[float]) -> float | None:
 def summarize(results: dict[str, ShapeResult]) -> dict[str, Any]:
     """Per protocol and baseline: geomean, mean, fraction faster, overall, per size class and,
     when both layouts are there, per layout; and the large shapes under 0.98 against
-    cuBLASLt-autotune (issue 11's floor)."""
+    cuBLASLt-autotune (the floor a campaign must clear)."""
     summary: dict[str, Any] = {}
     by_layout = len({r.problem.layout for r in results.values()}) > 1
     for protocol in PROTOCOLS:

@@ -233,8 +233,9 @@ def autotune(
         for i in range(count)
     ]
     bench.warm_up(runners, calls=1)
-    # measured (run 7): selected cold, algo1 beat algo0 by 1.3 % at 1024^3; timed after the
-    # heat-up, algo0 was 1.7 % faster. Select in the sustained-load state the timing runs in.
+    # measured (bench/results/2026-12-02-h200-harness-run7): selected cold, algo1 beat algo0 by 1.3
+    # % at 1024^3; timed after the heat-up, algo0 was 1.7 % faster. Select in the sustained-load
+    # state the timing runs in.
     bench.heat_up(runners, AUTOTUNE_HEAT_SECONDS)
     # measured: with 5-30 reps at 1 % the pick was up to 0.9 % slower than the heuristic's top
     # algorithm at 512^3 and 1024^3, beyond the run-to-run spread; a tighter target fixes that

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.problem import Layout, Problem
+from engine.verify import sanitize, verifier
 
 AUDIT_OVER_AUTOTUNE = 1.3  # speedup over cuBLASLt-autotune that calls for an audit
 AUDIT_NEAR_FLOOR = 1.5  # a time under this many times the physical floor calls for one
@@ -69,15 +70,12 @@ class AuditResult:
 
 
 def default_verifier(library: Path, problem: Problem) -> Any:
-    from engine.verify.verifier import verify
-
-    return verify(library, problem)  # a new process, a new secret seed
+    return verifier.verify(library, problem)  # a new process, a new secret seed
 
 
 def default_sanitizer(library: Path, layout: Layout) -> Any:
-    from engine.verify.sanitize import sanitize, sanitize_problem
-
-    return sanitize(library, sanitize_problem(layout), timeout=AUDIT_SANITIZE_TIMEOUT)
+    problem = sanitize.sanitize_problem(layout)
+    return sanitize.sanitize(library, problem, timeout=AUDIT_SANITIZE_TIMEOUT)
 
 
 def default_remeasurer(problem: Problem, libraries: dict[str, Path]) -> dict[str, Any]:

@@ -17,8 +17,9 @@ REFERENCE = REPO / "engine" / "cuda" / "reference.cu"
 BAD_KERNELS = REPO / "tests" / "fixtures" / "bad_kernels"
 GOOD_KERNELS = REPO / "tests" / "fixtures" / "good_kernels"
 CHEATS = REPO / "tests" / "fixtures" / "cheats"
-# cheats that misbehave after many calls or on special inputs (issue 28's holes): each says the
-# phase that must catch it ("verify": the verifier; "timed": the checks in the timing protocols)
+# cheats that misbehave after many calls or on special inputs (a one-shot verifier misses them):
+# each says the phase that must catch it ("verify": the verifier; "timed": the checks in the timing
+# protocols)
 TIMED = REPO / "tests" / "fixtures" / "timed"
 _EXPECT_RE = re.compile(r"^// expect: (\w+)", re.MULTILINE)
 _PHASE_RE = re.compile(r"^// phase: (verify|timed)$", re.MULTILINE)

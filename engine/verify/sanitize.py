@@ -3,7 +3,7 @@
 The verifier catches wrong answers; the sanitizer catches what can be right by luck — an
 out-of-bounds read that lands in mapped memory, a shared-memory race that the current timing
 hides, a read of memory nothing wrote. A kernel must pass all three tools before it can become a
-shape's best or enter a bundle (issue 10).
+shape's best or enter a bundle.
 
 Each tool runs a small host harness (engine/cuda/sanitize_main.cu, built once per nvcc version
 into the cache) that loads the library and calls it twice on one problem, so only the candidate's

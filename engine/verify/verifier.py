@@ -27,10 +27,11 @@ from engine.isolation.forkserver import ForkedChild, ForkServer, ForkServerDied
 from engine.problem import Problem
 
 CHILD_MODULE = "engine.verify.gpu_checks"
-# One verification child's device memory, fitted to run 11 on the H200 (6.9 GB per child at
-# 12288×12288×1024, 8.9 GB at 16384×12288×512): its CUDA context and allocator slack, ~22 times
-# C's fp16 bytes (guarded buffers, the fp32 reference, the comparisons' temporaries), ~8 times
-# A's and B's. Sixteen at once ran the H200 out of memory on the largest grid shapes.
+# One verification child's device memory, fitted on the H200 (bench/results/2026-12-04-h200-run11:
+# 6.9 GB per child at 12288×12288×1024, 8.9 GB at 16384×12288×512): its CUDA context and allocator
+# slack, ~22 times C's fp16 bytes (guarded buffers, the fp32 reference, the comparisons'
+# temporaries), ~8 times A's and B's. Sixteen at once ran the H200 out of memory on the largest grid
+# shapes.
 CHILD_BASE_BYTES = 768 << 20
 VERIFIERS_GPU_SHARE = 0.6  # of the GPU's memory; the rest is the measuring process's
 

@@ -42,7 +42,8 @@ def bob(db):
 
 @pytest.fixture
 def recorded_campaign(alice) -> Campaign:
-    """The recorded H200 families sweep (run 1), imported and owned by alice."""
+    """The recorded H200 families sweep (bench/results/2026-12-02-h200-families), imported and owned
+    by alice."""
     from django.conf import settings
     from django.core.management import call_command
 

@@ -1,4 +1,4 @@
-"""The artifact store (issue 7): a compile step publishes what it built, a GPU step on another
+"""The artifact store: a compile step publishes what it built, a GPU step on another
 machine fetches its batch into its own compile cache before its child starts. Two "machines" are
 two engine caches (ENGINE_CACHE_DIR) with a stand-in nvcc; the store is a folder (tmp_path)."""
 

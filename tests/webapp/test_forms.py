@@ -1,3 +1,7 @@
+import os
+import subprocess
+import sys
+
 import pytest
 
 from engine.problem import Layout
@@ -256,11 +260,14 @@ def test_it_estimates_the_gpu_time_from_the_recorded_run():
     assert launch.duration_text(7200) == "2.0 h"
 
 
-def test_the_names_match_the_engine():
-    from engine.campaign.loop import DEFAULT_MIX
-    from engine.propose.mix import PROPOSER_NAMES
-    from engine.timing.protocols import PROTOCOLS
-
-    assert launch.REWARD_PROTOCOLS == PROTOCOLS
-    assert set(launch.PROPOSERS) == set(PROPOSER_NAMES)
-    assert launch.DEFAULT_MIX == DEFAULT_MIX
+def test_the_web_process_takes_the_engines_names_without_importing_torch():
+    script = (
+        "import sys, django; django.setup()\n"
+        "from webapp.campaigns import forms, launch, runner, views\n"
+        "print(sorted(launch.PROPOSERS), 'torch' in sys.modules)\n"
+    )
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "webapp.settings_test"}
+    ran = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True
+    )
+    assert ran.stdout.split("\n")[-2] == "['evolve', 'random', 'rl', 'transfer'] False"

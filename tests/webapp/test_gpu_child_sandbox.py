@@ -1,5 +1,5 @@
 """The web app's GPU step child (``python -m engine.campaign.gpu_step``) runs in the candidate
-sandbox of engine.isolation.sandbox (issue 10): the allow-listed environment (none of the worker's
+sandbox of engine.isolation.sandbox: the allow-listed environment (none of the worker's
 secrets), a private HOME and TMPDIR, an empty working directory, the GPU children's limits, the
 worker's GPU pinned."""
 
@@ -170,7 +170,7 @@ def test_the_step_child_environment_pins_the_gpu_and_drops_the_workers_secrets(
 def test_the_gpu_step_children_share_one_autotune_cache(tmp_path, monkeypatch):
     """Every step's child gets a private HOME, but the engine cache (and with it cuBLASLt's
     autotune file, keyed by GPU, driver, CUDA and cuBLASLt only) is the worker's: a shape is
-    autotuned by the first step that times it, not by every step (issue 7)."""
+    autotuned by the first step that times it, not by every step."""
     from engine.config import EngineConfig
     from engine.timing import baselines
 

@@ -1,4 +1,4 @@
-"""The GPU step's time breakdown (issue 7): the runner stores ``phases_s`` (engine.timing.phases)
+"""The GPU step's time breakdown: the runner stores ``phases_s`` (engine.timing.phases)
 and ``info`` in the GPU work item's result, from its child's own phases plus what only the worker
 sees (the child's start and exit, the health probe, the recording). They add up to the step."""
 
@@ -33,6 +33,7 @@ def campaign_for(owner) -> Campaign:
     )
 
 
+@pytest.mark.slow
 def test_a_replayed_step_stores_its_phases(alice, settings, django_capture_on_commit_callbacks):
     settings.GEMMFORGE_EXECUTOR = f"replay:{RECORDED_RUN}"
     settings.GEMMFORGE_BATCH_SIZE = 4

@@ -425,8 +425,9 @@ GRID64 = Path(settings.BASE_DIR) / "bench/results/grid64/campaign.sqlite"
 GRID64_REPORTS = [GRID64.parent / "grid64-nn.json", GRID64.parent / "grid64-tn.json"]
 
 
+@pytest.mark.slow
 def test_the_grid64_campaigns_import_with_the_finals_of_every_shape(client, db):
-    """What `bin/run` loads into an empty dashboard: issue 11's campaigns on the H200 (64 NN
+    """What `bin/run` loads into an empty dashboard: the grid64 campaigns on the H200 (64 NN
     shapes, and the TN quarter: 16 of them), their candidates and, from grid64-nn.json and
     grid64-tn.json beside them, every shape's final re-measurement."""
     call_command("import_results", str(GRID64))
@@ -434,7 +435,8 @@ def test_the_grid64_campaigns_import_with_the_finals_of_every_shape(client, db):
     tn = Campaign.objects.get(name="tn-16shapes-1c5e2593")
     assert Campaign.objects.count() == 2
     assert (nn.problems.count(), tn.problems.count()) == (64, 16)
-    # 32 a shape, and 16 more on the 25 NN shapes of run 14's focus (a few were tried before)
+    # 32 a shape, and 16 more on the 25 NN shapes of the 2026-12-05 run's focus (a few were tried
+    # before)
     assert Candidate.objects.filter(problem__campaign=nn).count() == 2432
     assert Candidate.objects.filter(problem__campaign=tn).count() == 512
     # the four baselines in both layouts, for each of the 80 (shape, layout) problems
@@ -447,6 +449,7 @@ def test_the_grid64_campaigns_import_with_the_finals_of_every_shape(client, db):
     assert "128x128x12288" in page
 
 
+@pytest.mark.slow
 def test_the_grid64_headline_is_the_one_engine_report_prints(client, db):
     """Both recorded grid64 campaigns re-imported: per shape the same kernel and the same
     device-protocol ratios as ``engine report`` over grid64-nn.json and grid64-tn.json, hence the

@@ -88,6 +88,7 @@ def run_everything(capture) -> None:
         work.work_requeue()
 
 
+@pytest.mark.slow
 def test_a_dashboard_campaign_proposes_what_engine_optimize_proposes(
     alice, replay, tmp_path, monkeypatch, django_capture_on_commit_callbacks
 ):
@@ -103,6 +104,7 @@ def test_a_dashboard_campaign_proposes_what_engine_optimize_proposes(
     assert cli_candidates(tmp_path, monkeypatch) == web
 
 
+@pytest.mark.slow
 def test_another_seed_proposes_other_candidates(
     alice, replay, tmp_path, monkeypatch, django_capture_on_commit_callbacks
 ):
@@ -111,6 +113,7 @@ def test_another_seed_proposes_other_candidates(
     assert cli_candidates(tmp_path, monkeypatch) != web_candidates(campaign.id)
 
 
+@pytest.mark.slow
 def test_a_second_campaign_proposes_from_the_policy_the_first_one_updated(
     alice, replay, django_capture_on_commit_callbacks
 ):
@@ -163,6 +166,7 @@ print(json.dumps({"id": c.id}))
 """
 
 
+@pytest.mark.slow
 def test_real_celery_workers_propose_what_engine_optimize_proposes(
     services,  # noqa: F811
     tmp_path,

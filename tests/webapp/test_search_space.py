@@ -62,6 +62,7 @@ def make(owner, space: str) -> Campaign:
 
 
 @pytest.mark.django_db
+@pytest.mark.slow
 def test_the_local_executor_searches_the_library_when_the_campaign_asks(alice, settings):
     settings.GEMMFORGE_EXECUTOR = "local"
     problem = make(alice, "library").problems.get()

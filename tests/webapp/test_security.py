@@ -1,4 +1,4 @@
-"""Web security (issue 10, item 3): logins for state changes, CSRF, ownership, strict shapes, the
+"""Web security: logins for state changes, CSRF, ownership, strict shapes, the
 launch rate limit, downloads by id only, production settings (`check --deploy` clean)."""
 
 import os

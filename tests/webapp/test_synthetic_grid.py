@@ -11,6 +11,7 @@ from webapp.campaigns.synthetic import SYNTHETIC_PREFIX
 pytestmark = pytest.mark.django_db
 
 
+@pytest.mark.slow
 def test_the_cuda_l2_grid_campaign_keeps_each_recorded_ratio(alice):
     call_command(
         "make_fixture_campaign", grid="cuda-l2", per_shape=2, owner="alice", stdout=io.StringIO()

@@ -41,6 +41,7 @@ def run_everything(capture) -> None:
         work.work_requeue()
 
 
+@pytest.mark.slow
 def test_a_campaign_runs_to_done_through_compile_and_gpu_steps(
     alice, django_capture_on_commit_callbacks
 ):
@@ -108,6 +109,7 @@ def test_a_step_that_always_crashes_stops_at_the_attempt_cap(
     assert Candidate.objects.filter(outcome__isnull=False).count() == 0
 
 
+@pytest.mark.slow
 def test_a_hanging_compile_is_timed_out_recorded_and_the_campaign_goes_on(
     alice, settings, django_capture_on_commit_callbacks
 ):
@@ -146,6 +148,7 @@ def test_a_failing_gpu_probe_stops_the_gpu_queue_and_shows_on_the_heartbeat(alic
     assert (item.status, item.attempts) == (WorkItem.Status.QUEUED, 0)  # handed on, not counted
 
 
+@pytest.mark.slow
 def test_a_transfer_campaign_starts_from_an_earlier_campaigns_winners(
     alice, django_capture_on_commit_callbacks
 ):

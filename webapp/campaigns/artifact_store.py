@@ -1,4 +1,4 @@
-"""The artifact store (issue 7): successful compile-cache entries shared between machines through
+"""The artifact store: successful compile-cache entries shared between machines through
 a Django storage, ``STORAGES["artifacts"]`` (``var/artifacts`` by default; any backend by setting).
 
 A compile step publishes each library it built (engine.compilation.cache_entries.pack_entry: one
@@ -25,6 +25,7 @@ from django.conf import settings
 from django.core.files.base import ContentFile
 from django.core.files.storage import Storage, storages
 
+from engine.codegen import get_family
 from engine.compilation.cache_entries import install_entry, pack_entry
 from engine.compilation.compile import config_keys, try_load
 from engine.config import EngineConfig
@@ -113,7 +114,6 @@ def artifacts_fetch_batch(
     store (or a toolchain) that fails is logged, not raised: the child compiles what is missing."""
     if not settings.GEMMFORGE_ARTIFACT_STORE:
         return {}
-    from engine.codegen import get_family
 
     try:
         configs = [get_family(family).from_knobs(dict(knobs)) for family, knobs in candidates]

@@ -12,7 +12,9 @@ from typing import IO, Any
 
 from django.utils.text import slugify
 
+from engine.codegen import get_family
 from engine.compilation.compile import KernelResources, parse_ptxas
+from engine.publish.bundle import BundleKernel, is_faster, write_bundle
 from webapp.campaigns.models import Campaign, Candidate, Problem
 
 RESOURCE_COLUMNS = ("registers", "shared_bytes", "stack_bytes", "spill_stores_bytes")
@@ -89,7 +91,6 @@ def best_verified(*, problem: Problem) -> Candidate | None:
 
 def family_config(candidate: Candidate, problem: Problem) -> Any:
     """The engine config behind the candidate (its family's from_knobs, layout of the shape)."""
-    from engine.codegen import get_family
 
     return get_family(candidate.family).from_knobs(
         {**(candidate.config or {}), "layout": problem.layout}
@@ -123,7 +124,6 @@ def bundle_kernels(
     """A BundleKernel per problem from its chosen kernel; by default only those faster than
     ``over`` (torch.matmul) in the session their numbers come from, a tie not being faster: the
     bundle's ops fall back to torch.matmul for the rest."""
-    from engine.publish.bundle import BundleKernel, is_faster
     from webapp.campaigns.ratios import choice_of
 
     kernels = []
@@ -169,7 +169,6 @@ def bundle_environment(*, campaign: Campaign) -> dict[str, Any]:
 
 def campaign_bundle(*, campaign: Campaign, include_slower: bool = False) -> IO[bytes]:
     """The bundle zip in a temporary file (rewound; closed by whoever streams it)."""
-    from engine.publish.bundle import write_bundle
     from webapp.campaigns.ratios import campaign_headline
 
     kernels = bundle_kernels(campaign=campaign, include_slower=include_slower)

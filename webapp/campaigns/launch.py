@@ -1,8 +1,7 @@
 """What the launch form offers: shape presets, proposers, reward protocols, the GPU-time estimate.
 
-The proposer names mirror the engine's (engine.campaign.PROPOSER_NAMES; a test keeps them equal)
-without importing torch into the web process; the reward protocols are the engine's own
-(engine.timing.protocol_names, which imports nothing).
+Proposer names, the default mix and the reward protocols are the engine's own: none of the
+modules they come from imports torch, so the web process stays free of it (a test checks).
 """
 
 from __future__ import annotations
@@ -12,12 +11,11 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.db.models import Count
 
+from engine.campaign.round import DEFAULT_MIX  # noqa: F401
+from engine.propose.mix import PROPOSER_NAMES as PROPOSERS  # noqa: F401
 from engine.timing.protocol_names import DEFAULT_PROTOCOL as DEFAULT_REWARD_PROTOCOL  # noqa: F401
 from engine.timing.protocol_names import PROTOCOLS as REWARD_PROTOCOLS  # noqa: F401
 from webapp import ratelimit
-
-PROPOSERS = ("rl", "evolve", "random", "transfer")  # engine.campaign.PROPOSER_NAMES
-DEFAULT_MIX = {"rl": 0.5, "evolve": 0.3, "random": 0.2}  # engine.campaign.loop.DEFAULT_MIX
 
 # GPU seconds per candidate, from the recorded H200 run (bench/results/2026-12-02-h200-families,
 # families-run1.log): 221 s of GPU wall time (17:48:54 → 17:52:35: verifying 48 configs in 37 s,

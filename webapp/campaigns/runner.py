@@ -36,7 +36,24 @@ from celery.signals import worker_process_shutdown
 from django.conf import settings
 from django.db import transaction
 
+from engine.campaign.executor import Outcome, ReplayTable
+from engine.campaign.loop import compile_configs
+from engine.campaign.round import (
+    DEFAULT_MIX,
+    Round,
+    RoundSettings,
+    batch_size_for,
+    build_failure,
+    compile_failure,
+    proposal_of,
+)
+from engine.campaign.space import SearchSpace, families_for_arch
+from engine.config import load as load_engine_config
+from engine.gpu import health_probe, mps
 from engine.isolation import processes, sandbox
+from engine.propose.mix import PROPOSER_NAMES, make_proposers
+from engine.propose.policy import PolicyFile, policy_families, policy_path, pretrained_path
+from engine.propose.proposers import TRANSFER_TOP
 from engine.timing.phases import Phases
 from webapp.campaigns import artifact_store
 from webapp.campaigns.models import Campaign, Candidate, Problem, WorkItem
@@ -75,8 +92,6 @@ def executor_spec() -> str:
 
 @functools.cache
 def replay_table(spec: str) -> Any:
-    from engine.campaign.executor import ReplayTable
-
     return ReplayTable.load([spec[len("replay:") :]])
 
 
@@ -94,8 +109,6 @@ SPACES_KEPT = 8
 
 @functools.lru_cache(maxsize=SPACES_KEPT)
 def _search_space(engine_problem: Any, arch: str, kind: str, spec: str) -> Any:
-    from engine.campaign.space import SearchSpace, families_for_arch
-
     if spec.startswith("replay:"):
         table = replay_table(spec)
         return SearchSpace.from_configs(engine_problem, table.configs_for(engine_problem))
@@ -106,9 +119,6 @@ def _search_space(engine_problem: Any, arch: str, kind: str, spec: str) -> Any:
 
 
 def proposer_mix(campaign: Campaign) -> dict[str, float]:
-    from engine.campaign.round import DEFAULT_MIX
-    from engine.propose.mix import PROPOSER_NAMES
-
     mix = {k: float(v) for k, v in (campaign.proposer_mix or {}).items() if k in PROPOSER_NAMES}
     return {k: v for k, v in mix.items() if v > 0} or dict(DEFAULT_MIX)
 
@@ -121,7 +131,6 @@ def crash_hook(kind: str) -> None:
 def round_settings(campaign: Campaign) -> Any:
     """The campaign's engine.campaign.round.RoundSettings: its budget and mix, its seed, and a
     batch that gives each shape several rounds (at most GEMMFORGE_BATCH_SIZE)."""
-    from engine.campaign.round import RoundSettings, batch_size_for
 
     budget = campaign.budget_per_shape
     return RoundSettings(
@@ -136,8 +145,6 @@ def shared_policy(arch: str) -> Any:
     """The arch's policy file (engine.propose.policy.PolicyFile) in the engine's cache
     (ENGINE_CACHE_DIR), the one ``engine optimize`` uses; where none is saved yet, it starts
     from the pretrained policy the repository ships for the arch."""
-    from engine.config import load as load_engine_config
-    from engine.propose.policy import PolicyFile, policy_families, policy_path, pretrained_path
 
     path = policy_path(load_engine_config().cache_dir, arch)
     return PolicyFile(path, policy_families(arch), start=pretrained_path(arch))
@@ -150,9 +157,6 @@ def policy_stream(campaign: Campaign, problem: Problem) -> str:
 
 # -- the compile step --------------------------------------------------------------------------
 def compile_step(*, item_id: int, token: str) -> dict[str, Any]:
-    from engine.campaign.round import Round
-    from engine.propose.mix import make_proposers
-
     item = WorkItem.objects.select_related("problem", "campaign").get(id=item_id)
     campaign, problem = item.campaign, item.problem
     storage = DjangoStorage(campaign)
@@ -163,8 +167,6 @@ def compile_step(*, item_id: int, token: str) -> dict[str, Any]:
     policy_file = shared_policy(problem.arch) if "rl" in rounds.mix else None
     known = []
     if "transfer" in rounds.mix:
-        from engine.propose.proposers import TRANSFER_TOP
-
         known = measured_winners(problem.arch, top=TRANSFER_TOP)
     proposers = make_proposers(
         rounds.mix, policy=policy_file.policy if policy_file else None, known=known
@@ -246,12 +248,9 @@ def compile_batch(configs: list[Any], *, arch: str | None = None) -> dict[str, A
     set, runs as well, once per step, under COMPILE_STEP_TIMEOUT: a hook that hangs times the
     batch out.
     """
-    from engine.campaign.round import build_failure, compile_failure
 
     failures: dict[str, Any] = {}
     if executor_spec() == "local":
-        from engine.campaign.loop import compile_configs
-
         built = compile_configs(configs, target_arch=arch)
         for config, result in zip(configs, built, strict=True):
             failure = compile_failure(config.name, result)
@@ -295,8 +294,6 @@ def gpu_step(*, item_id: int, token: str) -> dict[str, Any]:
     """Its result says where the step's time went: ``phases_s`` (engine.timing.phases; they add up
     to the step's wall time here) and ``info`` (verification children, autotune cached or not, the
     heat-up that ran, which CUDA call the health probe made)."""
-    from engine.campaign.executor import Outcome
-    from engine.campaign.round import Round, proposal_of
 
     started = time.perf_counter()
     phases = Phases()
@@ -317,8 +314,6 @@ def gpu_step(*, item_id: int, token: str) -> dict[str, Any]:
         if fetched.get("installed") or fetched.get("refused"):
             phases.info["artifacts"] = fetched
     if rows and executor_spec() == "local":  # before the first (standby) step child starts
-        from engine.config import load as load_engine_config
-        from engine.gpu import mps
 
         phases.info["mps"] = mps.ensure_for_verification(
             load_engine_config().verify_mps, gpu=settings.GEMMFORGE_GPU_DEVICE
@@ -366,7 +361,6 @@ def health_check(phases: Phases, *, fresh: bool, after: Exception | None = None)
     raises GpuUnhealthy, and the step's results are not recorded."""
     if executor_spec() != "local":
         return
-    from engine.gpu import health_probe
 
     with phases("health_probe"):
         health = health_probe.check(settings.GEMMFORGE_GPU_DEVICE, fresh=fresh)
@@ -468,7 +462,6 @@ atexit.register(standby_discard)
 def on_worker_process_shutdown(**_kwargs: Any) -> None:
     """A Celery pool process ends without running atexit: its standby step child, its resident
     health probe and the MPS daemon it started for verification (engine.gpu.mps) end here."""
-    from engine.gpu import health_probe, mps
 
     standby_discard()
     health_probe.resident_close()
@@ -497,7 +490,7 @@ def run_gpu_child(
         args = step_args(spec, problem_key, tmp, protocol=protocol)
         spawned = time.time()
         # the child renames its outcomes into place as its last act: what is left, its exit
-        # (its CUDA context torn down: 0.3 s of each step in run 14), need not hold up the GPU
+        # (its CUDA context torn down: 0.3 s of each step on the H200), need not hold up the GPU
         done = out.is_file
         if standby is not None:
             ran = standby.run(args, done=done)

@@ -11,6 +11,7 @@ import random
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 
+from engine.timing import physics
 from webapp.campaigns.imports import name_hash
 from webapp.campaigns.models import Campaign, Candidate, Problem
 from webapp.campaigns.ratios import problem_refresh_best
@@ -116,8 +117,6 @@ def scaled_timings(timings: dict, factor: float) -> dict:
 
 
 def floor_seconds(problem: Problem) -> float:
-    from engine.timing import physics
-
     return physics.floor_seconds(problem.as_engine(), physics.PEAKS["H200"])
 
 

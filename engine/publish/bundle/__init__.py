@@ -22,7 +22,8 @@ from engine import abi
 from engine.campaign.storage import CandidateRecord, SqliteStorage
 from engine.codegen import get_family
 from engine.compilation import triton_aot
-from engine.compilation.compile import BASE_FLAGS
+from engine.compilation.compile import BASE_FLAGS, compile_source
+from engine.llm.evaluate import SourceKernel
 from engine.problem import Problem
 from engine.publish.bundle.buckets import Point, buckets
 from engine.publish.ratios import (
@@ -197,7 +198,6 @@ def bundle_headline(
 
 def kernel_from_record(problem: Problem, record: CandidateRecord) -> BundleKernel:
     if record.source is not None:  # model-written (engine.llm): its source as measured
-        from engine.llm.evaluate import SourceKernel
 
         return BundleKernel(
             problem=problem,
@@ -231,7 +231,6 @@ def bundled_source(source: str, archs: tuple[str, ...]) -> str:
     cache); raises BundleError when it does not build."""
     if not triton_aot.is_triton_source(source):
         return source
-    from engine.compilation.compile import compile_source
 
     built = compile_source(source, archs=archs)
     header = built.entry / triton_aot.HEADER_NAME if built.entry else None

@@ -3,7 +3,6 @@
 The campaign measured some Ms of an (N, K, layout) (its points). Each point has a choice: the
 bundled kernel, or torch.matmul (None) where no kernel beat it. An M between two neighbouring
 points goes to one of their choices:
-
 - by the measured crossover when both choices were timed at both points: each choice's time over
   torch.matmul's, both from its own measurement session at that M, is interpolated linearly in
   log M and the boundary is where the two lines cross;
@@ -19,6 +18,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+
+from engine.problem import ProblemError
 
 # A choice's time over torch.matmul's at one M; torch.matmul itself (None) is 1.
 Ratios = Mapping[str, float]
@@ -106,7 +107,6 @@ def expand_shapes(text: str) -> list[str]:
     """Comma-separated shapes, where ``M=lo..hi:NxK`` stands for MxNxK at every power of two
     M in [lo, hi] and at lo and hi themselves (the Ms a dynamic-M bundle's buckets are drawn
     between): ``M=1..8192:4096x4096`` is 14 shapes. Other items pass through as written."""
-    from engine.problem import ProblemError
 
     out: list[str] = []
     for item in (s.strip() for s in text.split(",")):

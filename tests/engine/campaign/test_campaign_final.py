@@ -200,7 +200,7 @@ def test_a_saved_final_is_not_reused_for_other_top_kernels(tmp_path):
     assert SavedFinals(tmp_path / "f.json").final("e", ["a"]) is None  # failures are retried
 
 
-# ---- the re-measurement child runs in the candidate sandbox (issue 10) ------------------------
+# ---- the re-measurement child runs in the candidate sandbox ------------------------
 
 PARENT_SECRETS = {
     "GEMMFORGE_SECRET": "s3cret",
@@ -345,6 +345,7 @@ def test_a_batch_child_that_dies_costs_only_the_problem_it_was_on(tmp_path):
     assert seen == [0, 1, 2]
 
 
+@pytest.mark.slow
 def test_a_batch_child_that_hangs_keeps_what_it_measured_before(tmp_path):
     from engine.campaign import final
 
@@ -359,7 +360,7 @@ def test_a_batch_child_that_hangs_keeps_what_it_measured_before(tmp_path):
 
 
 def test_each_record_reaches_the_caller_while_the_child_still_measures_the_next(tmp_path):
-    """The finals print each shape as it is measured (run 13's log printed "0.0 s" for all but
+    """The finals print each shape as it is measured (a log once printed "0.0 s" for all but
     the first of a batch, all read at the child's exit)."""
     from engine.campaign import final
 

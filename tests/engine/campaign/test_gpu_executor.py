@@ -1,4 +1,4 @@
-"""LocalGpuExecutor's step (issue 7): the verification children (one per candidate, all started
+"""LocalGpuExecutor's step: the verification children (one per candidate, all started
 at once) run while the parent sets up its measurement; nothing is timed before every verdict is
 in; the step books where its time went. Test doubles stand in for the children and the GPU."""
 

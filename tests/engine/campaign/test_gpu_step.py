@@ -1,7 +1,7 @@
 """engine.campaign.gpu_step's local path: the executor gets its tuning, and the compile cache is
 asked for the GPU's own arch (the keys the compile step and carried kernels use); the verification
 children start before the step imports torch; the step reports where its time went; a standby child
-prepares (imports, fork server) before it reads its step (issue 7)."""
+prepares (imports, fork server) before it reads its step."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def test_the_local_step_passes_its_tuning_and_compiles_for_the_gpus_arch(monkeyp
         compiled.append(target_arch)
         return [SimpleNamespace(ok=True, library="/lib.so", error="") for _ in configs]
 
-    monkeypatch.setattr(executor_module, "LocalGpuExecutor", FakeExecutor)
+    monkeypatch.setattr(gpu_step, "LocalGpuExecutor", FakeExecutor)
     monkeypatch.setattr(compile_module, "compile_configs", fake_compile)
     monkeypatch.setattr(cuda_driver, "local_arch", lambda: "sm_90")
     monkeypatch.setattr(verify_module, "verify", lambda *a, **k: None)
@@ -208,7 +208,7 @@ def test_the_local_step_marks_its_batch_verified_before_it_is_timed(monkeypatch,
             return [executor_module.Outcome(c.name, "ok", seconds=1e-3) for c in batch]
 
     mark = tmp_path / "verified"
-    monkeypatch.setattr(executor_module, "LocalGpuExecutor", FakeExecutor)
+    monkeypatch.setattr(gpu_step, "LocalGpuExecutor", FakeExecutor)
     monkeypatch.setattr(
         compile_module,
         "compile_configs",

@@ -1,4 +1,4 @@
-"""A standby GPU step child on a real GPU (issue 7): started before its step, in the step child's
+"""A standby GPU step child on a real GPU: started before its step, in the step child's
 sandbox, it imports torch and starts its verifications' fork server; then it gets its step on
 stdin, and verifies (every candidate in a forked child) and times the batch. Skipped without a
 GPU."""

@@ -150,6 +150,7 @@ class _Reward:
         self.name, self.reward = name, reward
 
 
+@pytest.mark.slow
 def test_workers_sharing_a_policy_file_lose_none_of_each_others_updates(tmp_path):
     path = tmp_path / "policy" / "sm_90.pt"
     context = multiprocessing.get_context("spawn")

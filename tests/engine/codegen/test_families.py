@@ -135,8 +135,9 @@ def test_cublaslts_192_wide_tile_is_offered_where_its_accumulators_fit():
 
 
 def test_warpgroups_split_along_n_take_cublaslts_192x192_tile():
-    """cuBLASLt-autotune's tile on 16384×12288×512 (run 14): 144 accumulators a consumer thread;
-    the builder's split along M needs a tile M that is a multiple of 128."""
+    """cuBLASLt-autotune's tile on 16384×12288×512 (bench/results/2026-12-05-h200-run14): 144
+    accumulators a consumer thread; the builder's split along M needs a tile M that is a multiple of
+    128."""
     for layout in (NN, TN):
         tile = {"layout": layout, "tile_m": 192, "tile_n": 192}
         assert Sm90Config(schedule="coop", warpgroups="n", **tile).is_valid()
@@ -145,8 +146,9 @@ def test_warpgroups_split_along_n_take_cublaslts_192x192_tile():
 
 
 def test_cublaslts_128x320_tile_is_offered_split_along_n_with_extended_wgmma_shapes():
-    """The heuristic's first choice on 16384×4096×8192 (run 14): two 64×160 wgmmas a warpgroup,
-    160 accumulators a thread; one D stage, so that the mainloop keeps 3."""
+    """The heuristic's first choice on 16384×4096×8192 (bench/results/2026-12-05-h200-run14): two
+    64×160 wgmmas a warpgroup, 160 accumulators a thread; one D stage, so that the mainloop keeps
+    3."""
     wide = Sm90Config(layout=NN, tile_m=128, tile_n=320, cluster_m=2, warpgroups="n")
     assert wide.is_valid()
     assert "at most 256 wide" in dataclasses.replace(wide, warpgroups="m").is_valid().reason
@@ -180,7 +182,7 @@ def test_warpgroups_split_along_n_render_their_own_mma_and_swizzle_atoms():
 
 
 def test_a_tile_m_below_64_runs_the_transposed_problem():
-    """cuBLASLt-autotune's 8- to 48-row tiles (13 of run 14's 80 problems): CUTLASS computes
+    """cuBLASLt-autotune's 8- to 48-row tiles (13 of the grid's 80 problems): CUTLASS computes
     C^T = B^T·A^T, so that the wgmma's 64-row M runs along N and tile M is the wgmma's N."""
     config = Sm90Config(layout=NN, tile_m=48, tile_n=64, cluster_m=2, schedule="pingpong")
     assert config.is_valid()
@@ -223,7 +225,7 @@ def test_an_explicit_epilogue_tile_is_rendered_and_named_and_fits_the_tile():
 
 
 def test_cublaslts_176_wide_tile_is_offered_cooperative_with_cutlass_extended_wgmma_shapes():
-    """cuBLASLt-autotune's pick on 5 large grid problems (run 14's finals): 128×176, 2×1."""
+    """cuBLASLt-autotune's pick on 5 large grid problems (the 2026-12-05 finals): 128×176, 2×1."""
     wide = Sm90Config(layout=NN, tile_m=128, tile_n=176, cluster_m=2, schedule="coop")
     assert wide.is_valid()
     assert not Sm90Config(layout=NN, tile_m=128, tile_n=176, schedule="pingpong").is_valid()

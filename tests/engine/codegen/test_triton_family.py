@@ -281,6 +281,7 @@ def test_hopper_campaigns_search_the_triton_family_where_triton_is_installed():
     assert "triton" not in families_for_arch("sm_80")
 
 
+@pytest.mark.slow
 def test_a_full_space_beside_other_families_takes_tritons_curated_configs_only():
     from engine.campaign.space import SearchSpace
 

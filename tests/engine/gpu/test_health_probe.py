@@ -1,4 +1,4 @@
-"""engine.gpu.health_probe's per-step probe (issue 7): a kernel through libcuda alone (a fraction of
+"""engine.gpu.health_probe's per-step probe: a kernel through libcuda alone (a fraction of
 a second) decides; only when it fails does the torch child (seconds) run, so a fault of the fast
 path costs time but never stops a healthy GPU's queue. engine.gpu.cuda_driver without a GPU."""
 

@@ -289,16 +289,18 @@ def test_the_exact_mirrors_copy_tile_cluster_stages_and_split_k_in_both_schedule
     ]
     assert [c.name for c in exact_mirrors(PROBLEM, [lt_kernel(tile_n=176)])] == [
         "hgemm_sm90_128x176x64_c2x1x1_sauto_nn_coop_epitma_persistent_rheuristic_sw1"
-    ]  # cuBLASLt-autotune's pick on 12288x12288x1024 and 4096x12288x8192 (run 14)
+    ]  # cuBLASLt-autotune's pick on 12288x12288x1024 and 4096x12288x8192 (2026-12-05, H200)
     assert exact_mirrors(PROBLEM, [lt_kernel(tile_n=96)]) == []  # no such tile in the family
-    # cuBLASLt-autotune's pick on 16384x12288x512 (run 14): only warpgroups split along N take it
+    # cuBLASLt-autotune's pick on 16384x12288x512 (2026-12-05, H200): only warpgroups split
+    # along N take it
     assert [c.name for c in exact_mirrors(PROBLEM, [lt_kernel(192, 192, cluster=(1, 2))])] == [
         "hgemm_sm90_192x192x64_c1x2x1_sauto_nn_coop_wgn_epitma_persistent_rheuristic_sw1"
     ]
     assert [c.name for c in exact_mirrors(PROBLEM, [lt_kernel(tile_n=320)])] == [
         "hgemm_sm90_128x320x64_c2x1x1_sauto_nn_coop_wgn_epitma_persistent_rheuristic_sw1"
-    ]  # the heuristic's first choice on 16384x4096x8192 (run 14)
-    # cuBLASLt-autotune's pick on 2048x128x512 (run 14): 48 rows, the transposed problem's N
+    ]  # the heuristic's first choice on 16384x4096x8192 (2026-12-05, H200)
+    # cuBLASLt-autotune's pick on 2048x128x512 (2026-12-05, H200): 48 rows, the transposed
+    # problem's N
     assert [c.name for c in exact_mirrors(PROBLEM, [lt_kernel(48, 64, cluster=(4, 2))])] == [
         "hgemm_sm90_48x64x64_c2x2x1_sauto_nn_pingpong_epitma_persistent_rheuristic_sw1"
     ]

@@ -1,5 +1,5 @@
 """Bundles on a real GPU: the ops match torch, replay under CUDA-graph capture, and work in
-place of nn.Linear (issue 9's H200 checks; skipped without a GPU)."""
+place of nn.Linear (skipped without a GPU)."""
 
 from __future__ import annotations
 

@@ -204,7 +204,7 @@ def test_the_command_writes_tables_plots_and_the_cuda_l2_comparison(tmp_path, ca
     assert (out / "speedup-vs-size.png").stat().st_size > 1000
     assert (out / "heatmap.png").stat().st_size > 1000
     data = json.loads((out / "report.json").read_text())
-    assert data["summary"]["device"]["shapes"] == 8 * 2  # run 1: 8 shapes, both layouts
+    assert data["summary"]["device"]["shapes"] == 8 * 2  # the sweep: 8 shapes, both layouts
     assert data["cuda_l2_comparison"] == []  # the sweep has no offline numbers to set beside
     assert set(data["roofline"]["classes"]) <= set(report.SIZE_CLASSES)
 

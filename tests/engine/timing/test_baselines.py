@@ -1,5 +1,5 @@
 """engine.timing.baselines: a problem's baseline time is the faster of its two layouts; cuBLASLt's
-autotuned choice is timed once per shape and environment and kept on disk (issue 7)."""
+autotuned choice is timed once per shape and environment and kept on disk."""
 
 from __future__ import annotations
 
@@ -98,7 +98,7 @@ def test_inductor_and_tunableop_times_take_the_faster_layout_like_the_others():
     }
 
 
-# -- the cuBLASLt autotune cache (issue 7): once per shape and environment, on disk ----------
+# -- the cuBLASLt autotune cache: once per shape and environment, on disk ----------
 class FakeShim:
     """cuBLASLt's heuristic list: ``count`` algorithms per plan; algorithm i is the i-th tile
     id, with split-K i + 1."""

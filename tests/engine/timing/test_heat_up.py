@@ -1,4 +1,4 @@
-"""Bench.heat_up (issue 7): the GPU is to have been under sustained load for ``seconds`` before
+"""Bench.heat_up: the GPU is to have been under sustained load for ``seconds`` before
 timing; load the bench has just put on it (an autotuning's timing) counts, so a heat-up right
 after one runs only the rest, and any pause, probe or sync-per-call protocol starts it afresh.
 A bench without CUDA stands in (its stream does nothing)."""

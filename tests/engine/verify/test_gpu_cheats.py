@@ -3,8 +3,8 @@ candidate goes through: the static gate on the source, the build (shared CUDA ru
 on the library, then the GPU verifier, whose child runs in the candidate sandbox
 (engine.isolation.sandbox). Honest kernels get through the same pipeline: the reference kernel and
 the best sm90 and sm80 configs of the curated-library sweep (cuBLAS wrapped in the ABI cannot be a
-candidate, it links cuBLAS; the verifier accepts it in test_gpu_harness). Issue 10's acceptance;
-runs on the H200, skipped without a GPU."""
+candidate, it links cuBLAS; the verifier accepts it in test_gpu_harness). Runs on the
+GPU, skipped without a GPU."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The verifier follows the kernel into the timed phase (issue 28), on the GPU: each cheat of
+"""The verifier follows the kernel into the timed phase, on the GPU: each cheat of
 tests/fixtures/timed/ is caught in the phase where it misbehaves (the verifier for input-keyed
 shortcuts and races; the checks inside the timing protocols for kernels that turn after many
 calls), and honest kernels pass both. Runs on the H200, skipped without a GPU."""
