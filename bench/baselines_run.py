@@ -1,6 +1,6 @@
 """Every baseline, the torch-tuned ones included, on the 12 harness shapes and 16 grid64 shapes,
-in one GPU call (bench/gpu_run.sh baselines): issue 36's Inductor max-autotune and issue 29's
-TunableOp beside torch.matmul, cuBLAS and cuBLASLt, in the same sessions.
+in one GPU call (bench/device/gpu_run.sh baselines): Inductor max-autotune and TunableOp
+beside torch.matmul, cuBLAS and cuBLASLt, in the same sessions.
 
 Per shape (one measure() session: every baseline in both layouts, interleaved): the device
 protocol (with NVML power and SM clock over the run, and per runner alone on the larger shapes),
@@ -35,9 +35,9 @@ from engine.timing import floor_model
 from engine.timing.baseline_names import BASELINES, TORCH_TUNED
 from engine.timing.measure import load_shim, measure
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_run import SHAPES as HARNESS_SHAPES
-from grid64 import grid64
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.device.gpu_run import SHAPES as HARNESS_SHAPES
+from bench.grid64 import grid64
 
 GRID_SHAPES = 16
 REFERENCE = "cublaslt_autotune"

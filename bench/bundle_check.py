@@ -1,4 +1,4 @@
-"""Issue 9's acceptance on the GPU: a real campaign's kernel bundle, built, verified and timed.
+"""A real campaign's kernel bundle on the GPU, built, verified and timed.
 
     python3 bench/bundle_check.py --db CAMPAIGN.sqlite [--campaign NAME] --out DIR
 

@@ -1,4 +1,4 @@
-"""Why does cuBLASLt reach less in the device protocol than in bursts? (issue 3, NOTES §3)
+"""Why does cuBLASLt reach less in the device protocol than in bursts? (NOTES §3)
 
 For a few large shapes, times the autotuned cuBLASLt (and torch.matmul) with CUDA events in four
 regimes, sampling the SM clock and the power draw with nvidia-smi meanwhile:

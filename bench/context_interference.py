@@ -1,4 +1,4 @@
-"""Issue 7: does a CUDA context being created in another process move a device-protocol timing
+"""Does a CUDA context being created in another process move a device-protocol timing
 that runs at the same moment? (bench/NOTES.md §16.)
 
 The warm-verifier design creates the next batch's verifier contexts while the current batch is

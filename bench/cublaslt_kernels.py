@@ -1,4 +1,4 @@
-"""Issue 11: which kernels does cuBLASLt run on the 64-shape campaign's problems?
+"""Which kernels does cuBLASLt run on the 64-shape campaign's problems?
 
 For each problem, the heuristic's first ``--algos`` algorithms (no timing: a heuristic query per
 problem), each named by its configuration (engine.timing.cublaslt_kernels: tile, stages, cluster,

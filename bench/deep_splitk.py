@@ -1,4 +1,4 @@
-"""Issue 11: do chosen library configs lift the grid's shapes where the campaign lost most?
+"""Do chosen library configs lift the grid's shapes where the campaign lost most?
 Two sets (``--set``):
 
 - ``deep`` (the default): the deep split-K configs (sm80: 8, 16 and 32 splits; sm90 stream-K
@@ -68,13 +68,13 @@ REDUCTION_SHAPES = f"{SHAPES},128x4096x2048,4096x64x1024"
 # 8192x8192x8192)
 LARGE_SHAPES = "16384x12288x512,12288x12288x1024,8192x8192x2048,4096x12288x8192"
 # where cuBLASLt runs 192×192 (16384x12288x512), 128×320 (16384x4096x8192) and 128×256 with a
-# 2×1 cluster (the short-K wide shapes, 0.91–0.92× in run 14)
+# 2×1 cluster (the short-K wide shapes, where the campaign's finals reached 0.91–0.92×)
 SPLIT_N_SHAPES = "16384x12288x512,16384x4096x8192,8192x2048x128,2048x12288x128,4096x1024x512"
-# where cuBLASLt-autotune runs 8- to 48-row tiles (run 14's finals), the long-K ones included
+# where cuBLASLt-autotune runs 8- to 48-row tiles (the campaign's finals), the long-K ones included
 TRANSPOSED_SHAPES = (
     "2048x128x512,4096x64x1024,512x512x256,64x4096x16384,64x1024x12288,128x128x16384"
 )
-# short K, wide M·N: the epilogue's stores dominate (0.90–0.95× in run 14)
+# short K, wide M·N: the epilogue's stores dominate (the finals reached 0.90–0.95×)
 EPILOGUE_SHAPES = "8192x2048x128,2048x12288x128,1024x4096x64,12288x8192x256,512x1024x512"
 # the sm80 kernels that won those shapes in the 64-shape campaign (its report)
 TRANSPOSED_YARDSTICKS = (

@@ -1,4 +1,4 @@
-"""Kernel-family run on the GPU (issue 4): compile configs of each family in parallel (a uniform
+"""Kernel-family run on the GPU: compile configs of each family in parallel (a uniform
 sample, the curated library with --library, or the best of an earlier report), verify each one as
 soon as it is built (isolated child processes, every input distribution), then time the verified
 ones against every baseline over a set of shapes (device protocol). With --sanitize-best, each

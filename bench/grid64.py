@@ -1,4 +1,4 @@
-"""Issue 11's 64 shapes: a fixed, stratified sample of CUDA-L2's 10×10×10 grid.
+"""The 64-shape campaign's shapes: a fixed, stratified sample of CUDA-L2's 10×10×10 grid.
 
 Each size class of engine.publish.report (small: MNK < 2^30, medium, large: MNK ≥ 2^36) gets a third
 of the shapes, drawn with a fixed seed, so every session resumes the same campaign; every fourth
@@ -27,7 +27,7 @@ from engine.campaign.storage import SqliteStorage
 from engine.publish.report import SIZE_CLASSES, geomean, size_class
 
 SIZES = (64, 128, 256, 512, 1024, 2048, 4096, 8192, 12288, 16384)  # CUDA-L2's grid per dimension
-SEED = 11  # the issue's number; changing it starts a different campaign
+SEED = 11  # fixed: changing it starts a different campaign
 
 
 def grid64() -> list[tuple[int, int, int]]:
@@ -92,11 +92,11 @@ def search_summary(db: Path, baseline: str = "cublaslt_autotune") -> dict[str, A
     }
 
 
-LARGE_FLOOR = 0.98  # issue 11: every large shape at 0.98× cuBLASLt-autotune or better
+LARGE_FLOOR = 0.98  # the goal: every large shape at 0.98× cuBLASLt-autotune or better
 
 
 def focus(db: Path, layout: str, count: int) -> list[str]:
-    """Where issue 11's two criteria are missed, by the search-time speedups (each shape's best
+    """Where the campaign's two goals are missed, by the search-time speedups (each shape's best
     verified candidate against cuBLASLt-autotune) of ``layout``'s grid shapes: the ``count``
     slowest of those under 1.0, slowest first, then every other large shape under 0.98.
     ``MxNxK`` each."""

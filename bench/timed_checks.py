@@ -1,4 +1,4 @@
-"""What the checks in the timed calls (engine.verify.timed_checks, issue 28) cost and whether they
+"""What the checks in the timed calls (engine.verify.timed_checks) cost and whether they
 move the baselines, at the 12 harness shapes, in one GPU call.
 
 Per shape, two measurement sessions in this process, in alternating order from shape to shape:
@@ -22,8 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gpu_run import SHAPES  # bench/ is the script's folder: on sys.path
-
+from bench.device.gpu_run import SHAPES
 from engine.config import load as load_config
 from engine.problem import Layout, Problem
 from engine.timing.measure import load_shim, measure
@@ -98,7 +97,7 @@ def protocol_checks(record: dict, candidates: list[str]) -> dict[str, Any]:
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--shapes", help="MxNxK, comma separated (default: the 12 of issue 3)")
+    parser.add_argument("--shapes", help="MxNxK, comma separated (default: the 12 harness shapes)")
     parser.add_argument("--runs", type=int, default=3, help="device runs per session")
     parser.add_argument("--device-seconds", type=float, default=3.0)
     parser.add_argument("--heat-seconds", type=float, default=1.0)

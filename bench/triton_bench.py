@@ -1,4 +1,4 @@
-"""Issue 36: the triton family on the grid's latency-bound and long-K small-M·N shapes, in one
+"""The triton family on the grid's latency-bound and long-K small-M·N shapes, in one
 GPU call — Inductor's own configs (what ``max-autotune`` tries with its Triton template) and a
 small sweep of what it does not try (split-K reduced by the last split, lean tiles, persistent
 TMA), verified and timed in the device protocol beside cuBLASLt-autotune and our current best

@@ -1,6 +1,6 @@
-"""Issue 7: where a verifier's wall time goes when many run at once (bench/NOTES.md §15).
+"""Where a verifier's wall time goes when many run at once (bench/NOTES.md §15).
 
-In run 11's stack each verifier took about 5 s while 16 ran together and the GPU was far from
+In a whole-stack run each verifier took about 5 s while 16 ran together and the GPU was far from
 busy. This runs the GPU step's own verification path (engine.verify.verifier.Verifications, children
 forked from one fork server) on a batch of compiled library kernels at one shape, with 1, 4, 8
 and 16 verifiers at once, and reports per setting: the batch's wall time, verdicts per second,
@@ -43,7 +43,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.stack_run import GpuSampler, busy_fraction  # noqa: E402
+from bench.stack.stack_run import GpuSampler, busy_fraction  # noqa: E402
 from engine.campaign.final import config_of, top_records  # noqa: E402
 from engine.campaign.storage import SqliteStorage  # noqa: E402
 from engine.compilation.compile import compile_configs  # noqa: E402

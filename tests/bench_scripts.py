@@ -10,9 +10,11 @@ from types import ModuleType
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 
 
-def load(name: str) -> ModuleType:
-    """bench/<name>.py as module ``name`` (registered in sys.modules: dataclasses look it up)."""
-    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
+def load(script: str) -> ModuleType:
+    """bench/<script>.py (``script`` may name a folder: "stack/stack_run") as a module named after
+    the file (registered in sys.modules: dataclasses look it up)."""
+    name = Path(script).name
+    spec = importlib.util.spec_from_file_location(name, BENCH / f"{script}.py")
     assert spec is not None
     assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)

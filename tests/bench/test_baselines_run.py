@@ -1,5 +1,5 @@
-"""bench/baselines_run.py's plan (the GPU stage `bash bench/gpu_run.sh baselines` runs it): which
-shapes, in which order, and the summary it prints."""
+"""bench/baselines_run.py's plan (the GPU stage `bash bench/device/gpu_run.sh baselines` runs
+it): which shapes, in which order, and the summary it prints."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """bench/context_interference.py without a GPU: how quiet and storm runs are compared, and that
 a storm's creators start, create nothing without CUDA, and stop when told (its GPU run:
-bench/gpu_run.sh interference)."""
+bench/device/gpu_run.sh interference)."""
 
 from __future__ import annotations
 

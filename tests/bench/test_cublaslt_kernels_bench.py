@@ -1,6 +1,6 @@
 """bench/cublaslt_kernels.py: the kernels cuBLASLt's heuristic offers on the 64-shape campaign's
 80 problems, named, in a JSON the mirror proposer reads (the shim is a stand-in here; the GPU
-stage `bash bench/gpu_run.sh cublaslt` runs the real one)."""
+stage `bash bench/device/gpu_run.sh cublaslt` runs the real one)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""bench/grid64.py: issue 11's 64 shapes are the same in every session, balanced over the size
-classes, from CUDA-L2's grid, with a quarter of them also in TN."""
+"""bench/grid64.py: the 64-shape campaign's shapes are the same in every session, balanced over
+the size classes, from CUDA-L2's grid, with a quarter of them also in TN."""
 
 from __future__ import annotations
 
@@ -88,7 +88,7 @@ def test_the_summary_refuses_a_missing_database_and_creates_none(g, tmp_path):
     assert not missing.exists()
 
 
-def test_the_focus_is_where_the_campaign_misses_issue_11s_two_criteria(g):
+def test_the_focus_is_where_the_campaign_misses_its_two_goals(g):
     db = ROOT / "bench/results/grid64/campaign.sqlite"
     summary = {s["problem"]: s for s in g.search_summary(db)["shapes"]}
     chosen = g.focus(db, "nn", 16)

@@ -7,7 +7,6 @@ import pytest
 
 from tests.bench_scripts import load
 
-load("gpu_run")  # bench/timed_checks.py imports it as a sibling script
 timed_checks = load("timed_checks")
 
 

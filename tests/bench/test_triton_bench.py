@@ -1,5 +1,5 @@
 """bench/triton_bench.py's logic without a GPU: which shapes, which configs, what is reported
-(the GPU stage `bash bench/gpu_run.sh triton` runs the real one)."""
+(the GPU stage `bash bench/device/gpu_run.sh triton` runs the real one)."""
 
 from __future__ import annotations
 

@@ -173,7 +173,7 @@ def test_the_raster_run_sets_each_swizzle_beside_the_schedulers_defaults_on_larg
     assert {(c.cluster_m, c.cluster_n) for c in configs} == {(1, 1), (2, 1), (1, 2)}
     for shape in script.CONFIG_SETS["raster"][1].split(","):
         problem = Problem.parse(shape)
-        assert problem.m * problem.n * problem.k >= 2**36  # issue 11's large class
+        assert problem.m * problem.n * problem.k >= 2**36  # the large size class
         assert script.valid_for(problem, configs) == configs
 
 

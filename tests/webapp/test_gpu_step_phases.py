@@ -128,7 +128,7 @@ def test_a_local_step_books_the_childs_phases_and_its_own(gpu_item, monkeypatch)
         "mps": "off",  # ENGINE_VERIFY_MPS (engine.gpu.mps): whether verifiers shared an MPS server
     }
     item.refresh_from_db()
-    assert item.result == result  # what bench/stack_run.py reads back
+    assert item.result == result  # what bench/stack/stack_run.py reads back
 
 
 def test_an_older_child_without_phases_still_gives_its_outcomes(settings):

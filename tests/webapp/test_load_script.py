@@ -1,4 +1,4 @@
-"""bench/load_test.py's argument parsing (the load test itself is not part of the suite)."""
+"""bench/stack/load_test.py's argument parsing (the load test itself is not part of the suite)."""
 
 import pytest
 
@@ -7,7 +7,7 @@ from tests import bench_scripts
 
 @pytest.fixture(scope="module")
 def load_test():
-    return bench_scripts.load("load_test")
+    return bench_scripts.load("stack/load_test")
 
 
 def test_the_defaults_are_50_users_for_30_seconds_over_10000_candidates(load_test):

@@ -1,6 +1,7 @@
-"""bench/stack_run.py: its arithmetic and samplers here; end to end (marked services and slow) with
-a redis-server of its own, real Celery workers, beat and gunicorn, the GPU steps replayed from the
-recorded H200 run (no GPU here, so the GPU's busy fraction is null with the reason)."""
+"""bench/stack/stack_run.py: its arithmetic and samplers here; end to end (marked services and
+slow) with a redis-server of its own, real Celery workers, beat and gunicorn, the GPU steps
+replayed from the recorded H200 run (no GPU here, so the GPU's busy fraction is null with the
+reason)."""
 
 from __future__ import annotations
 
@@ -19,13 +20,13 @@ from engine.campaign.round import batch_size_for
 from tests import bench_scripts
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "bench" / "stack_run.py"
+SCRIPT = ROOT / "bench" / "stack" / "stack_run.py"
 RECORDED_RUN = "bench/results/2026-12-02-h200-families/families-run1.json"
 
 
 @pytest.fixture(scope="module")
 def stack_run():
-    return bench_scripts.load("stack_run")
+    return bench_scripts.load("stack/stack_run")
 
 
 # -- arithmetic --------------------------------------------------------------------------------
@@ -211,7 +212,7 @@ def test_without_redis_or_packages_the_error_says_what_to_carry(stack_run, monke
 
 @pytest.mark.skipif(
     shutil.which("dpkg") is None or not list((ROOT / ".deb").glob("redis-server_*.deb")),
-    reason="needs dpkg and the packages bench/stack_wheels.sh downloads into .deb/",
+    reason="needs dpkg and the packages bench/device/stack_wheels.sh downloads into .deb/",
 )
 def test_redis_from_the_debian_packages_runs(stack_run, monkeypatch, tmp_path):
     monkeypatch.setattr(stack_run.shutil, "which", lambda name: None)

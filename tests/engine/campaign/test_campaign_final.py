@@ -1,5 +1,5 @@
 """The GPU executor's parallel verification, the end-of-campaign top-k selection and the sandbox
-of the fresh-process re-measurement (the GPU path itself runs in bench/gpu_run.sh's campaign
+of the fresh-process re-measurement (the GPU path itself runs in bench/device/gpu_run.sh's campaign
 stage and in the gpu-marked test here)."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Pack the built kernels of a local compile cache for the lent GPU machine, which unpacks them
-# into its own cache (bench/gpu_run.sh library): compiling here saves device time.
-#   usage: bash bench/pack_kernels.sh [CACHE_DIR] [OUT.tar.xz]   (default: .cache/gemmforge)
+# into its own cache (bench/device/gpu_run.sh library): compiling here saves device time.
+#   usage: bash bench/device/pack_kernels.sh [CACHE_DIR] [OUT.tar.xz]   (default: .cache/gemmforge)
 # Only successful builds travel (lib.so, result.json, kernel.cu, build.log, and a Triton
 # kernel's gemmforge_triton.h, which bundles embed); xz shrinks a
 # CUTLASS library about 4.6x (1.24 MB -> 268 KB measured).

@@ -2,17 +2,18 @@
 # Everything the lent GPU machine needs from this (CPU) machine, for a fresh checkout: the wheels
 # and Debian packages it has no network for (.whl/, .deb/), and the curated kernel library built
 # here and packed for carrying (.carry/kernels.tar.xz), so that the device spends no time on nvcc.
-#   usage: bash bench/prepare_device.sh [nn|tn|all|wheels]   (default nn: the NN library kernels;
-#   tn: the TN subset only; all: both; wheels: the wheels and packages alone, for a first call
-#   that compiles its few kernels on the device, such as `gpu_run.sh tiles`)
+#   usage: bash bench/device/prepare_device.sh [nn|tn|all|wheels]
+#   (default nn: the NN library kernels; tn: the TN subset only; all: both; wheels: the wheels
+#   and packages alone, for a first call that compiles its few kernels on the device, such as
+#   `gpu_run.sh tiles`)
 # The wheels take a minute; the kernels took 78 minutes for NN on 2 cores when it had 254 (it has
 # 182 sm90 and 96 sm80 now), about 115 with the TN subset (all). Progress: .carry/prepare.log. Run it at the start of a
 # session, in the background.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 what=${1:-nn}
 [[ $what =~ ^(nn|tn|all|wheels)$ ]] || {
-  echo "usage: bash bench/prepare_device.sh [nn|tn|all|wheels]" >&2
+  echo "usage: bash bench/device/prepare_device.sh [nn|tn|all|wheels]" >&2
   exit 2
 }
 mkdir -p .git/info .carry
@@ -27,7 +28,7 @@ echo "$(date -u +%FT%TZ) prepare_device: $what"
 ls .whl/nvidia_cutlass-4.2.0.0-*.whl >/dev/null 2>&1 || "$PY" -m pip download -q --no-deps \
   --only-binary=:all: --python-version 3.12 --implementation cp --platform manylinux2014_x86_64 \
   -d .whl nvidia-cutlass==4.2.0.0
-PY=$PY bash bench/stack_wheels.sh
+PY=$PY bash bench/device/stack_wheels.sh
 
 export ENGINE_CACHE_DIR=${ENGINE_CACHE_DIR:-$PWD/.cache/gemmforge}
 builds=()
@@ -37,6 +38,6 @@ for build in "${builds[@]}"; do
   IFS=: read -r family layout limit <<<"$build"
   "$PY" -m engine prebuild --family "$family" --library ${limit:+--limit "$limit"} \
     --layout "$layout" --arch sm_90 --jobs "$(nproc)"
-  bash bench/pack_kernels.sh "$ENGINE_CACHE_DIR"  # packed after each family: usable early
+  bash bench/device/pack_kernels.sh "$ENGINE_CACHE_DIR"  # packed after each family: usable early
 done
 echo "$(date -u +%FT%TZ) prepare_device: done"

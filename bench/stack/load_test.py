@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Bounded load test of the dashboard on loopback (issue 10, item 4).
+"""Bounded load test of the dashboard on loopback.
 
 What it does, all on 127.0.0.1 and in a fresh database that it removes afterwards:
 
@@ -18,7 +18,7 @@ What it does, all on 127.0.0.1 and in a fresh database that it removes afterward
 Needs wrk (apt-get install wrk). Not part of the test suite: it takes a minute and its numbers
 depend on the machine; tests/webapp/test_load_script.py only checks its argument parsing.
 
-    .venv/bin/python bench/load_test.py --postgres postgres://postgres@127.0.0.1:5432/postgres
+    .venv/bin/python bench/stack/load_test.py --postgres postgres://postgres@127.0.0.1:5432/postgres
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 RECORDED_RUN = ROOT / "bench/results/2026-12-02-h200-families/families-run1.json"
 OWNER = "loadtest"
 RUNNING_NAME = "LOAD TEST: running campaign (written to during the test)"
@@ -265,7 +265,7 @@ def readme(report: dict) -> str:
     statuses = ", ".join(f"{c}: {n}" for c, n in sorted(r["statuses"].items()))
     return f"""# Dashboard load test, {report["date"][:10]}
 
-`bench/load_test.py` (issue 10, item 4): {load["connections"]} concurrent connections (wrk, \
+`bench/stack/load_test.py` (issue 10, item 4): {load["connections"]} concurrent connections (wrk, \
 {load["wrk_threads"]} threads) for {load["duration_s"]} s against gunicorn on 127.0.0.1 \
 ({server["gunicorn_workers"]} workers × {server["threads_per_worker"]} threads, gthread), \
 {server["database"]}, while a campaign runs: a background process (the script's writer, not \
@@ -303,7 +303,7 @@ coordinated omission here). Raw numbers: `results.json`. Reproduce:
 
 ```sh
 apt-get install wrk
-.venv/bin/python bench/load_test.py --postgres postgres://postgres@127.0.0.1:5432/postgres
+.venv/bin/python bench/stack/load_test.py --postgres postgres://postgres@127.0.0.1:5432/postgres
 ```
 """
 

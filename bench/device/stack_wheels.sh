@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# Fetch what bench/stack_run.py needs on the lent GPU machine, which has no network: wheels of the
-# web stack for its Python 3.12 (into .whl/) and Debian 12's redis-server (into .deb/). Run it
-# here; carry .whl and .deb with the GPU call. bench/gpu_run.sh installs .whl/*.whl into
+# Fetch what bench/stack/stack_run.py needs on the lent GPU machine, which has no network: wheels
+# of the web stack for its Python 3.12 (into .whl/) and Debian 12's redis-server (into .deb/). Run it
+# here; carry .whl and .deb with the GPU call. bench/device/gpu_run.sh installs .whl/*.whl into
 # /tmp/site; stack_run.py unpacks .deb/*.deb with dpkg -x when no redis-server is on PATH.
-#   usage: bash bench/stack_wheels.sh
+#   usage: bash bench/device/stack_wheels.sh
 # The device already has numpy, filelock, Pygments, requests, psutil, nvidia-ml-py, click,
 # python-dateutil, packaging and PyYAML, so those are left out.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 PY=${PY:-.venv/bin/python}
 
 # Top-level pins as in requirements.txt; their dependencies at the versions .venv resolved. click

@@ -1,4 +1,4 @@
-"""The harness acceptance run on the GPU (issue 3): verification of honest and known-bad kernels,
+"""The harness run on the GPU: verification of honest and known-bad kernels,
 and every baseline × both layouts in the device and cudal2-offline protocols over 12 shapes.
 
 Writes verification.json and baselines.json under --out, and prints tables.
@@ -64,7 +64,7 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="two shapes only (smoke run)")
     parser.add_argument("--skip-verify", action="store_true")
     parser.add_argument("--protocol", action="append")
-    parser.add_argument("--shapes", help="MxNxK, comma separated (default: the 12 of issue 3)")
+    parser.add_argument("--shapes", help="MxNxK, comma separated (default: the 12 harness shapes)")
     args = parser.parse_args()
     shapes = args.shapes.split(",") if args.shapes else QUICK_SHAPES if args.quick else SHAPES
     problems = [Problem.parse(s) for s in shapes]

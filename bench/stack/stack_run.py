@@ -1,5 +1,5 @@
-"""A campaign through the whole stack on one machine: issue 7's GPU acceptance (and issue 12's
-routing check with --split-queues).
+"""A campaign through the whole stack on one machine, on the GPU (and, with --split-queues, a
+check that each shape's work reaches its own GPU queue).
 
 Starts a redis-server of its own (PATH first, else Debian's packages in .deb/ unpacked with
 dpkg -x), migrates a throwaway SQLite database, starts Celery workers as subprocesses (compile
@@ -12,8 +12,8 @@ busy fraction overall and once compiles are warm, per-worker counts, checks), st
 (every log, cut to about 2 MB), stack-gpu.csv (the samples) and stack-db.sqlite3. Whatever fails,
 stack.json is written, with the error.
 
-    python3 bench/stack_run.py --out "$OUT"                       # on the GPU machine
-    .venv/bin/python bench/stack_run.py --out out/stack \\
+    python3 bench/stack/stack_run.py --out "$OUT"                       # on the GPU machine
+    .venv/bin/python bench/stack/stack_run.py --out out/stack \\
         --executor replay:bench/results/2026-12-02-h200-families/families-run1.json \\
         --shapes 4096x4096x4096,1024x1024x1024 --budget 8 --deadline 120   # CPU, recorded times
 """
@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_SHAPES = "4096x4096x4096,8192x1024x4096"
 DEFAULT_MIX = "rl=0.5, evolve=0.3, random=0.2"  # the launch form's default
 SPLIT_POOLS = ("sm90", "sm80")  # --split-queues: GPU worker i consumes gpu.<SPLIT_POOLS[i]>
@@ -116,7 +116,7 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
     p.add_argument(
         "--split-queues",
         action="store_true",
-        help="issue 12: one campaign per shape, each routed to its own GPU pool queue, one GPU "
+        help="one campaign per shape, each routed to its own GPU pool queue, one GPU "
         "worker per queue (all on the same GPU); implies --gpu-workers 2",
     )
     p.add_argument("--gpu", type=int, default=0, help="GPU index (CUDA and NVML)")
@@ -265,7 +265,7 @@ def find_redis(explicit: str | None, deb_dir: Path, root: Path) -> RedisBinary:
     debs = sorted(deb_dir.glob("*.deb"))
     if not debs:
         raise StackError(f"no redis-server on PATH and no .deb files in {deb_dir} "
-                         "(run bench/stack_wheels.sh and carry .deb)")  # fmt: skip
+                         "(run bench/device/stack_wheels.sh and carry .deb)")  # fmt: skip
     for deb in debs:
         subprocess.run(["dpkg", "-x", str(deb), str(root)], check=True, capture_output=True)
     binary = root / "usr" / "bin" / "redis-server"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The one GPU script: install carried wheels, build, run the GPU tests and the benchmarks in a
 # single call on the lent H200, writing JSON and logs under $OUT.
-#   usage (on the device): bash bench/gpu_run.sh
+#   usage (on the device): bash bench/device/gpu_run.sh
 #     [tests|bench|clock|all|checks|families|campaign|library|smoke|library2|library3|resume|
 #      stack|bundle|grid64|profile|splitk|raster|reduction|tiles|cublaslt|interference|warm|
 #      baselines|timed|triton|fresh]
@@ -20,7 +20,7 @@ if [[ $stage == library* || $stage =~ ^(smoke|checks|stack|bundle|resume|grid64|
   export ENGINE_CACHE_DIR=$PWD/.cache/device
   mkdir -p "$ENGINE_CACHE_DIR/kernels"
   carried_mark=$ENGINE_CACHE_DIR/carried.mark
-  # kernels compiled on the CPU machine (bench/pack_kernels.sh), carried as .carry/
+  # kernels compiled on the CPU machine (bench/device/pack_kernels.sh), carried as .carry/
   for pack in .carry/kernels*.tar.xz; do
     [[ -f $pack ]] && tar -xJf "$pack" -C "$ENGINE_CACHE_DIR/kernels"
   done
@@ -63,9 +63,9 @@ pack_device_kernels() {
     done | tar -cf - --files-from=- | xz -6 -T16 > "$OUT/kernels-device.tar.xz")
   echo "packed $(tar -tJf "$OUT/kernels-device.tar.xz" | grep -c 'lib.so$') device-built kernels"
 }
-# issue 5's live campaign: 8 shapes of the CUDA-L2 grid that the library sweep did not time (the
-# policy is pretrained on the sweep's table, $1); resumable, so a run cut by CAMPAIGN_SECONDS goes
-# on in a later call from the same database
+# a live campaign: 8 shapes of the CUDA-L2 grid that the library sweep did not time (the policy is
+# pretrained on the sweep's table, $1); resumable, so a run cut by CAMPAIGN_SECONDS goes on in a
+# later call from the same database
 live_campaign() {
   local shapes=${CAMPAIGN_SHAPES:-128x1024x1024,1024x512x512,4096x64x4096,2048x2048x512,512x8192x2048,2048x2048x4096,16384x256x16384,8192x4096x16384}
   timeout -k 20 -s INT "${CAMPAIGN_SECONDS:-330}" python3 -m engine optimize --shapes "$shapes" \
@@ -79,8 +79,8 @@ live_campaign() {
 }
 status=0
 if [[ $stage == checks ]]; then
-  # issues 3 and 10 on the GPU (tests, clock probe) while the NN library compiles on 10 CPUs for
-  # the campaign stages; whatever it built by the end comes back in kernels-device.tar.xz
+  # the GPU tests and the clock probe while the NN library compiles on 10 CPUs for the campaign
+  # stages; whatever it built by the end comes back in kernels-device.tar.xz
   (for family in sm80 sm90; do
     python3 -m engine prebuild --family $family --library --layout nn --arch sm_90 --jobs 10
   done >"$OUT/prebuild-nn.log" 2>&1) &
@@ -88,9 +88,9 @@ if [[ $stage == checks ]]; then
   ENGINE_CACHE_DIR=/tmp/gemmforge-cache ENGINE_COMPILE_JOBS=6 gpu_tests || status=1
   tail -25 "$OUT/gpu-tests.log"
   python3 bench/clock_probe.py --out "$OUT" 2>&1 | tee "$OUT/clock_probe.log" | tail -30 || status=1
-  if [[ -n ${STACK_SMOKE:-} ]]; then  # issue 7's stack once, cold, e.g. "--budget 4 --deadline 120"
+  if [[ -n ${STACK_SMOKE:-} ]]; then  # the whole stack once, cold, e.g. "--budget 4 --deadline 120"
     # shellcheck disable=SC2086
-    bash bench/stack_run.sh $STACK_SMOKE || status=1
+    bash bench/stack/stack_run.sh $STACK_SMOKE || status=1
   fi
   sleep "${PREBUILD_MORE_SECONDS:-0}"
   pkill -INT -P $prebuild; kill $prebuild 2>/dev/null; sleep 2; pkill -f 'engine prebuild'
@@ -101,16 +101,16 @@ if [[ $stage == tests || $stage == all ]]; then
   tail -40 "$OUT/gpu-tests.log"
 fi
 if [[ $stage == bench || $stage == all ]]; then
-  python3 bench/gpu_run.py --out "$OUT" "$@" 2>&1 | tee "$OUT/bench.log" | tail -80 || status=1
+  python3 bench/device/gpu_run.py --out "$OUT" "$@" 2>&1 | tee "$OUT/bench.log" | tail -80 || status=1
 fi
-if [[ $stage == timed ]]; then  # issue 28: the timed checks' cost, baselines with and without them
+if [[ $stage == timed ]]; then  # the timed checks' cost, baselines with and without them
   python3 bench/timed_checks.py --out "$OUT" "$@" 2>&1 | tee "$OUT/timed_checks.log" | tail -40 \
     || status=1
 fi
-if [[ $stage == clock || $stage == all ]]; then  # issue 3: device protocol vs bursts, clocks
+if [[ $stage == clock || $stage == all ]]; then  # device protocol vs bursts, clocks
   python3 bench/clock_probe.py --out "$OUT" 2>&1 | tee "$OUT/clock_probe.log" | tail -30 || status=1
 fi
-if [[ $stage == campaign ]]; then  # issue 5's live campaign: 8 shapes x 64 candidates
+if [[ $stage == campaign ]]; then  # a live campaign: 8 shapes x 64 candidates
   shapes=${CAMPAIGN_SHAPES:-256x256x256,1024x1024x1024,4096x4096x4096,8192x8192x8192,64x8192x16384,16384x128x8192,4096x16384x256,2048x8192x1024}
   python3 -m engine optimize --shapes "$shapes" --layout "${CAMPAIGN_LAYOUT:-nn}" --budget 64 \
     --proposers rl,evolve --db "$ENGINE_CACHE_DIR/campaign.sqlite" --out "$OUT/campaign.json" "$@" 2>&1 \
@@ -119,7 +119,7 @@ fi
 if [[ $stage == families ]]; then
   python3 bench/family_sweep.py --out "$OUT" "$@" 2>&1 | tee "$OUT/families.log" | tail -60 || status=1
 fi
-if [[ $stage == library ]]; then  # issue 4: the curated library, built, verified, timed (NN)
+if [[ $stage == library ]]; then  # the curated library, built, verified, timed (NN)
   # the TN subset of library2 compiles on the CPUs meanwhile (the GPU times NN)
   prebuild_tn_subset "$OUT/prebuild-tn1.log" &
   python3 bench/family_sweep.py --out "$OUT" --library --layouts nn --verify-jobs 12 --time nn=0:24 \
@@ -128,7 +128,7 @@ if [[ $stage == library ]]; then  # issue 4: the curated library, built, verifie
   cp "$OUT/families.json" "$ENGINE_CACHE_DIR/library-run1.json"
   pack_device_kernels
 fi
-if [[ $stage == fresh ]]; then  # issue 31: a replay table of shapes no earlier table holds (NN library)
+if [[ $stage == fresh ]]; then  # a replay table of shapes no earlier table holds (NN library)
   shapes=$(python3 bench/fresh_shapes.py --count 16 --seed "${FRESH_SEED:-2031}")
   echo "$shapes" > "$OUT/fresh-shapes.txt"
   python3 bench/family_sweep.py --out "$OUT" --library --layouts nn --verify-jobs 12 --shapes "$shapes" \
@@ -157,10 +157,10 @@ if [[ $stage == library2 ]]; then  # a live campaign, an LLM campaign, TN config
   tn_limits=(--library-limit sm90:tn=${TN_SM90:-72} --library-limit sm80:tn=${TN_SM80:-40})
   prebuild_tn_subset "$OUT/prebuild-tn.log" &
   prebuild=$!
-  # issue 5: 8 shapes of the CUDA-L2 grid that the library sweep did not time (the policy is
+  # 8 shapes of the CUDA-L2 grid that the library sweep did not time (the policy is
   # pretrained on the sweep's shapes); resumable, so a run cut by the time limit goes on later
   live_campaign "$run1" || status=1
-  if [[ -z ${SKIP_LLM:-} ]]; then  # issue 8: an LLM campaign through a local (tiny, random) model
+  if [[ -z ${SKIP_LLM:-} ]]; then  # an LLM campaign through a local (tiny, random) model
     python3 -m engine.llm.tiny "$ENGINE_CACHE_DIR/tiny-llm" >/dev/null
     python3 -m engine optimize --shapes 4096x4096x4096 --layout nn --budget 8 --batch 4 \
       --proposers llm --llm-model "$ENGINE_CACHE_DIR/tiny-llm" --llm-device cuda \
@@ -168,16 +168,16 @@ if [[ $stage == library2 ]]; then  # a live campaign, an LLM campaign, TN config
       --out "$OUT/llm-campaign.json" 2>&1 | tee "$OUT/llm-campaign.log" | tail -12 || status=1
   fi
   wait $prebuild
-  # the TN subset verified; the NN shapes run 1 did not reach and four TN shapes timed; then the
-  # sanitizer on every shape's best
+  # the TN subset verified; the NN shapes the first library run did not reach and four TN shapes
+  # timed; then the sanitizer on every shape's best
   left=$(( ${LIBRARY2_END:-520} - SECONDS )); (( left > 0 )) || left=1
   python3 bench/family_sweep.py --out "$OUT" --library "${tn_limits[@]}" --verify-jobs 12 \
     --verdicts "$run1" --merge "$run1" --time tn=5:9 --device-seconds 2 --deadline "$left" \
     --sanitize-best 2>&1 | tee "$OUT/library2.log" | tail -30 || status=1
 fi
-if [[ $stage == library3 ]]; then  # issue 4: the TN sm90 subset verified on top of run 2
+if [[ $stage == library3 ]]; then  # the TN sm90 subset verified on top of the second library run
   run2=${LIBRARY_RUN2:-bench/results/2026-12-03-h200-library/library-run2.json}
-  # issue 10's GPU tests beside the verification (both use the GPU, neither times anything)
+  # the GPU tests beside the verification (both use the GPU, neither times anything)
   ENGINE_CACHE_DIR=/tmp/gemmforge-cache ENGINE_COMPILE_JOBS=10 gpu_tests &
   tests=$!
   mkdir -p "$OUT/verify"
@@ -186,18 +186,18 @@ if [[ $stage == library3 ]]; then  # issue 4: the TN sm90 subset verified on top
     --time tn=0:0 2>&1 | tee "$OUT/library3-verify.log" | tail -8 || status=1
   wait $tests || status=1
   tail -6 "$OUT/gpu-tests.log"
-  # then, with the GPU to itself, TN shapes that run 2 did not time
+  # then, with the GPU to itself, TN shapes that the second run did not time
   python3 bench/family_sweep.py --out "$OUT" --library --families sm90 --layouts tn \
     --library-limit "sm90:tn=${TN_SM90:-72}" --verdicts "$OUT/verify/families.json" \
     --merge "$OUT/verify/families.json" --time "${LIBRARY3_TIME:-tn=9:11}" --device-seconds 2 \
     --deadline "${LIBRARY3_DEADLINE:-120}" 2>&1 | tee "$OUT/library3.log" | tail -12 || status=1
 fi
-if [[ $stage == resume ]]; then  # issue 5: the live campaign, resumed from the committed database
+if [[ $stage == resume ]]; then  # the live campaign, resumed from the committed database
   [[ -f $ENGINE_CACHE_DIR/campaign.sqlite ]] \
     || cp "${CAMPAIGN_DB:-bench/results/2026-12-03-h200-library/campaign.sqlite}" "$ENGINE_CACHE_DIR/campaign.sqlite"
   live_campaign "${LIBRARY_RUN1:-bench/results/2026-12-03-h200-library/library-run1.json}" || status=1
 fi
-if [[ $stage == grid64 ]]; then  # issue 11: the 64-shape campaign, resumed across sessions
+if [[ $stage == grid64 ]]; then  # the 64-shape campaign, resumed across sessions
   # from the database the last session committed (GRID64_DB); NN first, then its TN quarter
   # (and the finals measured so far, engine.campaign.final.SavedFinals, beside it); GRID64_LAYOUTS
   # picks the layouts ("nn tn"), GRID64_PROPOSERS the mix (the transfer proposer carries each
@@ -248,7 +248,7 @@ if [[ $stage == grid64 ]]; then  # issue 11: the 64-shape campaign, resumed acro
   cp "$ENGINE_CACHE_DIR/grid64.sqlite" "$OUT/grid64.sqlite"
   cp "$ENGINE_CACHE_DIR/grid64.finals.json" "$OUT/grid64.finals.json" 2>/dev/null
 fi
-if [[ $stage == profile ]]; then  # issue 7: a verifier's time with 1 to 16 running at once
+if [[ $stage == profile ]]; then  # a verifier's time with 1 to 16 running at once
   mps_args=()
   if [[ ${PROFILE_MPS:-0} == 1 ]]; then  # A/B: the same batches as clients of an MPS server
     mps_pipe=$(python3 -m engine.gpu.mps start "${TMPDIR:-/tmp}/gemmforge-mps" 2>&1 | tee -a "$OUT/mps.log" | tail -1)
@@ -260,11 +260,11 @@ if [[ $stage == profile ]]; then  # issue 7: a verifier's time with 1 to 16 runn
   [[ ${PROFILE_MPS:-0} == 1 ]] && python3 -m engine.gpu.mps stop "${TMPDIR:-/tmp}/gemmforge-mps" >>"$OUT/mps.log" 2>&1
   mps_args=()
 fi
-if [[ $stage == interference ]]; then  # issue 7: timing while other processes create contexts
+if [[ $stage == interference ]]; then  # timing while other processes create contexts
   python3 bench/context_interference.py --out "$OUT/context-interference.json" \
     ${INTERFERENCE_ARGS:-} 2>&1 | tee "$OUT/context-interference.log" | tail -24 || status=1
 fi
-if [[ $stage == warm ]]; then  # issue 7, warm verifiers (bench/NOTES.md §17): is a timing moved by
+if [[ $stage == warm ]]; then  # warm verifiers (bench/NOTES.md §17): is a timing moved by
   # contexts created beside it; the warm paths' GPU tests; 16 verifiers warm (on, kernels) or not
   python3 bench/context_interference.py --device-seconds 1 --out "$OUT/context-interference.json" \
     2>&1 | tee "$OUT/context-interference.log" | tail -24 || status=1
@@ -278,21 +278,21 @@ if [[ $stage == warm ]]; then  # issue 7, warm verifiers (bench/NOTES.md §17): 
     --out "$OUT/verify-profile-warm.json" 2>&1 \
     | tee "$OUT/verify-profile-warm.log" | tail -8 || status=1
 fi
-if [[ $stage == splitk ]]; then  # issue 11: deep split-K on the grid's small-M·N, long-K shapes
+if [[ $stage == splitk ]]; then  # deep split-K on the grid's small-M·N, long-K shapes
   python3 bench/deep_splitk.py --db "${GRID64_DB:-bench/results/grid64/campaign.sqlite}" \
     --out "$OUT/deep-splitk.json" 2>&1 | tee "$OUT/deep-splitk.log" | tail -14 || status=1
 fi
-if [[ $stage == raster ]]; then  # issue 11: raster orders and swizzles on the large NN shapes
+if [[ $stage == raster ]]; then  # raster orders and swizzles on the large NN shapes
   python3 bench/deep_splitk.py --set raster --db "${GRID64_DB:-bench/results/grid64/campaign.sqlite}" \
     --out "$OUT/raster.json" 2>&1 | tee "$OUT/raster.log" | tail -10 || status=1
 fi
-if [[ $stage == cublaslt ]]; then  # issue 11: the kernels cuBLASLt runs on the campaign's problems
+if [[ $stage == cublaslt ]]; then  # the kernels cuBLASLt runs on the campaign's problems
   python3 bench/cublaslt_kernels.py ${CUBLASLT_AUTOTUNE:+--autotune "$CUBLASLT_AUTOTUNE"} \
     --out "$OUT/cublaslt-kernels.json" 2>&1 | tee "$OUT/cublaslt-kernels.log" | tail -12 || status=1
   # kept while the machine stays warm: grid64 with GRID64_PROPOSERS=...,mirror reads it
   cp "$OUT/cublaslt-kernels.json" "$ENGINE_CACHE_DIR/cublaslt-kernels.json" 2>/dev/null
 fi
-if [[ $stage == reduction ]]; then  # issue 11: fused split-K reductions (PDL, cluster), GPU tests first
+if [[ $stage == reduction ]]; then  # fused split-K reductions (PDL, cluster), GPU tests first
   python3 -m pytest -q -o addopts="" -p no:cacheprovider -m gpu tests/engine/codegen/test_gpu_split_reductions.py \
     2>&1 | tee "$OUT/reduction-tests.log" | tail -5 || status=1
   python3 bench/deep_splitk.py --set reduction --verify-jobs 16 \
@@ -300,7 +300,7 @@ if [[ $stage == reduction ]]; then  # issue 11: fused split-K reductions (PDL, c
     --db "${GRID64_DB:-bench/results/grid64/campaign.sqlite}" \
     --out "$OUT/reduction.json" 2>&1 | tee "$OUT/reduction.log" | tail -14 || status=1
 fi
-if [[ $stage == tiles ]]; then  # issue 11: split-N, transposed tiles, wide epilogue tiles; GPU tests first
+if [[ $stage == tiles ]]; then  # split-N, transposed tiles, wide epilogue tiles; GPU tests first
   python3 -m pytest -q -o addopts="" -p no:cacheprovider -m gpu tests/engine/codegen/test_gpu_sm90_tiles.py \
     2>&1 | tee "$OUT/tiles-tests.log" | tail -5 || status=1
   for set in splitn transposed epilogue; do
@@ -310,7 +310,7 @@ if [[ $stage == tiles ]]; then  # issue 11: split-N, transposed tiles, wide epil
       --out "$OUT/$set.json" 2>&1 | tee "$OUT/$set.log" | tail -14 || status=1
   done
 fi
-if [[ $stage == baselines ]]; then  # issues 29 and 36: every baseline, Inductor max-autotune and
+if [[ $stage == baselines ]]; then  # every baseline, Inductor max-autotune and
   # TunableOp included, on the 12 harness shapes and 16 grid64 shapes, with NVML power and clock
   # and the floor model's predictions; the GPU tests of those first; in all under 7 minutes
   # (BASELINES_SECONDS): the run stops starting shapes that would not finish in time
@@ -327,7 +327,7 @@ if [[ $stage == baselines ]]; then  # issues 29 and 36: every baseline, Inductor
     | tail -75 || status=1
   tail -3 "$OUT/baselines.log"
 fi
-if [[ $stage == triton ]]; then  # issue 36: the triton family (Inductor's configs and a sweep) on
+if [[ $stage == triton ]]; then  # the triton family (Inductor's configs and a sweep) on
   # the latency-bound and long-K small-M·N grid shapes, beside cuBLASLt-autotune and our best
   # kernel, in the device protocol; TRITON_ARGS adds options (e.g. "--limit 20 --sweep 6");
   # TRITON_TESTS=1 first runs the family's GPU tests (≈ 2 min more)
@@ -341,10 +341,10 @@ if [[ $stage == triton ]]; then  # issue 36: the triton family (Inductor's confi
     | tee "$OUT/triton.log" | tail -45 || status=1
   pack_device_kernels
 fi
-if [[ $stage == stack ]]; then  # issue 7: a campaign through web, Redis and Celery workers
-  bash bench/stack_run.sh "$@" || status=1
+if [[ $stage == stack ]]; then  # a campaign through web, Redis and Celery workers
+  bash bench/stack/stack_run.sh "$@" || status=1
 fi
-if [[ $stage == bundle ]]; then  # issue 9: a campaign on shapes where the library beat torch.matmul
+if [[ $stage == bundle ]]; then  # a campaign on shapes where the library beat torch.matmul
   run1=${LIBRARY_RUN1:-bench/results/2026-12-03-h200-library/library-run1.json}
   db=$ENGINE_CACHE_DIR/bundle-campaign.sqlite
   python3 -m engine optimize --shapes "${BUNDLE_SHAPES:-4096x4096x1024,2048x8192x1024,64x8192x16384}" \
@@ -356,7 +356,7 @@ if [[ $stage == bundle ]]; then  # issue 9: a campaign on shapes where the libra
   cp "$db" "$OUT/bundle-campaign.sqlite"
   python3 bench/bundle_check.py --db "$db" --out "$OUT/bundle-check" --jobs 16 "$@" 2>&1 \
     | tail -30 || status=1
-  # issue 32: host time per call, CUDA-graph time and a Llama-style MLP block, bundle vs torch
+  # host time per call, CUDA-graph time and a Llama-style MLP block, bundle vs torch
   python3 bench/bundle_overhead.py --db "$db" --out "$OUT/bundle-overhead" --jobs 16 \
     ${BUNDLE_OVERHEAD_ARGS:-} 2>&1 | tail -40 || status=1
 fi

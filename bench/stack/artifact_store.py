@@ -1,4 +1,4 @@
-"""Issue 7: publish and fetch real compile-cache entries through the artifact store, to compare
+"""Publish and fetch real compile-cache entries through the artifact store, to compare
 with compiling them on the GPU host (bench/NOTES.md §14).
 
 Takes the successful entries of an engine compile cache (read only: ``--cache``, default
@@ -10,7 +10,8 @@ when it was compiled on this machine) is kept beside its times. Also packs each 
 levels 0 (a plain tar), 1 (the store's) and 6 for the sizes, and times the key computation a
 GPU step does first (engine.compilation.compile.config_keys for a batch of library configs).
 
-    .venv/bin/python bench/artifact_store.py [--cache DIR] [--limit N] [--batch 16] [--out FILE]
+    .venv/bin/python bench/stack/artifact_store.py [--cache DIR] [--limit N] [--batch 16]
+        [--out FILE]
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings_test")
 
