@@ -21,8 +21,9 @@ from typing import Any
 from engine import abi
 from engine.campaign.storage import CandidateRecord, SqliteStorage
 from engine.codegen import get_family
+from engine.compilation import compile as compile_module
 from engine.compilation import triton_aot
-from engine.compilation.compile import BASE_FLAGS, compile_source
+from engine.compilation.compile import BASE_FLAGS
 from engine.llm.evaluate import SourceKernel
 from engine.problem import Problem
 from engine.publish.bundle.buckets import Point, buckets
@@ -232,10 +233,10 @@ def bundled_source(source: str, archs: tuple[str, ...]) -> str:
     if not triton_aot.is_triton_source(source):
         return source
 
-    built = compile_source(source, archs=archs)
+    built = compile_module.compile_source(source, archs=archs)
     header = built.entry / triton_aot.HEADER_NAME if built.entry else None
     if built.ok and (header is None or not header.is_file()):  # an entry packed without it
-        built = compile_source(source, archs=archs, use_cache=False)
+        built = compile_module.compile_source(source, archs=archs, use_cache=False)
         header = built.entry / triton_aot.HEADER_NAME if built.entry else None
     if not built.ok or header is None or not header.is_file():
         raise BundleError(f"the Triton kernel does not build: {built.error}")
