@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from engine.commands.bench import format_table
+from engine.commands.bench_command import format_table
 from engine.config import load as load_config
 from engine.problem import Problem
 from engine.publish.report import size_class

@@ -119,7 +119,7 @@ def focus(db: Path, layout: str, count: int) -> list[str]:
 
 def campaign_name(layout: str) -> str:
     """The name ``engine optimize`` gives the campaign of ``layout``'s grid shapes."""
-    from engine.commands.optimize import default_name
+    from engine.commands.optimize_command import default_name
     from engine.problem import Problem
 
     problems = [Problem(m, n, k, layout) for m, n, k in shapes_for(layout)]

@@ -7,7 +7,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-# Modules under engine.commands; each defines register(subparsers) and sets args.func.
+# Subcommands: engine/commands/<name>_command.py defines register(subparsers), sets args.func.
 COMMAND_MODULES: tuple[str, ...] = (
     "bench",
     "verify",
@@ -29,7 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMAND_MODULES:
-        importlib.import_module(f"engine.commands.{name}").register(subparsers)
+        importlib.import_module(f"engine.commands.{name}_command").register(subparsers)
     return parser
 
 

@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from engine.commands.bench import format_table
+from engine.commands.bench_command import format_table
 from engine.config import load as load_config
 from engine.problem import Layout, Problem
 from engine.timing.measure import load_shim, measure

@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture
 def no_gpu_work(monkeypatch):
     """Fails the test if a command gets as far as measuring or verifying."""
-    import engine.commands.bench as bench_command
+    import engine.commands.bench_command as bench_command
     import engine.timing.measure
 
     def forbidden(*_args, **_kwargs):
@@ -72,7 +72,7 @@ def test_bench_with_a_misaligned_shape_names_the_nearest_valid_values(no_gpu_wor
 
 
 def test_verify_with_a_bad_shape_exits_before_compiling(tmp_path, monkeypatch):
-    import engine.commands.verify as verify_command
+    import engine.commands.verify_command as verify_command
 
     def forbidden(*_args, **_kwargs):
         raise AssertionError("reached compile")

@@ -6,7 +6,7 @@ from pathlib import Path
 from unittest import mock
 
 from engine import cli
-from engine.commands import prebuild
+from engine.commands import prebuild_command as prebuild
 from engine.compilation.compile import CompileResult
 
 

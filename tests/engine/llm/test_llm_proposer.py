@@ -178,7 +178,7 @@ def test_train_llm_is_a_command():
     args = build_parser().parse_args(
         ["train-llm", "--model", "m", "--shapes", "256x256x256", "--output", "out", "--steps", "1"]
     )
-    assert args.func.__module__ == "engine.commands.train_llm"
+    assert args.func.__module__ == "engine.commands.train_llm_command"
     assert (args.steps, args.generations, args.layout) == (1, 8, "tn")
 
 

@@ -312,7 +312,7 @@ def test_the_exact_mirrors_copy_tile_cluster_stages_and_split_k_in_both_schedule
 def test_prebuild_builds_the_exact_mirrors_of_the_files_problems_in_its_layout(tmp_path, capsys):
     from unittest import mock
 
-    from engine.commands import prebuild
+    from engine.commands import prebuild_command as prebuild
 
     path = tmp_path / "cublaslt-kernels.json"
     path.write_text(
@@ -459,7 +459,7 @@ def test_a_campaign_teaches_the_mirror_what_cublaslt_ran_beside_its_first_batch(
 def test_a_gpu_campaign_may_start_the_mirror_without_a_file(tmp_path, capsys):
     import argparse
 
-    from engine.commands.optimize import mirror_targets
+    from engine.commands.optimize_command import mirror_targets
 
     args = argparse.Namespace(cublaslt_kernels=None, replay=None)
     assert mirror_targets(args, [PROBLEM]) == {}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.commands.bench import format_table
+from engine.commands.bench_command import format_table
 from engine.gpu.environment import GpuEnvironment
 from engine.problem import Problem
 from engine.timing.measure import summarize_protocol

@@ -110,7 +110,7 @@ def test_a_racecheck_run_with_only_its_hazard_summary_counts_as_clean():
 
 
 def test_a_campaigns_top_kernels_are_sanitized_in_its_own_layout(monkeypatch):
-    from engine.commands import optimize
+    from engine.commands import optimize_command as optimize
 
     seen = []
     monkeypatch.setattr(sanitize, "sanitize", lambda library, problem, **_: seen.append(problem))
