@@ -153,6 +153,7 @@ class LocalGpuExecutor:
         ``verifications``: an engine.verify.verifier.Verifications for this batch already started by
         the caller (engine.campaign.gpu_step starts them before it imports torch). ``phases`` gets
         the time breakdown (engine.timing.phases)."""
+        # measure imports torch: loaded here, by a step that times, after its verifiers started
         from engine.timing import measure as measure_module
 
         phases = phases if phases is not None else Phases()

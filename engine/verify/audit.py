@@ -79,6 +79,7 @@ def default_sanitizer(library: Path, layout: Layout) -> Any:
 
 
 def default_remeasurer(problem: Problem, libraries: dict[str, Path]) -> dict[str, Any]:
+    # engine.campaign.final imports the executor, which imports this module: import at call time
     from engine.campaign.final import remeasure
 
     return remeasure(problem, libraries, protocols=("device",), device_seconds=AUDIT_DEVICE_SECONDS)
