@@ -132,7 +132,7 @@ class LocalGpuExecutor:
         engine_config = load_engine_config()
         # verification children as clients of an MPS server (ENGINE_VERIFY_MPS, engine.gpu.mps)
         self.mps = mps.ensure_for_verification(engine_config.verify_mps)
-        self.heat_while_verifying = engine_config.heat_while_verifying == "on"
+        self.heat_while_verifying = engine_config.heat_while_verifying
 
     def execute(
         self,
@@ -285,10 +285,11 @@ class LocalGpuExecutor:
     def _warm_next_batch(self) -> None:
         """With ENGINE_VERIFY_WARM set and a fork server: the next batch's warm verifiers, one
         per verification job, forked now."""
+        from engine.config import VerifyWarm
         from engine.config import load as load_engine_config
         from engine.verify import verifier as verify_module
 
-        if load_engine_config().verify_warm == "off":
+        if load_engine_config().verify_warm == VerifyWarm.OFF:
             return
         server = self._verification_fork_server()
         if not server:

@@ -194,12 +194,13 @@ def standby(args: argparse.Namespace) -> int:
     server = None
     warm_after = None
     if args.executor == "local":
+        from engine.config import VerifyWarm
         from engine.config import load as load_config
         from engine.verify import verifier as verify_module
 
         if verify_module.fork_server_on():
             server, _folder = verify_module.new_fork_server(start=True)
-            if load_config().verify_warm != "off":
+            if load_config().verify_warm != VerifyWarm.OFF:
                 warm_after = args.warm_after
         for module in STANDBY_IMPORTS:
             importlib.import_module(module)

@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 
+from engine.config import VerifyBusyStream, VerifyWarm
 from engine.config import load as load_config
 from engine.gpu import cuda_driver
 from engine.gpu.runtime import KernelLibrary, LoadError
@@ -230,7 +231,7 @@ def pinned_counter() -> torch.Tensor:
 
 def new_gate() -> tuple[StreamGate | None, str]:
     """The gate, and how the busy stream is made ("gate", or "sleep" and why not a gate)."""
-    if load_config().verify_busy_stream == "sleep":
+    if load_config().verify_busy_stream == VerifyBusyStream.SLEEP:
         return None, "sleep"
     try:
         return StreamGate(cuda_driver.Driver()), "gate"
@@ -606,7 +607,7 @@ def main(argv: list[str]) -> int:
     warm: dict[str, float] = {}
     if argv[2:3] == ["--wait"]:
         clock = time.monotonic()
-        warm_up_context(kernels=load_config().verify_warm == "kernels")
+        warm_up_context(kernels=load_config().verify_warm == VerifyWarm.KERNELS)
         warm["warm"] = round(time.monotonic() - clock, 3)
         clock = time.monotonic()
         if not wait_for_go(Path(argv[3])):

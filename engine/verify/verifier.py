@@ -20,8 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from engine.config import VERIFY_MPS_PIPE_VARIABLE, verify_mps_pipe
 from engine.config import load as load_config
-from engine.gpu import cuda_driver, mps
+from engine.gpu import cuda_driver
 from engine.isolation import processes, sandbox
 from engine.isolation.forkserver import ForkedChild, ForkServer, ForkServerDied
 from engine.problem import Problem
@@ -150,7 +151,7 @@ def child_env(workdir: Path, *, seed: int | None, mps_pipe: str | None) -> dict[
     GPU alone, engine.gpu.mps.start)."""
     env = sandbox.engine_child_env(workdir)
     env["GEMMFORGE_SEED"] = str(seed if seed is not None else secrets.randbits(63))
-    env.pop(mps.PIPE_VARIABLE, None)
+    env.pop(VERIFY_MPS_PIPE_VARIABLE, None)
     if mps_pipe:
         env.update(CUDA_MPS_PIPE_DIRECTORY=mps_pipe, CUDA_VISIBLE_DEVICES="0")
     return env
@@ -254,7 +255,7 @@ class WarmPool:
     def for_this_process(cls, fork_server: ForkServer, count: int) -> WarmPool:
         """Warm verifiers that are MPS clients exactly when this process's verifications are
         (the daemon in the ENGINE_VERIFY_MPS_PIPE variable, engine.gpu.mps)."""
-        return cls(fork_server, count, mps_pipe=os.environ.get(mps.PIPE_VARIABLE) or None)
+        return cls(fork_server, count, mps_pipe=verify_mps_pipe())
 
     def __len__(self) -> int:
         return len(self._ready)
@@ -282,7 +283,7 @@ class WarmPool:
 
 
 def fork_server_on() -> bool:
-    return load_config().verify_fork_server == "on"
+    return load_config().verify_fork_server
 
 
 def new_fork_server(*, start: bool) -> tuple[ForkServer, tempfile.TemporaryDirectory[str]]:
@@ -344,7 +345,7 @@ class Verifications:
             self._server, self._server_dir = new_fork_server(start=False)
             kwargs["fork_server"] = self._server
         if mps_pipe is None:
-            mps_pipe = os.environ.get(mps.PIPE_VARIABLE) or None
+            mps_pipe = verify_mps_pipe()
         self.mps_pipe = mps_pipe if len(self.libraries) > 1 else None  # MPS serves no lone child
         if warm is not None:
             self.mps_pipe = warm.mps_pipe
