@@ -159,12 +159,8 @@ def run_local(
         warm=warmed.verifiers,
     )
     with phases("imports"):
-        from engine.campaign.executor import (
-            STATUS_COMPILE_ERROR,
-            CompiledCandidate,
-            LocalGpuExecutor,
-            Outcome,
-        )
+        from engine.campaign.executor import CompiledCandidate, LocalGpuExecutor, Outcome
+        from engine.outcomes import CandidateStatus
 
         executor = LocalGpuExecutor(
             protocols=(protocol,),
@@ -182,7 +178,7 @@ def run_local(
         executed = executor.execute(problem, candidates, verifications=verifications, phases=phases)
         by_name = {o.name: o for o in executed}
     outcomes = [
-        by_name.get(c.name) or Outcome(c.name, STATUS_COMPILE_ERROR, "nvcc", r.error or "")
+        by_name.get(c.name) or Outcome(c.name, CandidateStatus.COMPILE_ERROR, "nvcc", r.error or "")
         for c, r in zip(configs, built, strict=True)
     ]
     return [asdict(o) for o in outcomes]

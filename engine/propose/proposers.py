@@ -19,6 +19,7 @@ import torch
 from engine.campaign.space import OTHER_FAMILY_DISTANCE, SearchSpace
 from engine.campaign.storage import CandidateRecord
 from engine.codegen import KernelConfig, get_family
+from engine.outcomes import CandidateStatus
 from engine.problem import Problem
 from engine.propose.policy import Policy
 
@@ -111,7 +112,7 @@ class EvolveProposer:
         rng: random.Random,
     ) -> list[Proposal]:
         measured = sorted(
-            (r for r in history if r.status == "ok" and r.name in space),
+            (r for r in history if r.status == CandidateStatus.OK and r.name in space),
             key=lambda r: r.reward,
             reverse=True,
         )
@@ -177,7 +178,7 @@ class TransferProposer:
             self._add(problem, record)
 
     def _add(self, problem: Problem, record: CandidateRecord) -> None:
-        if record.status != "ok" or record.source is not None:
+        if record.status != CandidateStatus.OK or record.source is not None:
             return
         self._problems[problem.key] = problem
         best = self._best.setdefault(problem.key, {})

@@ -37,6 +37,7 @@ from django.conf import settings
 from django.db import transaction
 
 from engine.isolation import processes, sandbox
+from engine.outcomes import CandidateStatus
 from engine.timing.phases import Phases
 from webapp.campaigns import artifact_store
 from webapp.campaigns.models import Campaign, Candidate, Problem, WorkItem
@@ -352,7 +353,7 @@ def gpu_step(*, item_id: int, token: str) -> dict[str, Any]:
         phases.close(time.perf_counter() - started)
         result = {
             "measured": len(records),
-            "ok": sum(r.status == "ok" for r in records),
+            "ok": sum(r.status == CandidateStatus.OK for r in records),
             "phases_s": phases.to_dict(),
             "info": phases.info,
         }
@@ -516,7 +517,12 @@ def run_gpu_child(
         if ran.timed_out:
             message = f"GPU step killed after {settings.GPU_STEP_TIMEOUT} s"
             return [
-                {"name": r.name, "status": "timeout", "reason": "gpu_timeout", "message": message}
+                {
+                    "name": r.name,
+                    "status": CandidateStatus.TIMEOUT,
+                    "reason": "gpu_timeout",
+                    "message": message,
+                }
                 for r in rows
             ]
         if not ran.ok or not out.is_file():
