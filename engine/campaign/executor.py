@@ -409,7 +409,7 @@ class ReplayTable:
             report = json.loads(Path(path).read_text())
             table.sources.append(str(path))
             for name, entry in report["configs"].items():
-                if entry.get("verify", "ok") != "ok":
+                if entry.get("verify", Reason.OK) != Reason.OK:
                     continue
                 config = get_family(entry["family"]).from_knobs(entry["knobs"])
                 if config.name != name:
