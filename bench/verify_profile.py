@@ -47,6 +47,8 @@ from bench.stack.stack_run import GpuSampler, busy_fraction  # noqa: E402
 from engine.campaign.final import config_of, top_records  # noqa: E402
 from engine.campaign.storage import SqliteStorage  # noqa: E402
 from engine.compilation.compile import compile_configs  # noqa: E402
+from engine.config import VerifyWarm  # noqa: E402
+from engine.config import load as load_config  # noqa: E402
 from engine.gpu import cuda_driver  # noqa: E402
 from engine.gpu.environment import collect  # noqa: E402
 from engine.isolation import sandbox  # noqa: E402
@@ -62,13 +64,12 @@ from engine.verify.verifier import (  # noqa: E402
 
 BASELINE = "cublaslt_autotune"
 WARM_LEAD_S = 3.0  # a warm batch's verifiers are forked this long before it (a step's timing)
-HEAT = "ENGINE_HEAT_WHILE_VERIFYING"
 
 
 def heat_session(problem: Problem, sessions: dict[str, Any]) -> Any:
-    """With HEAT on: a measurement session for ``problem`` with its baselines ready (one per
-    shape, kept in ``sessions``); else None."""
-    if os.environ.get(HEAT, "off") != "on":
+    """With ENGINE_HEAT_WHILE_VERIFYING on: a measurement session for ``problem`` with its
+    baselines ready (one per shape, kept in ``sessions``); else None."""
+    if not load_config().heat_while_verifying:
         return None
     if problem.key not in sessions:
         from engine.timing.measure import Session
@@ -190,7 +191,7 @@ def profile(
     """One batch of ``kernels`` (name → library) verified ``jobs`` at once; ``heat``: a
     measurement session that runs its baselines meanwhile."""
     warm = None
-    if os.environ.get("ENGINE_VERIFY_WARM", "off") != "off":
+    if load_config().verify_warm != VerifyWarm.OFF:
         warm = WarmPool.for_this_process(server, jobs)
         time.sleep(WARM_LEAD_S)
     started = time.time()

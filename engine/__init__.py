@@ -16,7 +16,7 @@ One folder per stage, in the order a candidate meets them:
   cuda/       every CUDA source and kernel template that ships
 
 The top level holds the vocabulary: problem.py (shapes, layouts), config.py (ENGINE_* settings),
-abi.py (the kernel C ABI) and cli.py.
+outcomes.py (candidate statuses, verifier reasons), abi.py (the kernel C ABI) and cli.py.
 """
 
 from engine.problem import Layout, Problem, ProblemError

@@ -366,11 +366,13 @@ class Worker:
 
 
 def plan_workers(opts: Options) -> list[Worker]:
+    from engine.config import COMPILE_JOBS_VARIABLE
+
     cpus = os.cpu_count() or 1
     jobs = str(max(1, cpus // opts.compile_workers))  # nvcc processes per compile step
     workers = [Worker("default", "default@stack", ("default",))]
     workers += [
-        Worker(f"compile{i}", f"compile{i}@stack", ("compile",), {"ENGINE_COMPILE_JOBS": jobs})
+        Worker(f"compile{i}", f"compile{i}@stack", ("compile",), {COMPILE_JOBS_VARIABLE: jobs})
         for i in range(opts.compile_workers)
     ]
     for i in range(opts.gpu_workers):
@@ -924,6 +926,8 @@ def write_samples(path: Path, samples: Sequence[tuple[float, int]], launched: fl
 def environment(opts: Options, cache_entries: int | None) -> dict[str, Any]:
     from importlib import metadata
 
+    from engine import config
+
     def version(name: str) -> str | None:
         try:
             return metadata.version(name)
@@ -940,6 +944,7 @@ def environment(opts: Options, cache_entries: int | None) -> dict[str, Any]:
     packages = ("Django", "celery", "kombu", "redis", "gunicorn", "torch", "nvidia-ml-py")
     query = "--query-gpu=name,driver_version,memory.total,clocks.max.sm"
     smi = ["nvidia-smi", f"--id={opts.gpu_index}", "--format=csv,noheader", query]
+    engine = config.load()
     return {
         "host": platform.node(),
         "python": sys.version.split()[0],
@@ -948,12 +953,12 @@ def environment(opts: Options, cache_entries: int | None) -> dict[str, Any]:
         "gpu": command(smi) if shutil.which("nvidia-smi") else None,
         "nvcc": command(["nvcc", "--version"]) if shutil.which("nvcc") else None,
         "git": command(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"]),
-        "engine_cache_dir": os.environ.get("ENGINE_CACHE_DIR"),
+        "engine_cache_dir": str(engine.cache_dir),
         "kernel_cache_entries_at_start": cache_entries,
-        "verify_mps": os.environ.get("ENGINE_VERIFY_MPS", "off"),
-        "verify_warm": os.environ.get("ENGINE_VERIFY_WARM", "off"),
-        "heat_while_verifying": os.environ.get("ENGINE_HEAT_WHILE_VERIFYING", "off"),
-        "verify_busy_stream": os.environ.get("ENGINE_VERIFY_BUSY_STREAM", "gate"),
+        "verify_mps": config.switch_value(engine.verify_mps),
+        "verify_warm": str(engine.verify_warm),
+        "heat_while_verifying": config.switch_value(engine.heat_while_verifying),
+        "verify_busy_stream": str(engine.verify_busy_stream),
     }
 
 

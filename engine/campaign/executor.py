@@ -17,8 +17,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from engine.codegen import KernelConfig, get_family
+from engine.config import VerifyWarm
 from engine.config import load as load_engine_config
 from engine.gpu import cuda_driver, mps
+from engine.outcomes import CandidateStatus, Reason
 from engine.problem import Problem
 from engine.publish.ratios import baseline_runner, quartiles
 from engine.timing import cublaslt_kernels
@@ -31,13 +33,13 @@ if TYPE_CHECKING:
     from engine.gpu.runtime import BaselineLibrary
     from engine.verify.verifier import Verifications, WarmPool
 
-STATUS_OK = "ok"
-STATUS_COMPILE_ERROR = "compile_error"
-STATUS_REJECTED = "rejected"  # failed verification, or rejected while timed
-STATUS_TIMEOUT = "timeout"  # nvcc or the verifier ran out of time
-STATUS_MISSING = "missing"  # replay only: the table has no time for this candidate
 REPLAY_PROTOCOL = "device"  # the protocol a replay table's times were recorded in
-FAILURES = (STATUS_COMPILE_ERROR, STATUS_REJECTED, STATUS_TIMEOUT, STATUS_MISSING)
+FAILURES = (
+    CandidateStatus.COMPILE_ERROR,
+    CandidateStatus.REJECTED,
+    CandidateStatus.TIMEOUT,
+    CandidateStatus.MISSING,
+)
 
 
 @dataclass(frozen=True)
@@ -73,7 +75,7 @@ class Outcome:
 
     @property
     def ok(self) -> bool:
-        return self.status == STATUS_OK
+        return self.status == CandidateStatus.OK
 
 
 class GpuExecutor(Protocol):
@@ -133,7 +135,7 @@ class LocalGpuExecutor:
         engine_config = load_engine_config()
         # verification children as clients of an MPS server (ENGINE_VERIFY_MPS, engine.gpu.mps)
         self.mps = mps.ensure_for_verification(engine_config.verify_mps)
-        self.heat_while_verifying = engine_config.heat_while_verifying == "on"
+        self.heat_while_verifying = engine_config.heat_while_verifying
 
     def execute(
         self,
@@ -211,7 +213,11 @@ class LocalGpuExecutor:
             if verdict.ok:
                 passed[candidate.name] = Path(candidate.library)
             else:
-                status = STATUS_TIMEOUT if verdict.reason == "timeout" else STATUS_REJECTED
+                status = (
+                    CandidateStatus.TIMEOUT
+                    if verdict.reason == Reason.TIMEOUT
+                    else CandidateStatus.REJECTED
+                )
                 failures[candidate.name] = Outcome(
                     candidate.name, status, verdict.reason, verdict.message
                 )
@@ -260,11 +266,15 @@ class LocalGpuExecutor:
         timings = {**outcome.timings, "audit": result.to_dict()}
         if not result.ok:
             return Outcome(
-                candidate.name, STATUS_REJECTED, result.reason, result.message, timings=timings
+                candidate.name,
+                CandidateStatus.REJECTED,
+                result.reason,
+                result.message,
+                timings=timings,
             )
         return Outcome(
             candidate.name,
-            STATUS_OK,
+            CandidateStatus.OK,
             seconds=result.seconds,
             baselines=result.baselines,
             timings=timings,
@@ -285,7 +295,7 @@ class LocalGpuExecutor:
         """With ENGINE_VERIFY_WARM set and a fork server: the next batch's warm verifiers, one
         per verification job, forked now."""
 
-        if load_engine_config().verify_warm == "off":
+        if load_engine_config().verify_warm == VerifyWarm.OFF:
             return
         server = self._verification_fork_server()
         if not server:
@@ -349,12 +359,14 @@ def outcome_from_record(name: str, record: Mapping[str, Any], protocols: Sequenc
         if name in summary.get("rejected_while_timed", ()):
             why = summary.get("rejections", {}).get(name, {})
             message = f"while timed ({protocol}): {why.get('message', 'wrong values')}"
-            return Outcome(name, STATUS_REJECTED, why.get("reason", "spot_check"), message)
+            return Outcome(name, CandidateStatus.REJECTED, why.get("reason", "spot_check"), message)
     if name in primary.get("impossible", ()):
-        return Outcome(name, STATUS_REJECTED, "impossible", "faster than the physical floor")
+        return Outcome(
+            name, CandidateStatus.REJECTED, "impossible", "faster than the physical floor"
+        )
     return Outcome(
         name,
-        STATUS_OK,
+        CandidateStatus.OK,
         seconds=primary["seconds"][name],
         baselines=timings[protocols[0]]["baselines"],
         timings=timings,
@@ -392,7 +404,7 @@ class ReplayTable:
             report = json.loads(Path(path).read_text())
             table.sources.append(str(path))
             for name, entry in report["configs"].items():
-                if entry.get("verify", "ok") != "ok":
+                if entry.get("verify", Reason.OK) != Reason.OK:
                     continue
                 config = get_family(entry["family"]).from_knobs(entry["knobs"])
                 if config.name != name:
@@ -467,13 +479,18 @@ class ReplayExecutor:
             seconds = times.get(candidate.name)
             if seconds is None:
                 outcomes.append(
-                    Outcome(candidate.name, STATUS_MISSING, "missing", "not in the replay table")
+                    Outcome(
+                        candidate.name,
+                        CandidateStatus.MISSING,
+                        "missing",
+                        "not in the replay table",
+                    )
                 )
                 continue
             outcomes.append(
                 Outcome(
                     candidate.name,
-                    STATUS_OK,
+                    CandidateStatus.OK,
                     seconds=seconds,
                     baselines=baselines,
                     timings={REPLAY_PROTOCOL: {"seconds": seconds, "baselines": baselines}},

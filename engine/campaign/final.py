@@ -19,13 +19,13 @@ from concurrent.futures import wait as futures_wait
 from pathlib import Path
 from typing import Any
 
-from engine.campaign.executor import STATUS_OK
 from engine.campaign.storage import CandidateRecord
 from engine.codegen import KernelConfig, get_family
 from engine.compilation.compile import CompileResult
 from engine.config import load as load_config
 from engine.isolation import processes, sandbox
 from engine.llm.evaluate import SourceKernel, default_builder
+from engine.outcomes import CandidateStatus
 from engine.problem import Layout, Problem
 from engine.publish.ratios import quartiles
 from engine.timing import cublaslt_kernels
@@ -38,7 +38,11 @@ FINAL_TIMEOUT = 600.0
 def top_records(records: Sequence[CandidateRecord], baseline: str, k: int) -> list[CandidateRecord]:
     """The ``k`` best verified candidates by speedup over ``baseline``, model-written ones
     (engine.llm, with their source) included: they are sanitized and re-measured like any."""
-    ok = [r for r in records if r.status == STATUS_OK and baseline in r.baselines and r.seconds]
+    ok = [
+        r
+        for r in records
+        if r.status == CandidateStatus.OK and baseline in r.baselines and r.seconds
+    ]
     ok.sort(key=lambda r: r.seconds / r.baselines[baseline])
     return ok[:k]
 

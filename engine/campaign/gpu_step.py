@@ -37,7 +37,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from engine.campaign.executor import (
-    STATUS_COMPILE_ERROR,
     CompiledCandidate,
     LocalGpuExecutor,
     Outcome,
@@ -46,8 +45,10 @@ from engine.campaign.executor import (
 )
 from engine.codegen import get_family
 from engine.compilation import compile as compile_module
+from engine.config import VerifyWarm
 from engine.config import load as load_config
 from engine.gpu import cuda_driver
+from engine.outcomes import CandidateStatus
 from engine.problem import Problem
 from engine.timing.phases import Phases
 from engine.timing.protocol_names import PROTOCOLS
@@ -182,7 +183,7 @@ def run_local(
         executed = executor.execute(problem, candidates, verifications=verifications, phases=phases)
         by_name = {o.name: o for o in executed}
     outcomes = [
-        by_name.get(c.name) or Outcome(c.name, STATUS_COMPILE_ERROR, "nvcc", r.error or "")
+        by_name.get(c.name) or Outcome(c.name, CandidateStatus.COMPILE_ERROR, "nvcc", r.error or "")
         for c, r in zip(configs, built, strict=True)
     ]
     return [asdict(o) for o in outcomes]
@@ -196,7 +197,7 @@ def standby(args: argparse.Namespace) -> int:
     if args.executor == "local":
         if verify_module.fork_server_on():
             server, _folder = verify_module.new_fork_server(start=True)
-            if load_config().verify_warm != "off":
+            if load_config().verify_warm != VerifyWarm.OFF:
                 warm_after = args.warm_after
         for module in STANDBY_IMPORTS:
             importlib.import_module(module)

@@ -25,7 +25,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from engine.campaign.executor import STATUS_OK, CompiledCandidate, GpuExecutor, Outcome
+from engine.campaign.executor import CompiledCandidate, GpuExecutor, Outcome
 from engine.campaign.round import (
     DEFAULT_MIX,
     FAILURE_REWARD,
@@ -39,6 +39,7 @@ from engine.campaign.round import (
 from engine.campaign.space import SearchSpace
 from engine.campaign.storage import CampaignStorage, CandidateRecord
 from engine.compilation.compile import compile_configs
+from engine.outcomes import CandidateStatus
 from engine.problem import Problem
 from engine.propose.policy import Policy
 from engine.propose.proposers import LearnsCublasLtKernels, Proposal, Proposer
@@ -102,7 +103,7 @@ class ProblemResult:
     executed: int = 0  # candidates executed in this run (not loaded from storage)
 
     def best(self, baseline: str) -> CandidateRecord | None:
-        ok = [r for r in self.records if r.status == STATUS_OK and baseline in r.baselines]
+        ok = [r for r in self.records if r.status == CandidateStatus.OK and baseline in r.baselines]
         return max(ok, key=lambda r: r.speedups()[baseline], default=None)
 
     def best_speedups(self) -> dict[str, float]:
@@ -208,7 +209,7 @@ class Campaign:
             last = [r for r in history if r.round == round_no - 1]
             stream = self.stream(problem)
             self.round.learn(problem, space, last, stream=stream, round_no=round_no - 1)
-        best = max((r.reward for r in history if r.status == STATUS_OK), default=-math.inf)
+        best = max((r.reward for r in history if r.status == CandidateStatus.OK), default=-math.inf)
         stale = 0
         executed = 0
         pipelined = s.pipeline and self.executor.needs_libraries
@@ -240,7 +241,7 @@ class Campaign:
                 )
                 self._learn_cublaslt_kernels(problem, outcomes.values())
                 round_best = max(
-                    (r.reward for r in records if r.status == STATUS_OK), default=-math.inf
+                    (r.reward for r in records if r.status == CandidateStatus.OK), default=-math.inf
                 )
                 stale = 0 if round_best > best else stale + 1
                 best = max(best, round_best)
@@ -345,7 +346,7 @@ class Campaign:
                 done=len(history),
                 budget=self.settings.budget,
                 best=result.best_speedups(),
-                failed=sum(r.status != STATUS_OK for r in history),
+                failed=sum(r.status != CandidateStatus.OK for r in history),
                 campaign_done=self.campaign_done,
                 campaign_total=total,
                 elapsed=elapsed,
@@ -360,11 +361,11 @@ def campaign_report(
     """The results JSON: per problem, the best candidate per baseline and the counts."""
     problems = []
     for result in results:
-        ok = [r for r in result.records if r.status == STATUS_OK]
+        ok = [r for r in result.records if r.status == CandidateStatus.OK]
         gpu = sum(r.gpu_seconds for r in result.records)
         reasons: dict[str, int] = {}
         for r in result.records:
-            if r.status != STATUS_OK:
+            if r.status != CandidateStatus.OK:
                 reasons[r.reason or r.status] = reasons.get(r.reason or r.status, 0) + 1
         best = result.best(settings.baseline)
         problems.append(

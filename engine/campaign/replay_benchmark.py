@@ -25,6 +25,7 @@ from engine.campaign.executor import ReplayExecutor, ReplayTable
 from engine.campaign.loop import Campaign, CampaignSettings
 from engine.campaign.space import SearchSpace
 from engine.campaign.storage import CandidateRecord, SqliteStorage
+from engine.outcomes import CandidateStatus
 from engine.problem import Problem
 from engine.propose.mix import make_proposers
 from engine.propose.policy import InMemoryLearner, Policy, policy_families
@@ -84,7 +85,12 @@ def table_records(
                 (
                     problem,
                     CandidateRecord(
-                        config.name, config.FAMILY, config.knobs(), "table", "ok", reward
+                        config.name,
+                        config.FAMILY,
+                        config.knobs(),
+                        "table",
+                        CandidateStatus.OK,
+                        reward,
                     ),
                 )
             )

@@ -23,18 +23,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from engine.campaign.executor import (
-    STATUS_COMPILE_ERROR,
-    STATUS_REJECTED,
-    STATUS_TIMEOUT,
-    CompiledCandidate,
-    GpuExecutor,
-    Outcome,
-)
+from engine.campaign.executor import CompiledCandidate, GpuExecutor, Outcome
 from engine.campaign.space import SearchSpace
 from engine.campaign.storage import CandidateRecord
 from engine.codegen import KernelConfig, get_family
 from engine.compilation.compile import CompileResult
+from engine.outcomes import CandidateStatus
 from engine.problem import Problem
 from engine.propose.proposers import Proposal, Proposer, propose_batch
 from engine.timing.baseline_names import NVIDIA
@@ -77,8 +71,8 @@ def reward_of(outcome: Outcome, baseline: str, failure_reward: float) -> float:
 def build_failure(name: str, *, timed_out: bool, message: str) -> Outcome:
     """A candidate whose build failed or timed out (nvcc, or a compile step's hook)."""
     if timed_out:
-        return Outcome(name, STATUS_TIMEOUT, "nvcc_timeout", message)
-    return Outcome(name, STATUS_COMPILE_ERROR, "nvcc", message)
+        return Outcome(name, CandidateStatus.TIMEOUT, "nvcc_timeout", message)
+    return Outcome(name, CandidateStatus.COMPILE_ERROR, "nvcc", message)
 
 
 def compile_failure(name: str, result: CompileResult) -> Outcome | None:
@@ -87,7 +81,7 @@ def compile_failure(name: str, result: CompileResult) -> Outcome | None:
     if result.ok and result.library is not None:
         return None
     if gate := getattr(result, "rejected_by", ""):
-        return Outcome(name, STATUS_REJECTED, gate, result.log)
+        return Outcome(name, CandidateStatus.REJECTED, gate, result.log)
     message = result.error or "did not compile"
     return build_failure(name, timed_out=result.timed_out, message=message)
 

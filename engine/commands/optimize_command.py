@@ -30,6 +30,7 @@ from engine.campaign.space import SearchSpace, families_for_arch
 from engine.campaign.storage import CandidateRecord, SqliteStorage
 from engine.codegen import FAMILIES
 from engine.commands.common import torch_baselines
+from engine.config import VerifyWarm
 from engine.config import load as load_config
 from engine.llm.backends import BackendSpec, make_backend
 from engine.llm.evaluate import SourceCompiler
@@ -318,7 +319,7 @@ def run(args: argparse.Namespace) -> int:
     )
     if getattr(executor, "mps", "off") != "off":  # ENGINE_VERIFY_MPS=on: say whether it is
         print(f"verification under MPS: {executor.mps}", flush=True)
-    if isinstance(executor, LocalGpuExecutor) and config.verify_warm != "off":
+    if isinstance(executor, LocalGpuExecutor) and config.verify_warm != VerifyWarm.OFF:
         print(
             f"warm verifiers ({config.verify_warm}): each batch's are forked while the batch "
             "before is timed",

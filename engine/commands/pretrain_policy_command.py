@@ -20,6 +20,7 @@ from engine.campaign.executor import ReplayTable
 from engine.campaign.space import SearchSpace
 from engine.campaign.storage import SqliteStorage
 from engine.codegen import get_family
+from engine.outcomes import CandidateStatus
 from engine.problem import Problem
 from engine.propose.policy import PRETRAINED_DIR, Policy, policy_families
 
@@ -97,7 +98,11 @@ def campaign_tasks(path: Path, baseline: str) -> list[Task]:
                 configs, rewards = [], {}
                 for record in storage.candidates(name, problem.key):
                     speedup = record.speedups().get(baseline)
-                    if record.status != "ok" or not speedup or record.source is not None:
+                    if (
+                        record.status != CandidateStatus.OK
+                        or not speedup
+                        or record.source is not None
+                    ):
                         continue
                     try:
                         config = get_family(record.family).from_knobs(dict(record.knobs))

@@ -42,7 +42,7 @@ from filelock import FileLock
 from engine import abi
 from engine.codegen import get_family
 from engine.compilation import triton_aot
-from engine.config import EngineConfig
+from engine.config import CUTLASS_INCLUDE_VARIABLE, NVCC_VARIABLE, EngineConfig
 from engine.config import load as load_config
 from engine.isolation import processes, sandbox
 
@@ -172,25 +172,23 @@ class CompileResult:
 # Toolchain facts
 
 
-def cutlass_include_dir() -> Path:
+def cutlass_include_dir(config: EngineConfig | None = None) -> Path:
     """The CUTLASS/CuTe C++ include folder of the installed ``nvidia-cutlass`` package.
 
     ``ENGINE_CUTLASS_INCLUDE`` overrides it. Raises :class:`CompileSetupError` when neither gives
     a folder holding ``cutlass/cutlass.h``. The package is located, never imported.
     """
-    override = os.environ.get("ENGINE_CUTLASS_INCLUDE")
-    if override:
-        path = Path(override).expanduser()
+    if (path := (config or load_config()).cutlass_include) is not None:
         if not (path / "cutlass" / "cutlass.h").is_file():
             raise CompileSetupError(
-                f"ENGINE_CUTLASS_INCLUDE={override!r} does not contain cutlass/cutlass.h"
+                f"{CUTLASS_INCLUDE_VARIABLE}={str(path)!r} does not contain cutlass/cutlass.h"
             )
         return path
     spec = importlib.util.find_spec("cutlass_library")
     if spec is None or not spec.submodule_search_locations:
         raise CompileSetupError(
             "CUTLASS headers not found: install nvidia-cutlass (pip install nvidia-cutlass) "
-            "or set ENGINE_CUTLASS_INCLUDE to a folder containing cutlass/cutlass.h"
+            f"or set {CUTLASS_INCLUDE_VARIABLE} to a folder containing cutlass/cutlass.h"
         )
     for location in spec.submodule_search_locations:
         path = Path(location) / "source" / "include"
@@ -198,7 +196,7 @@ def cutlass_include_dir() -> Path:
             return path
     raise CompileSetupError(
         "the installed cutlass_library package has no source/include/cutlass/cutlass.h; "
-        "set ENGINE_CUTLASS_INCLUDE to a CUTLASS include folder"
+        f"set {CUTLASS_INCLUDE_VARIABLE} to a CUTLASS include folder"
     )
 
 
@@ -208,7 +206,7 @@ def nvcc_version(nvcc: str = "nvcc") -> str:
     try:
         result = processes.run([nvcc, "--version"], timeout=processes.Timeout.PROBE)
     except OSError as exc:
-        raise CompileSetupError(f"cannot run {nvcc!r}: {exc}; set ENGINE_NVCC") from exc
+        raise CompileSetupError(f"cannot run {nvcc!r}: {exc}; set {NVCC_VARIABLE}") from exc
     match = _NVCC_VERSION_RE.search(result.stdout)
     if not result.ok or match is None:
         raise CompileSetupError(f"{nvcc} --version failed: {result.stderr or result.stdout}")

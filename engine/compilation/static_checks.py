@@ -35,11 +35,17 @@ from typing import Any
 
 from engine.compilation import triton_aot
 from engine.isolation import processes
+from engine.outcomes import Reason
 
 MAX_SOURCE_BYTES = 256 * 1024
 
-# Reasons (also in engine.verify.verifier.REASONS), in the order the gate applies them.
-SIZE, INCLUDE, API, SYMBOLS = "static_size", "static_include", "static_api", "static_symbols"
+# Reasons, in the order the gate applies them.
+SIZE, INCLUDE, API, SYMBOLS = (
+    Reason.STATIC_SIZE,
+    Reason.STATIC_INCLUDE,
+    Reason.STATIC_API,
+    Reason.STATIC_SYMBOLS,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +75,7 @@ class StaticResult:
     def from_findings(cls, findings: Iterable[Finding], notes: Sequence[str] = ()) -> StaticResult:
         found = tuple(findings)
         if not found:
-            return cls(True, "ok", "static checks passed", (), tuple(notes))
+            return cls(True, Reason.OK, "static checks passed", (), tuple(notes))
         first = found[0]
         where = f" (line {first.line})" if first.line else ""
         more = f" (+{len(found) - 1} more)" if len(found) > 1 else ""

@@ -7,9 +7,9 @@ of 3.6 (bench/NOTES.md §16). A fatal fault of one client reaches all of them, w
 engine.verify.verifier.Verifications answers by verifying those again outside MPS.
 
 The daemon gets a pipe folder of its own, so only processes given ``CUDA_MPS_PIPE_DIRECTORY``
-become its clients: engine.verify.verifier gives it to verification children alone (read from
-PIPE_VARIABLE), and the process that times kernels keeps a context of its own, as a user's
-process would.
+become its clients: engine.verify.verifier gives it to verification children alone (read with
+engine.config.verify_mps_pipe), and the process that times kernels keeps a context of its own, as
+a user's process would.
 
 Starting it changes no setting of the GPU (compute mode, clocks, MIG); stopping it ends its
 server. Expected failures (no binary, a daemon that does not answer) are returned as text.
@@ -27,11 +27,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-# where engine.verify.verifier finds a running daemon's pipe
-PIPE_VARIABLE = "ENGINE_VERIFY_MPS_PIPE"
-# why a process could not start one: it and its children (a GPU worker's step children) do not
-# try again at every step, which could cost ANSWER_SECONDS each time
-UNAVAILABLE_VARIABLE = "ENGINE_VERIFY_MPS_UNAVAILABLE"
+from engine import config
+
 CONTROL = "nvidia-cuda-mps-control"
 ANSWER_SECONDS = 10.0
 
@@ -125,24 +122,27 @@ def first_visible_gpu() -> str:
 _ours: MpsDaemon | None = None  # the daemon this process started for verification
 
 
-def ensure_for_verification(setting: str, *, gpu: str | None = None) -> str:
-    """With ``setting`` "on" (ENGINE_VERIFY_MPS), a daemon for ``gpu`` (start's default) that
-    serves this process's verification children and its children's (PIPE_VARIABLE is set here
-    and inherited), stopped when this process exits; nothing when one is already named in the
-    environment, or when this process or its parent could not start one. Says what it did."""
+def ensure_for_verification(enabled: bool, *, gpu: str | None = None) -> str:
+    """When ``enabled`` (ENGINE_VERIFY_MPS), a daemon for ``gpu`` (start's default) that serves
+    this process's verification children and its children's (its pipe folder is set here in
+    VERIFY_MPS_PIPE_VARIABLE and inherited), stopped when this process exits; nothing when one is
+    already named in the environment, or when this process or its parent could not start one
+    (why is set in VERIFY_MPS_UNAVAILABLE_VARIABLE, so that neither it nor its children, a GPU
+    worker's step children, try again at every step, which could cost ANSWER_SECONDS each time).
+    Says what it did."""
     global _ours
-    if setting != "on":
+    if not enabled:
         return "off"
-    if os.environ.get(PIPE_VARIABLE):
-        return f"on ({os.environ[PIPE_VARIABLE]})"
-    if os.environ.get(UNAVAILABLE_VARIABLE):
-        return f"unavailable: {os.environ[UNAVAILABLE_VARIABLE]}"
+    if pipe := config.verify_mps_pipe():
+        return f"on ({pipe})"
+    if unavailable := config.verify_mps_unavailable():
+        return f"unavailable: {unavailable}"
     daemon = start(gpu=gpu)
     if isinstance(daemon, str):
-        os.environ[UNAVAILABLE_VARIABLE] = daemon
+        os.environ[config.VERIFY_MPS_UNAVAILABLE_VARIABLE] = daemon
         return f"unavailable: {daemon}"
     _ours = daemon
-    os.environ[PIPE_VARIABLE] = str(daemon.pipe_dir)
+    os.environ[config.VERIFY_MPS_PIPE_VARIABLE] = str(daemon.pipe_dir)
     atexit.register(stop_started)
     return f"on ({daemon.pipe_dir}, started)"
 
@@ -151,8 +151,8 @@ def stop_started() -> None:
     """Stops the daemon :func:`ensure_for_verification` started here, if any (at exit; a Celery
     pool process, which ends without running atexit, calls it from worker_process_shutdown)."""
     global _ours
-    if _ours is not None and os.environ.get(PIPE_VARIABLE) == str(_ours.pipe_dir):
-        os.environ.pop(PIPE_VARIABLE, None)
+    if _ours is not None and config.verify_mps_pipe() == str(_ours.pipe_dir):
+        os.environ.pop(config.VERIFY_MPS_PIPE_VARIABLE, None)
     if _ours is not None:
         _ours.stop()
         _ours = None

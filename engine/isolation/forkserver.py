@@ -37,6 +37,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from engine.config import SandboxNetwork
 from engine.isolation import processes, sandbox
 from engine.isolation.sandbox import Applied, Limits, Policy
 
@@ -396,7 +397,7 @@ def _run_child(request: dict[str, Any], report_fd: int, server_fds: Sequence[int
         for fd in server_fds:
             os.close(fd)
         _redirect(request)
-        policy = Policy(Limits(**request["limits"]), network=request["network"])
+        policy = Policy(Limits(**request["limits"]), network=SandboxNetwork(request["network"]))
         sandbox.child_setup(policy, report_fd)()
         os.close(report_fd)
         os.chdir(request["cwd"])

@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from enum import IntEnum
 from pathlib import Path
 
+from engine.config import SandboxNetwork
 from engine.isolation import sandbox
 from engine.isolation.sandbox import Applied, Policy
 
@@ -189,11 +190,11 @@ def _start_sandboxed(
         )
     except subprocess.SubprocessError:
         os.close(read_fd)
-        if policy.network == sandbox.NETWORK_OFF:
+        if policy.network == SandboxNetwork.OFF:
             raise
         # the child raised before exec: it entered a user namespace but could not map its ids
         # (engine.isolation.sandbox); a missing network namespace must never fail a run
-        without_network = replace(policy, network=sandbox.NETWORK_OFF)
+        without_network = replace(policy, network=SandboxNetwork.OFF)
         proc, applied = _start_sandboxed(
             args, cwd=cwd, env=env, stdin=stdin, policy=without_network
         )

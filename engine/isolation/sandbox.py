@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.config import EngineConfig
+from engine.config import CACHE_DIR_VARIABLE, EngineConfig, SandboxNetwork
 from engine.config import load as load_config
 
 REPO_ROOT = Path(__file__).resolve().parents[2]  # engine/ lives here
@@ -57,7 +57,7 @@ SECRET_NAME = re.compile(
 # what the child reports about its network (Applied.network)
 ISOLATED = "isolated"
 ISOLATED_USER_NAMESPACE = "isolated (user namespace)"
-NETWORK_OFF = "off"  # ENGINE_SANDBOX_NETWORK=off
+NETWORK_OFF = "off"  # the policy said SandboxNetwork.OFF
 
 _CLONE_NEWUSER = 0x10000000
 _CLONE_NEWNET = 0x40000000
@@ -94,7 +94,7 @@ class Limits:
 @dataclass(frozen=True, slots=True)
 class Policy:
     limits: Limits
-    network: str = "auto"  # "auto": a network namespace where the OS allows; "off": never
+    network: SandboxNetwork = SandboxNetwork.AUTO
     # May fall back to an unprivileged user namespace for the network namespace. Never for GPU
     # children: ids unmapped in a user namespace can lose access to /dev/nvidia*.
     user_namespace: bool = False
@@ -164,7 +164,7 @@ def candidate_env(
     source = os.environ if source is None else source
     env = {name: value for name, value in source.items() if is_passed(name)}
     env["HOME"] = env["TMPDIR"] = str(home)
-    env["ENGINE_CACHE_DIR"] = str(cache_dir or load_config().cache_dir)
+    env[CACHE_DIR_VARIABLE] = str(cache_dir or load_config().cache_dir)
     return env
 
 
@@ -193,7 +193,8 @@ def child_setup(policy: Policy, report_fd: int) -> Callable[[], None]:
 
     def setup() -> None:
         _set_limits(policy.limits)
-        outcome = _isolate_network(policy.user_namespace) if policy.network == "auto" else None
+        isolate = policy.network == SandboxNetwork.AUTO
+        outcome = _isolate_network(policy.user_namespace) if isolate else None
         os.write(report_fd, (outcome or NETWORK_OFF).encode())
 
     return setup

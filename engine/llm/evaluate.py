@@ -19,19 +19,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
-from engine.campaign.executor import (
-    STATUS_COMPILE_ERROR,
-    STATUS_REJECTED,
-    STATUS_TIMEOUT,
-    CompiledCandidate,
-    GpuExecutor,
-    Outcome,
-)
+from engine.campaign.executor import CompiledCandidate, GpuExecutor, Outcome
 from engine.campaign.loop import compile_configs, reward_of
 from engine.codegen.base import VALID, Validity
 from engine.compilation import static_checks
 from engine.compilation.compile import CompileResult, compile_many, source_hash
 from engine.llm.extract import NO_CODE, check_answer
+from engine.outcomes import CandidateStatus
 from engine.problem import Layout, Problem
 
 FAMILY = "llm"
@@ -229,7 +223,7 @@ class ChainEvaluator:
         if isinstance(result, GatedCompileResult):
             return Evaluation(
                 kernel.name,
-                STATUS_REJECTED,
+                CandidateStatus.REJECTED,
                 result.rejected_by,
                 result.log,
                 self.static_reward,
@@ -237,7 +231,7 @@ class ChainEvaluator:
                 compile=result,
             )
         if result is not None and (not result.ok or result.library is None):
-            status = STATUS_TIMEOUT if result.timed_out else STATUS_COMPILE_ERROR
+            status = CandidateStatus.TIMEOUT if result.timed_out else CandidateStatus.COMPILE_ERROR
             return Evaluation(
                 kernel.name,
                 status,

@@ -16,6 +16,7 @@ from typing import Any
 
 from engine import abi
 from engine.compilation import triton_aot
+from engine.outcomes import CandidateStatus
 from engine.problem import Layout, Problem
 
 Message = dict[str, str]  # {"role": "system" | "user" | "assistant", "content": ...}
@@ -94,7 +95,7 @@ class KernelExample:
 
     name: str
     source: str | None  # None: shown by name and result only
-    status: str = "ok"
+    status: str = CandidateStatus.OK
     speedups: Mapping[str, float] = field(default_factory=dict)
     seconds: float | None = None
     baselines: Mapping[str, float] = field(default_factory=dict)
@@ -103,7 +104,7 @@ class KernelExample:
     message: str = ""
 
     def result_line(self, baseline: str) -> str:
-        if self.status != "ok" or self.seconds is None:
+        if self.status != CandidateStatus.OK or self.seconds is None:
             return f"FAILED ({self.reason or self.status}: {_one_line(self.message)})"
         speedup = self.speedups.get(baseline)
         text = f"{self.seconds * 1e6:.2f} µs"

@@ -22,7 +22,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from engine.campaign.executor import STATUS_COMPILE_ERROR, STATUS_OK
 from engine.campaign.space import SearchSpace
 from engine.campaign.storage import CandidateRecord
 from engine.codegen import get_family
@@ -38,6 +37,7 @@ from engine.llm.prompt import (
     format_ptxas,
     repair_message,
 )
+from engine.outcomes import CandidateStatus
 from engine.problem import Problem
 from engine.propose.mirror import merge_kernels
 from engine.propose.proposers import Proposal
@@ -122,7 +122,7 @@ class LLMProposer:
             thread = self.threads.get(record.name)
             if record.proposer != self.name or thread is None:
                 continue
-            if record.status == STATUS_OK or thread.turns >= self.max_turns:
+            if record.status == CandidateStatus.OK or thread.turns >= self.max_turns:
                 self.threads.pop(record.name, None)
                 continue
             queue.append((record.name, self.error_text(record)))
@@ -137,7 +137,7 @@ class LLMProposer:
     def context(self, problem: Problem, history: Sequence[CandidateRecord]) -> PromptContext:
         """The best measured kernel, a contrastive top-k and the latest failure."""
         measured = sorted(
-            (r for r in history if r.status == STATUS_OK and r.seconds),
+            (r for r in history if r.status == CandidateStatus.OK and r.seconds),
             key=lambda r: r.reward,
             reverse=True,
         )
@@ -145,7 +145,7 @@ class LLMProposer:
         k = self.top_k
         picked = measured[: k - k // 2] + measured[max(k - k // 2, len(measured) - k // 2) :]
         examples = [self.example(r, with_source=i < 2) for i, r in enumerate(picked)]
-        failed = [r for r in history if r.status != STATUS_OK]
+        failed = [r for r in history if r.status != CandidateStatus.OK]
         last_error = None
         if failed:
             r = failed[-1]
@@ -198,7 +198,7 @@ class LLMProposer:
         """The failure as the model should see it: the nvcc log (without ptxas info) for
         compile errors, the verifier's or gate's message otherwise."""
         built = self.compiler.results.get(record.name) if self.compiler else None
-        if record.status == STATUS_COMPILE_ERROR and built is not None and built.log:
+        if record.status == CandidateStatus.COMPILE_ERROR and built is not None and built.log:
             lines = [ln for ln in built.log.splitlines() if "ptxas info" not in ln]
             return "\n".join(lines).strip() or record.message
         return f"[{record.reason or record.status}] {record.message}"

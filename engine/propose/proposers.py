@@ -17,6 +17,7 @@ from typing import Any, Protocol, runtime_checkable
 from engine.campaign.space import OTHER_FAMILY_DISTANCE, SearchSpace
 from engine.campaign.storage import CandidateRecord
 from engine.codegen import KernelConfig, get_family
+from engine.outcomes import CandidateStatus
 from engine.problem import Problem
 from engine.propose.policy import Policy
 
@@ -109,7 +110,7 @@ class EvolveProposer:
         rng: random.Random,
     ) -> list[Proposal]:
         measured = sorted(
-            (r for r in history if r.status == "ok" and r.name in space),
+            (r for r in history if r.status == CandidateStatus.OK and r.name in space),
             key=lambda r: r.reward,
             reverse=True,
         )
@@ -175,7 +176,7 @@ class TransferProposer:
             self._add(problem, record)
 
     def _add(self, problem: Problem, record: CandidateRecord) -> None:
-        if record.status != "ok" or record.source is not None:
+        if record.status != CandidateStatus.OK or record.source is not None:
             return
         self._problems[problem.key] = problem
         best = self._best.setdefault(problem.key, {})

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from engine.outcomes import Reason
 from engine.problem import Problem
 from engine.publish.ratios import (
     Choice,
@@ -121,7 +122,7 @@ def best_point(
 
 
 def points_from_sweep(report: dict[str, Any], source: str) -> dict[str, dict[str, ProtocolPoint]]:
-    verified = {n for n, e in report.get("configs", {}).items() if e.get("verify") == "ok"}
+    verified = {n for n, e in report.get("configs", {}).items() if e.get("verify") == Reason.OK}
     out: dict[str, dict[str, ProtocolPoint]] = {}
     for row in report.get("sweep", []):
         rejected = set(row.get("rejected_while_timed", ()))

@@ -22,7 +22,7 @@ import torch
 
 from engine import abi
 from engine.compilation.compile import CompileResult, compile_source
-from engine.config import EngineConfig
+from engine.config import CUBLAS_HOME_VARIABLE, EngineConfig
 from engine.config import load as load_config
 from engine.gpu.runtime import BaselineLibrary, KernelLibrary, LoadError
 from engine.problem import Layout, Problem
@@ -47,11 +47,11 @@ class CublasPaths:
     libraries: tuple[str, ...]  # as -l arguments
 
 
-def find_cublas() -> CublasPaths:
+def find_cublas(config: EngineConfig | None = None) -> CublasPaths:
     """cuBLAS from ENGINE_CUBLAS_HOME, the CUDA toolkit, or the pip nvidia-cublas package."""
     candidates: list[Path] = []
-    if home := os.environ.get("ENGINE_CUBLAS_HOME"):
-        candidates.append(Path(home))
+    if home := (config or load_config()).cublas_home:
+        candidates.append(home)
     candidates += [Path("/usr/local/cuda"), Path("/usr/local/cuda/targets/x86_64-linux")]
     spec = importlib.util.find_spec("nvidia")
     for location in spec.submodule_search_locations or [] if spec else []:
@@ -66,12 +66,13 @@ def find_cublas() -> CublasPaths:
                     return CublasPaths(root / "include", lib_dir, libs)
     raise CublasNotFound(
         "cuBLAS not found: install the CUDA toolkit's cuBLAS or the nvidia-cublas wheel, "
-        "or set ENGINE_CUBLAS_HOME to a folder with include/cublasLt.h and lib/libcublasLt.so*"
+        f"or set {CUBLAS_HOME_VARIABLE} to a folder with include/cublasLt.h and lib/libcublasLt.so*"
     )
 
 
 def build_shim(config: EngineConfig | None = None) -> CompileResult:
-    paths = find_cublas()
+    config = config or load_config()
+    paths = find_cublas(config)
     return compile_source(
         SHIM_SOURCE.read_text(),
         archs=("sm_90a",),
@@ -81,7 +82,7 @@ def build_shim(config: EngineConfig | None = None) -> CompileResult:
             f"-L{paths.lib_dir}",
             f"-Xlinker=-rpath={paths.lib_dir}",
         ),
-        config=config or load_config(),
+        config=config,
     )
 
 

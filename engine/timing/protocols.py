@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 
+from engine.outcomes import Reason
 from engine.problem import Layout, Problem
 from engine.timing import physics
 from engine.timing.protocol_names import PROTOCOLS  # noqa: F401  (its old home; the names live there)
@@ -543,7 +544,7 @@ class Bench:
                 if log is None:
                     raise
                 # a launch outside the capturing stream (the legacy stream) breaks the capture
-                reason = "stream_escape" if "captur" in str(exc).lower() else "launch"
+                reason = Reason.STREAM_ESCAPE if "captur" in str(exc).lower() else Reason.LAUNCH
                 failed = tc.CheckRecord(0, reason, float("inf"), self.tolerance, False)
                 log.add_check(runner.name, failed)
                 torch.cuda.synchronize()
@@ -609,7 +610,7 @@ class Bench:
             error = self.projected_error(ops.c, ops.a, ops.b_matrix(runner.layout))
             reason = tc.classify(same_at_stream_end=same, error=error, tolerance=self.tolerance)
             record = tc.CheckRecord(replay, reason, error, self.tolerance, same)
-            if worst is None or (worst.reason == "ok" and reason != "ok"):
+            if worst is None or (worst.reason == Reason.OK and reason != Reason.OK):
                 worst = record
         assert worst is not None
         log.add_check(runner.name, worst)

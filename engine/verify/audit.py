@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from engine.outcomes import Reason
 from engine.problem import Layout, Problem
 from engine.verify import sanitize, verifier
 
@@ -130,10 +131,10 @@ def audit(
     }
     if name in summary.get("rejected_while_timed", ()):
         why = summary.get("rejections", {}).get(name, {})
-        reason = why.get("reason", "wrong")
+        reason = why.get("reason", Reason.WRONG)
         return failed(reason, f"re-timed: {why.get('message', 'rejected while timed')}")
     if name in summary.get("impossible", ()):
         return failed("impossible", "re-timed below the physical floor")
     baselines = {b: float(v["seconds"]) for b, v in summary["best_baselines"].items()}
     seconds = float(summary["seconds"][name])
-    return AuditResult(True, "ok", "", trigger, steps, seconds, baselines)
+    return AuditResult(True, Reason.OK, "", trigger, steps, seconds, baselines)

@@ -26,9 +26,11 @@ from typing import Any
 
 import torch
 
+from engine.config import VerifyBusyStream, VerifyWarm
 from engine.config import load as load_config
 from engine.gpu import cuda_driver
 from engine.gpu.runtime import KernelLibrary, LoadError
+from engine.outcomes import Reason
 from engine.problem import Layout, Problem
 from engine.verify import numerics
 
@@ -230,7 +232,7 @@ def pinned_counter() -> torch.Tensor:
 
 def new_gate() -> tuple[StreamGate | None, str]:
     """The gate, and how the busy stream is made ("gate", or "sleep" and why not a gate)."""
-    if load_config().verify_busy_stream == "sleep":
+    if load_config().verify_busy_stream == VerifyBusyStream.SLEEP:
         return None, "sleep"
     try:
         return StreamGate(cuda_driver.Driver()), "gate"
@@ -253,7 +255,7 @@ class Session:
         self.checks: list[Check] = []
         workspace_bytes = library.workspace_size(problem.m, problem.n, problem.k)
         if workspace_bytes < 0 or workspace_bytes > MAX_WORKSPACE_BYTES:
-            raise Rejected("workspace", f"asks for {workspace_bytes} bytes of workspace")
+            raise Rejected(Reason.WORKSPACE, f"asks for {workspace_bytes} bytes of workspace")
         self.workspace = Guarded((workspace_bytes + 1) // 2) if workspace_bytes else None
         self.primary = Buffers.allocate(problem)
         self.secondary = Buffers.allocate(problem)
@@ -356,7 +358,7 @@ class Session:
             at_return = buffers.c.body.clone()
         torch.cuda.synchronize()
         if status != 0:
-            raise Rejected("launch", f"gemmforge_hgemm returned error {status}")
+            raise Rejected(Reason.LAUNCH, f"gemmforge_hgemm returned error {status}")
         return buffers.c.body.view(p.m, p.n), at_return.view(p.m, p.n), a_copy, b_copy, status
 
     def trial(
@@ -416,16 +418,19 @@ class Session:
             guarded.append(("workspace", self.workspace))
         for label, buffer in guarded:
             if not buffer.guards_intact():
-                raise Rejected("guard_band", f"wrote outside {label}")
+                raise Rejected(Reason.GUARD_BAND, f"wrote outside {label}")
         if not (same_bits(buffers.a.body, a_copy) and same_bits(buffers.b.body, b_copy)):
-            raise Rejected("input_modified", "changed A or B")
+            raise Rejected(Reason.INPUT_MODIFIED, "changed A or B")
         if not same_bits(out, at_return):
             raise Rejected(
-                reason or "stream", "C changed after the call's work on the caller's stream ended"
+                reason or Reason.STREAM,
+                "C changed after the call's work on the caller's stream ended",
             )
         bad = numerics.nonfinite_count(out)
         if bad:
-            raise Rejected(reason or "unwritten", f"{bad} elements of C not finite after the call")
+            raise Rejected(
+                reason or Reason.UNWRITTEN, f"{bad} elements of C not finite after the call"
+            )
 
     def _check_values(self, out, a, b, distribution, reason) -> dict[str, Any]:
         ref = self.reference(a, b)
@@ -433,7 +438,7 @@ class Session:
             mismatches = numerics.exact_mismatches(out, ref)
             if mismatches:
                 raise Rejected(
-                    reason or "wrong", f"{mismatches} elements differ on {distribution} inputs"
+                    reason or Reason.WRONG, f"{mismatches} elements differ on {distribution} inputs"
                 )
             return {"mismatches": 0}
         if distribution == "uniform":
@@ -441,7 +446,7 @@ class Session:
             detail = {"max_ulp": report.max_ulp, "fraction_over_1ulp": report.fraction_over}
             if not report.ok:
                 raise Rejected(
-                    reason or "precision",
+                    reason or Reason.PRECISION,
                     f"{report.max_ulp:.1f} ulp max error on U[0,1) inputs "
                     f"({report.fraction_over:.1%} of elements over 1 ulp): not fp32 accumulation",
                 )
@@ -451,7 +456,7 @@ class Session:
         error = numerics.relative_frobenius_error(out, ref)
         detail = {"rel_error": error, "cublas_rel_error": library_error, "tolerance": tolerance}
         if not error <= tolerance:
-            kind = "precision" if error < 0.05 else "wrong"
+            kind = Reason.PRECISION if error < 0.05 else Reason.WRONG
             raise Rejected(
                 reason or kind,
                 f"relative error {error:.3g} over tolerance {tolerance:.3g} "
@@ -467,11 +472,11 @@ def thread_count() -> int:
 def run_checks(session: Session) -> dict[str, Any]:
     session.trial("synchronised call, N(0,1)", "normal", busy=False)
     threads = thread_count()
-    session.trial("called as a user would (busy stream), N(0,1)", "normal", reason="stream")
+    session.trial("called as a user would (busy stream), N(0,1)", "normal", reason=Reason.STREAM)
     session.trial("exact 0/1 inputs", "exact01")
     session.trial("U[0,1) inputs, 1-ulp precision", "uniform")
     first = session.trial(
-        "C prefilled with values", "normal", c_prefill="values", reason="c_dependent"
+        "C prefilled with values", "normal", c_prefill="values", reason=Reason.C_DEPENDENT
     )
     # new pointers, same contents: copy the primary inputs into the secondary buffers, on the
     # caller's stream (the default stream is not ordered with it: a copy there raced the next
@@ -490,16 +495,19 @@ def run_checks(session: Session) -> dict[str, Any]:
             (first.view(torch.int16) != second.view(torch.int16)).sum()
         )
         raise Rejected(
-            "nondeterministic", f"{differ} elements of C differ between calls on the same inputs"
+            Reason.NONDETERMINISTIC,
+            f"{differ} elements of C differ between calls on the same inputs",
         )
     for i in range(3):
         session.trial(f"same buffers, new contents #{i + 1}", "normal")
     for pattern in STRUCTURED:
         session.trial(
-            f"structured: {pattern}", pattern, reason="precision" if pattern == "huge" else None
+            f"structured: {pattern}",
+            pattern,
+            reason=Reason.PRECISION if pattern == "huge" else None,
         )
     if thread_count() > threads:
-        raise Rejected("threads", f"started host threads ({threads} → {thread_count()})")
+        raise Rejected(Reason.THREADS, f"started host threads ({threads} → {thread_count()})")
     return {"deterministic": deterministic}
 
 
@@ -527,9 +535,9 @@ def verify(spec: dict[str, Any], seed: int) -> dict[str, Any]:
         clock = time.monotonic()
         verdict.update(run_checks(session))
         verdict["phases_s"]["checks"] = round(time.monotonic() - clock, 3)
-        verdict.update(ok=True, reason="ok", message="all checks passed")
+        verdict.update(ok=True, reason=Reason.OK, message="all checks passed")
     except LoadError as exc:
-        verdict.update(reason="load", message=str(exc))
+        verdict.update(reason=Reason.LOAD, message=str(exc))
     except Rejected as rejected:
         verdict.update(reason=rejected.reason, message=rejected.message)
     except RuntimeError as exc:  # torch raises CUDA faults (illegal address, trap) as these
@@ -537,7 +545,7 @@ def verify(spec: dict[str, Any], seed: int) -> dict[str, Any]:
             raise
         # out of GPU memory (torch's allocator, or a CUDA call): the parent decides whether
         # other verifiers held the memory
-        reason = "gpu_memory" if "out of memory" in str(exc) else "runtime_error"
+        reason = Reason.GPU_MEMORY if "out of memory" in str(exc) else Reason.RUNTIME_ERROR
         verdict.update(reason=reason, message=str(exc).splitlines()[0])
     if session is not None:
         verdict["checks"] = [vars(c) for c in session.checks]
@@ -606,7 +614,7 @@ def main(argv: list[str]) -> int:
     warm: dict[str, float] = {}
     if argv[2:3] == ["--wait"]:
         clock = time.monotonic()
-        warm_up_context(kernels=load_config().verify_warm == "kernels")
+        warm_up_context(kernels=load_config().verify_warm == VerifyWarm.KERNELS)
         warm["warm"] = round(time.monotonic() - clock, 3)
         clock = time.monotonic()
         if not wait_for_go(Path(argv[3])):

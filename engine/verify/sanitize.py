@@ -25,7 +25,7 @@ from filelock import FileLock
 
 from engine import abi
 from engine.compilation.compile import nvcc_version
-from engine.config import EngineConfig
+from engine.config import COMPUTE_SANITIZER_VARIABLE, EngineConfig
 from engine.config import load as load_config
 from engine.isolation import processes, sandbox
 from engine.problem import Layout, Problem
@@ -93,19 +93,19 @@ class SanitizeResult:
         }
 
 
-def sanitizer_path() -> Path:
+def sanitizer_path(config: EngineConfig | None = None) -> Path:
     """``ENGINE_COMPUTE_SANITIZER``, else compute-sanitizer on PATH, else beside nvcc."""
-    override = os.environ.get("ENGINE_COMPUTE_SANITIZER")
-    candidates = [override] if override else []
+    config = config or load_config()
+    candidates = [str(config.compute_sanitizer)] if config.compute_sanitizer else []
     candidates.append(shutil.which("compute-sanitizer"))
-    nvcc = shutil.which(os.environ.get("ENGINE_NVCC", "nvcc"))
+    nvcc = shutil.which(config.nvcc)
     if nvcc:
         candidates.append(str(Path(nvcc).resolve().parent / "compute-sanitizer"))
     for candidate in candidates:
         if candidate and Path(candidate).is_file():
             return Path(candidate)
     raise SanitizeSetupError(
-        "compute-sanitizer not found: install the CUDA toolkit or set ENGINE_COMPUTE_SANITIZER"
+        f"compute-sanitizer not found: install the CUDA toolkit or set {COMPUTE_SANITIZER_VARIABLE}"
     )
 
 

@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 
+from engine.outcomes import Reason
 from engine.problem import Problem
 from engine.timing.stats import quantile
 
@@ -142,16 +143,16 @@ class CheckRecord:
     same_at_stream_end: bool  # C when the caller's stream ended == C after a device sync
 
 
-def classify(*, same_at_stream_end: bool, error: float, tolerance: float) -> str:
+def classify(*, same_at_stream_end: bool, error: float, tolerance: float) -> Reason:
     """A checked call's verdict: work after the caller's stream ended is a stream escape; then
     C must be finite and within the tolerance (wrong, or a precision drop when close)."""
     if not same_at_stream_end:
-        return "stream_escape"
+        return Reason.STREAM_ESCAPE
     if error != error or error == float("inf"):
-        return "unwritten"
+        return Reason.UNWRITTEN
     if error <= tolerance:
-        return "ok"
-    return "precision" if error < 0.05 else "wrong"
+        return Reason.OK
+    return Reason.PRECISION if error < 0.05 else Reason.WRONG
 
 
 @dataclass(frozen=True)
@@ -241,11 +242,11 @@ class TimedLog:
         (work outside the caller's stream also makes the checked calls' values wrong: the
         escape is the cause), else its first failed check."""
         out: dict[str, dict[str, str]] = {
-            name: {"reason": "stream_escape", "message": message}
+            name: {"reason": Reason.STREAM_ESCAPE, "message": message}
             for name, message in stream_escapes(self.probes, self.reference()).items()
         }
         for name, records in self.checks.items():
-            failed = [r for r in records if r.reason != "ok"]
+            failed = [r for r in records if r.reason != Reason.OK]
             if failed and name not in out:
                 first = failed[0]
                 out[name] = {

@@ -1,7 +1,7 @@
 """Verification of a compiled kernel library, in a separate process per candidate.
 
 A crash, a hang or an illegal address ends the child (engine.verify.gpu_checks), never the caller.
-Every rejection carries a reason from REASONS and a message.
+Every rejection carries a reason (engine.outcomes.Reason, described in REASONS) and a message.
 """
 
 from __future__ import annotations
@@ -20,10 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from engine.config import VERIFY_MPS_PIPE_VARIABLE, verify_mps_pipe
 from engine.config import load as load_config
-from engine.gpu import cuda_driver, mps
+from engine.gpu import cuda_driver
 from engine.isolation import processes, sandbox
 from engine.isolation.forkserver import ForkedChild, ForkServer, ForkServerDied
+from engine.outcomes import Reason
 from engine.problem import Problem
 
 CHILD_MODULE = "engine.verify.gpu_checks"
@@ -50,36 +52,35 @@ def jobs_for_memory(problem: Problem, jobs: int, gpu_bytes: int | None) -> int:
 
 
 REASONS = {
-    "ok": "passed every check",
-    "load": "the library cannot be loaded, lacks an ABI symbol or has another ABI version",
-    "workspace": "asks for an unreasonable workspace",
-    "launch": "gemmforge_hgemm returned an error",
-    "runtime_error": "a CUDA fault during the call (illegal address, trap, misaligned access)",
-    "crash": "the verifier process died without a verdict",
-    "timeout": "did not finish in time (hang or far too slow)",
-    "memory": "went over the verifier's host memory limit",
-    "unwritten": "left elements of C unwritten or not finite",
-    "wrong": "wrong values",
-    "precision": "error beyond fp32 accumulation (e.g. fp16 accumulation)",
-    "guard_band": "wrote outside its buffers",
-    "input_modified": "changed its inputs",
-    "stream": "work escaped the caller's stream (wrong or late when called as a user would)",
-    "c_dependent": "the result depends on C's previous contents",
-    "nondeterministic": "repeated calls on the same inputs gave different bits",
-    "stream_escape": "while timed, work ran outside the caller's stream (it ended later)",
-    "threads": "started host threads",
-    "gpu_memory": "ran out of GPU memory, alone on the GPU",
-    # the static gate (engine.compilation.static_checks), before any GPU time
-    "static_size": "source over the size limit",
-    "static_include": "includes a header outside the allow-list",
-    "static_api": "source names a forbidden API (regex pre-filter)",
-    "static_symbols": "the built library imports a symbol outside the allow-list",
+    Reason.OK: "passed every check",
+    Reason.LOAD: "the library cannot be loaded, lacks an ABI symbol or has another ABI version",
+    Reason.WORKSPACE: "asks for an unreasonable workspace",
+    Reason.LAUNCH: "gemmforge_hgemm returned an error",
+    Reason.RUNTIME_ERROR: "a CUDA fault during the call (illegal address, trap, misaligned access)",
+    Reason.CRASH: "the verifier process died without a verdict",
+    Reason.TIMEOUT: "did not finish in time (hang or far too slow)",
+    Reason.MEMORY: "went over the verifier's host memory limit",
+    Reason.UNWRITTEN: "left elements of C unwritten or not finite",
+    Reason.WRONG: "wrong values",
+    Reason.PRECISION: "error beyond fp32 accumulation (e.g. fp16 accumulation)",
+    Reason.GUARD_BAND: "wrote outside its buffers",
+    Reason.INPUT_MODIFIED: "changed its inputs",
+    Reason.STREAM: "work escaped the caller's stream (wrong or late when called as a user would)",
+    Reason.C_DEPENDENT: "the result depends on C's previous contents",
+    Reason.NONDETERMINISTIC: "repeated calls on the same inputs gave different bits",
+    Reason.STREAM_ESCAPE: "while timed, work ran outside the caller's stream (it ended later)",
+    Reason.THREADS: "started host threads",
+    Reason.GPU_MEMORY: "ran out of GPU memory, alone on the GPU",
+    Reason.STATIC_SIZE: "source over the size limit",
+    Reason.STATIC_INCLUDE: "includes a header outside the allow-list",
+    Reason.STATIC_API: "source names a forbidden API (regex pre-filter)",
+    Reason.STATIC_SYMBOLS: "the built library imports a symbol outside the allow-list",
 }
 
 
 # What one MPS client's fatal fault does to the others (engine.gpu.mps): their calls fail, or
 # they die
-MPS_SHARED_FAULTS = frozenset({"runtime_error", "crash", "launch"})
+MPS_SHARED_FAULTS = frozenset({Reason.RUNTIME_ERROR, Reason.CRASH, Reason.LAUNCH})
 
 
 @dataclass(frozen=True)
@@ -151,7 +152,7 @@ def child_env(workdir: Path, *, seed: int | None, mps_pipe: str | None) -> dict[
     GPU alone, engine.gpu.mps.start)."""
     env = sandbox.engine_child_env(workdir)
     env["GEMMFORGE_SEED"] = str(seed if seed is not None else secrets.randbits(63))
-    env.pop(mps.PIPE_VARIABLE, None)
+    env.pop(VERIFY_MPS_PIPE_VARIABLE, None)
     if mps_pipe:
         env.update(CUDA_MPS_PIPE_DIRECTORY=mps_pipe, CUDA_VISIBLE_DEVICES="0")
     return env
@@ -255,7 +256,7 @@ class WarmPool:
     def for_this_process(cls, fork_server: ForkServer, count: int) -> WarmPool:
         """Warm verifiers that are MPS clients exactly when this process's verifications are
         (the daemon in the ENGINE_VERIFY_MPS_PIPE variable, engine.gpu.mps)."""
-        return cls(fork_server, count, mps_pipe=os.environ.get(mps.PIPE_VARIABLE) or None)
+        return cls(fork_server, count, mps_pipe=verify_mps_pipe())
 
     def __len__(self) -> int:
         return len(self._ready)
@@ -283,7 +284,7 @@ class WarmPool:
 
 
 def fork_server_on() -> bool:
-    return load_config().verify_fork_server == "on"
+    return load_config().verify_fork_server
 
 
 def new_fork_server(*, start: bool) -> tuple[ForkServer, tempfile.TemporaryDirectory[str]]:
@@ -345,7 +346,7 @@ class Verifications:
             self._server, self._server_dir = new_fork_server(start=False)
             kwargs["fork_server"] = self._server
         if mps_pipe is None:
-            mps_pipe = os.environ.get(mps.PIPE_VARIABLE) or None
+            mps_pipe = verify_mps_pipe()
         self.mps_pipe = mps_pipe if len(self.libraries) > 1 else None  # MPS serves no lone child
         if warm is not None:
             self.mps_pipe = warm.mps_pipe
@@ -385,7 +386,7 @@ class Verifications:
             if self.mps_pipe is not None and any(v.reason in MPS_SHARED_FAULTS for v in verdicts):
                 self._again_outside_mps(verdicts)
             for i, verdict in enumerate(verdicts):
-                if verdict.reason == "gpu_memory" and self.jobs > 1:  # others held memory too
+                if verdict.reason == Reason.GPU_MEMORY and self.jobs > 1:  # others held memory too
                     verdicts[i] = self._verify(self.libraries[i], self.problem, self._kwargs)
                     self.retried_alone += 1
             return verdicts
@@ -438,7 +439,7 @@ def interpret(result: processes.ProcessResult, verdict_path: Path, timeout: floa
     if result.timed_out:
         return VerifyResult(
             False,
-            "timeout",
+            Reason.TIMEOUT,
             f"no verdict within {timeout:.0f} s",
             seconds=result.seconds,
             stderr_tail=tail,
@@ -447,7 +448,7 @@ def interpret(result: processes.ProcessResult, verdict_path: Path, timeout: floa
         limit = result.sandbox.limits.describe() if result.sandbox else "its limits"
         return VerifyResult(
             False,
-            "memory",
+            Reason.MEMORY,
             f"killed over its host memory limit ({limit})",
             seconds=result.seconds,
             stderr_tail=tail,
@@ -455,7 +456,7 @@ def interpret(result: processes.ProcessResult, verdict_path: Path, timeout: floa
     if result.returncode != 0 or not verdict_path.exists():
         return VerifyResult(
             False,
-            "crash",
+            Reason.CRASH,
             f"verifier exited with status {result.returncode} and no verdict",
             seconds=result.seconds,
             stderr_tail=tail,

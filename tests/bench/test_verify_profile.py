@@ -14,6 +14,7 @@ import pytest
 
 from engine.codegen.sm80 import Sm80Config
 from engine.codegen.sm90 import Sm90Config
+from engine.config import HEAT_WHILE_VERIFYING_VARIABLE
 from engine.problem import Problem
 from engine.verify.verifier import VerifyResult
 from tests import bench_scripts
@@ -193,9 +194,9 @@ def test_a_heat_variant_gets_one_ready_session_per_shape(vp, monkeypatch):
     monkeypatch.setattr(measure, "Session", FakeSession)
     sessions: dict = {}
     square, other = Problem(4096, 4096, 4096), Problem(8192, 1024, 4096)
-    monkeypatch.delenv(vp.HEAT, raising=False)
+    monkeypatch.delenv(HEAT_WHILE_VERIFYING_VARIABLE, raising=False)
     assert vp.heat_session(square, sessions) is None
-    monkeypatch.setenv(vp.HEAT, "on")
+    monkeypatch.setenv(HEAT_WHILE_VERIFYING_VARIABLE, "on")
     first = vp.heat_session(square, sessions)
     assert first.ready
     assert vp.heat_session(square, sessions) is first

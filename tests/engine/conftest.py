@@ -14,7 +14,7 @@ class VerifierSandboxes(list):
         self.commands: list[str] = []
 
     def assert_all_sandboxed(self) -> None:
-        from engine.config import load
+        from engine.config import SandboxNetwork, load
         from engine.isolation import sandbox
 
         assert self, "no verifier child ran"
@@ -22,7 +22,8 @@ class VerifierSandboxes(list):
         for applied in self:
             assert applied is not None, "a verifier child ran without the candidate sandbox"
             assert applied.limits == expected, applied.describe()
-            if load().sandbox_network == "auto":  # isolated, or the OS refused (recorded)
+            # isolated, or the OS refused (recorded)
+            if load().sandbox_network == SandboxNetwork.AUTO:
                 assert applied.network != sandbox.NETWORK_OFF, applied.describe()
 
 

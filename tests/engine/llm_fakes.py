@@ -6,9 +6,10 @@ import hashlib
 from collections.abc import Sequence
 from pathlib import Path
 
-from engine.campaign.executor import STATUS_OK, STATUS_REJECTED, CompiledCandidate, Outcome
+from engine.campaign.executor import CompiledCandidate, Outcome
 from engine.compilation.compile import CompileResult, source_hash
 from engine.compilation.static_checks import StaticResult
+from engine.outcomes import CandidateStatus
 from engine.problem import Layout, Problem
 
 GOOD_KERNEL = """\
@@ -85,7 +86,9 @@ class FakeExecutor:
             self.executed.append(candidate.name)
             source = candidate.config.render()
             if "/* wrong */" in source:
-                out.append(Outcome(candidate.name, STATUS_REJECTED, "wrong", "max error 3.5"))
+                out.append(
+                    Outcome(candidate.name, CandidateStatus.REJECTED, "wrong", "max error 3.5")
+                )
                 continue
             h = int(hashlib.sha256(candidate.name.encode()).hexdigest()[:8], 16)
             seconds = 1e-4 * (0.5 + (h % 1000) / 1000)
@@ -93,7 +96,7 @@ class FakeExecutor:
             out.append(
                 Outcome(
                     candidate.name,
-                    STATUS_OK,
+                    CandidateStatus.OK,
                     seconds=seconds,
                     baselines=baselines,
                     timings={"device": {"seconds": seconds, "baselines": baselines}},

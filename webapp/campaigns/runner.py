@@ -51,6 +51,7 @@ from engine.campaign.space import SearchSpace, families_for_arch
 from engine.config import load as load_engine_config
 from engine.gpu import health_probe, mps
 from engine.isolation import processes, sandbox
+from engine.outcomes import CandidateStatus
 from engine.propose.mix import PROPOSER_NAMES, make_proposers
 from engine.propose.policy import PolicyFile, policy_families, policy_path, pretrained_path
 from engine.propose.proposers import TRANSFER_TOP
@@ -347,7 +348,7 @@ def gpu_step(*, item_id: int, token: str) -> dict[str, Any]:
         phases.close(time.perf_counter() - started)
         result = {
             "measured": len(records),
-            "ok": sum(r.status == "ok" for r in records),
+            "ok": sum(r.status == CandidateStatus.OK for r in records),
             "phases_s": phases.to_dict(),
             "info": phases.info,
         }
@@ -509,7 +510,12 @@ def run_gpu_child(
         if ran.timed_out:
             message = f"GPU step killed after {settings.GPU_STEP_TIMEOUT} s"
             return [
-                {"name": r.name, "status": "timeout", "reason": "gpu_timeout", "message": message}
+                {
+                    "name": r.name,
+                    "status": CandidateStatus.TIMEOUT,
+                    "reason": "gpu_timeout",
+                    "message": message,
+                }
                 for r in rows
             ]
         if not ran.ok or not out.is_file():

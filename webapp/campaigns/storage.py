@@ -20,6 +20,7 @@ from django.db.models.functions import RowNumber
 
 from engine.campaign.storage import CandidateRecord
 from engine.codegen import get_family
+from engine.outcomes import CandidateStatus
 from engine.problem import Problem as EngineProblem
 from webapp.campaigns.models import Campaign, Candidate, Problem
 from webapp.campaigns.ratios import problem_refresh_best
@@ -39,13 +40,13 @@ def source_hash(source: str) -> str:
 
 def candidate_status(record: CandidateRecord) -> tuple[str, str]:
     """(Candidate.Status, Candidate.CompileStatus) of an engine record."""
-    if record.status == "ok":
+    if record.status == CandidateStatus.OK:
         return Candidate.Status.DONE, Candidate.CompileStatus.OK
-    if record.status == "compile_error":
+    if record.status == CandidateStatus.COMPILE_ERROR:
         return Candidate.Status.FAILED, Candidate.CompileStatus.ERROR
-    if record.status == "timeout" and record.reason == "nvcc_timeout":
+    if record.status == CandidateStatus.TIMEOUT and record.reason == "nvcc_timeout":
         return Candidate.Status.FAILED, Candidate.CompileStatus.TIMEOUT
-    if record.status == "rejected":
+    if record.status == CandidateStatus.REJECTED:
         return Candidate.Status.REJECTED, Candidate.CompileStatus.OK
     return Candidate.Status.FAILED, Candidate.CompileStatus.OK
 
@@ -90,7 +91,7 @@ def record_from_row(row: Candidate, parent: str | None) -> CandidateRecord:
         family=row.family,
         knobs=row.config,
         proposer=row.proposer,
-        status=outcome.get("status", "ok"),
+        status=outcome.get("status", CandidateStatus.OK),
         reward=outcome.get("reward", row.reward if row.reward is not None else -math.inf),
         parent=parent,
         reason=outcome.get("reason", ""),
@@ -218,10 +219,12 @@ class DjangoStorage:
                 "compile_status": compile_status,
                 "timings": candidate_timings(record),
                 "reward": record.reward if math.isfinite(record.reward) else None,
-                "failure_reason": "" if record.status == "ok" else record.message or record.reason,
+                "failure_reason": ""
+                if record.status == CandidateStatus.OK
+                else record.message or record.reason,
                 "outcome": record_json(record),
                 "verification_result": {
-                    "ok": record.status == "ok",
+                    "ok": record.status == CandidateStatus.OK,
                     "reason": record.reason or record.status,
                     "message": record.message,
                 },

@@ -25,6 +25,7 @@ from engine.compilation import compile as compile_module
 from engine.compilation import triton_aot
 from engine.compilation.compile import BASE_FLAGS
 from engine.llm.evaluate import SourceKernel
+from engine.outcomes import CandidateStatus
 from engine.problem import Problem
 from engine.publish.bundle.buckets import Point, buckets
 from engine.publish.ratios import (
@@ -96,7 +97,7 @@ def shape_choices(
         records = {
             r.name: r
             for r in storage.candidates(campaign, problem.key)
-            if r.status == "ok" and r.seconds
+            if r.status == CandidateStatus.OK and r.seconds
         }
         sessions = [(n, n, [s]) for n, r in records.items() if (s := record_session(r))]
         for choice in rank(sessions):
@@ -135,7 +136,7 @@ def measured_ratios(records: Iterable[CandidateRecord], over: str = "torch") -> 
     return {
         r.name: r.seconds / r.baselines[over]
         for r in records
-        if r.status == "ok" and r.seconds and r.baselines.get(over)
+        if r.status == CandidateStatus.OK and r.seconds and r.baselines.get(over)
     }
 
 

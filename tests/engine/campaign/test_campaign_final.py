@@ -13,11 +13,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from engine.campaign.executor import STATUS_OK, STATUS_REJECTED, CompiledCandidate, LocalGpuExecutor
+from engine.campaign.executor import CompiledCandidate, LocalGpuExecutor
 from engine.campaign.final import config_of, final_summary, top_records
 from engine.campaign.space import SearchSpace
 from engine.campaign.storage import CandidateRecord
 from engine.isolation import processes, sandbox
+from engine.outcomes import CandidateStatus
 from engine.problem import Layout, Problem
 from engine.verify import verifier as verify_module
 from engine.verify.verifier import VerifyResult
@@ -26,7 +27,9 @@ from tests.engine.process_fakes import killed_for_memory
 PROBLEM = Problem(1024, 1024, 1024, Layout.NN)
 
 
-def record(name: str, seconds: float | None, status: str = STATUS_OK, **kw) -> CandidateRecord:
+def record(
+    name: str, seconds: float | None, status: str = CandidateStatus.OK, **kw
+) -> CandidateRecord:
     space = SearchSpace.library(PROBLEM, families=("sm90",))
     config = space.configs[hash(name) % len(space.configs)]
     return CandidateRecord(
@@ -46,7 +49,7 @@ def test_top_records_ranks_verified_candidates_by_speed():
     records = [
         record("slow", 20.0),
         record("fast", 8.0),
-        record("failed", None, STATUS_REJECTED),
+        record("failed", None, CandidateStatus.REJECTED),
         record("middle", 12.0),
     ]
     assert [r.name for r in top_records(records, "cublaslt_autotune", 2)] == ["fast", "middle"]
@@ -88,7 +91,7 @@ def test_the_gpu_executor_verifies_a_batch_in_parallel_and_records_each_rejectio
     outcomes = LocalGpuExecutor(arch="sm_90", verify_jobs=3).execute(PROBLEM, batch)
     assert peak[0] == 3
     assert [o.reason for o in outcomes] == ["unwritten", "wrong_values"] * 3
-    assert all(o.status == STATUS_REJECTED for o in outcomes)
+    assert all(o.status == CandidateStatus.REJECTED for o in outcomes)
 
 
 def test_a_top_kernel_that_fails_the_sanitizer_cannot_be_the_final_best(monkeypatch, tmp_path):

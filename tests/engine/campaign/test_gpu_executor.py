@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from engine.campaign.executor import STATUS_OK, STATUS_REJECTED, CompiledCandidate, LocalGpuExecutor
+from engine.campaign.executor import CompiledCandidate, LocalGpuExecutor
 from engine.isolation.forkserver import ForkServer
+from engine.outcomes import CandidateStatus
 from engine.problem import Layout, Problem
 from engine.timing import measure as measure_module
 from engine.timing.phases import Phases
@@ -95,7 +96,11 @@ def test_the_set_up_overlaps_verification_and_timing_waits_for_every_verdict(tim
     events = timeline.events
     assert events.index("set-up") < min(i for i, e in enumerate(events) if e.endswith("done"))
     assert events[-1] == "timed ['a', 'c']"  # the rejected one is never timed
-    assert [o.status for o in outcomes] == [STATUS_OK, STATUS_REJECTED, STATUS_OK]
+    assert [o.status for o in outcomes] == [
+        CandidateStatus.OK,
+        CandidateStatus.REJECTED,
+        CandidateStatus.OK,
+    ]
     assert {"setup", "verification", "timing"} <= set(phases.seconds)
     assert phases.info["verification_children"] == 3
     assert phases.info["verification_wall_s"] >= 0
@@ -105,7 +110,7 @@ def test_verifications_started_by_the_caller_are_the_ones_collected(timeline):
     batch = batch_of("a", "b")
     started = Verifications([c.library for c in batch], PROBLEM, jobs=2)
     outcomes = LocalGpuExecutor(arch="sm_90").execute(PROBLEM, batch, verifications=started)
-    assert [o.status for o in outcomes] == [STATUS_OK, STATUS_OK]
+    assert [o.status for o in outcomes] == [CandidateStatus.OK, CandidateStatus.OK]
     assert sum(e.endswith("started") for e in timeline.events) == 2  # not verified twice
     other = Verifications([Path("/x/other.so")], PROBLEM)
     with pytest.raises(ValueError, match="not this batch"):
@@ -147,7 +152,7 @@ def test_a_set_up_failure_matters_only_when_a_candidate_passed(monkeypatch):
         lambda library, problem, **_: VerifyResult("good" in str(library), "x", ""),
     )
     rejected = LocalGpuExecutor(arch="sm_90").execute(PROBLEM, batch_of("bad1", "bad2"))
-    assert [o.status for o in rejected] == [STATUS_REJECTED] * 2
+    assert [o.status for o in rejected] == [CandidateStatus.REJECTED] * 2
     with pytest.raises(measure_module.MeasureSetupError, match="no cuBLAS"):
         LocalGpuExecutor(arch="sm_90").execute(PROBLEM, batch_of("bad", "good"))
 
@@ -253,7 +258,7 @@ def test_with_heat_while_verifying_the_baselines_heat_until_the_last_verdict(mon
     phases = Phases()
     executor = LocalGpuExecutor(arch="sm_90", verify_jobs=2)
     outcomes = executor.execute(PROBLEM, batch_of("a", "b"), phases=phases)
-    assert [o.status for o in outcomes] == [STATUS_OK, STATUS_OK]
+    assert [o.status for o in outcomes] == [CandidateStatus.OK, CandidateStatus.OK]
     assert sorted(events[:2]) == ["verdict a", "verdict b"]  # both came while it heated
     assert events[2].startswith("heated")
     assert int(events[2].split()[1]) >= 3
@@ -284,6 +289,6 @@ def test_a_heat_that_fails_costs_the_batch_none_of_its_verdicts(monkeypatch):
     outcomes = LocalGpuExecutor(arch="sm_90", verify_jobs=2).execute(
         PROBLEM, batch_of("a", "b"), phases=phases
     )
-    assert [o.status for o in outcomes] == [STATUS_OK, STATUS_OK]
+    assert [o.status for o in outcomes] == [CandidateStatus.OK, CandidateStatus.OK]
     assert events[-1] == "timed"
     assert "cublasLtMatmul returned 13" in phases.info["heat_while_verifying_error"]

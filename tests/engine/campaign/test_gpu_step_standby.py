@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from engine.campaign.executor import STATUS_OK
 from engine.codegen import get_family
 from engine.compilation.compile import compile_configs
 from engine.gpu import cuda_driver
 from engine.isolation import processes, sandbox
+from engine.outcomes import CandidateStatus
 
 pytestmark = [pytest.mark.gpu, pytest.mark.nvcc]
 
@@ -58,7 +58,9 @@ def test_a_standby_step_child_verifies_and_times_its_batch(tmp_path: Path, warm:
     ran = child.finish(stdin=json.dumps(step) + "\n", timeout=300)
     assert ran.ok, ran.stderr[-3000:]
     data = json.loads(out.read_text())
-    assert [o["status"] for o in data["outcomes"]] == [STATUS_OK, STATUS_OK], data["outcomes"]
+    assert [o["status"] for o in data["outcomes"]] == [CandidateStatus.OK, CandidateStatus.OK], (
+        data["outcomes"]
+    )
     info, phases = data["info"], data["phases_s"]
     assert info["verification_children"] == 2
     # forked by a fork server that had imported torch already: no interpreter start, no imports

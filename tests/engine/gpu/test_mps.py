@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from engine.config import VERIFY_MPS_PIPE_VARIABLE, VERIFY_MPS_UNAVAILABLE_VARIABLE
 from engine.gpu import mps
 from engine.problem import Problem
 from engine.verify import verifier as verify_module
@@ -74,7 +75,7 @@ def test_a_daemon_that_never_answers_is_reported_not_returned(tmp_path, monkeypa
 def test_only_the_verification_child_becomes_a_client(tmp_path, monkeypatch, verifier_sandboxes):
     """The pipe reaches the child as CUDA_MPS_PIPE_DIRECTORY; the variable that names it for
     the engine does not, and without a pipe the child gets neither."""
-    monkeypatch.setenv(mps.PIPE_VARIABLE, "/tmp/gemmforge-mps/pipe")
+    monkeypatch.setenv(VERIFY_MPS_PIPE_VARIABLE, "/tmp/gemmforge-mps/pipe")
     fake_python = environment_reporting_python(tmp_path)
     client = verify(
         tmp_path / "lib.so", PROBLEM, python=str(fake_python), mps_pipe="/tmp/gemmforge-mps/pipe"
@@ -82,7 +83,7 @@ def test_only_the_verification_child_becomes_a_client(tmp_path, monkeypatch, ver
     env = json.loads(client.message)
     assert env["CUDA_MPS_PIPE_DIRECTORY"] == "/tmp/gemmforge-mps/pipe"
     assert env["CUDA_VISIBLE_DEVICES"] == "0"  # the server's one GPU, whichever it is
-    assert mps.PIPE_VARIABLE not in env
+    assert VERIFY_MPS_PIPE_VARIABLE not in env
     alone = json.loads(verify(tmp_path / "lib.so", PROBLEM, python=str(fake_python)).message)
     assert "CUDA_MPS_PIPE_DIRECTORY" not in alone
 
@@ -105,7 +106,7 @@ def libraries(*names: str) -> list[Path]:
 
 
 def test_a_batch_under_mps_takes_its_pipe_from_the_environment(monkeypatch):
-    monkeypatch.setenv(mps.PIPE_VARIABLE, "/p")
+    monkeypatch.setenv(VERIFY_MPS_PIPE_VARIABLE, "/p")
     calls = record_calls(monkeypatch, lambda name, pipe: VerifyResult(True, "ok", ""))
     batch = Verifications(libraries("a", "b"), PROBLEM, jobs=2, gpu_bytes=141 << 30)
     assert [v.ok for v in batch.results()] == [True, True]
@@ -114,7 +115,7 @@ def test_a_batch_under_mps_takes_its_pipe_from_the_environment(monkeypatch):
 
 
 def test_a_lone_verifier_is_never_an_mps_client(monkeypatch):
-    monkeypatch.setenv(mps.PIPE_VARIABLE, "/p")
+    monkeypatch.setenv(VERIFY_MPS_PIPE_VARIABLE, "/p")
     calls = record_calls(monkeypatch, lambda name, pipe: VerifyResult(True, "ok", ""))
     Verifications(libraries("a"), PROBLEM, jobs=4).results()
     assert calls == [("a", None)]
@@ -160,37 +161,37 @@ def test_a_verdict_a_fault_cannot_cause_is_final_under_mps(monkeypatch, reason):
 
 
 def test_ensure_starts_one_daemon_names_it_to_children_and_stops_it_at_exit(tmp_path, monkeypatch):
-    monkeypatch.delenv(mps.PIPE_VARIABLE, raising=False)
-    monkeypatch.setenv(mps.UNAVAILABLE_VARIABLE, "")  # restored after: ensure sets it
+    monkeypatch.delenv(VERIFY_MPS_PIPE_VARIABLE, raising=False)
+    monkeypatch.setenv(VERIFY_MPS_UNAVAILABLE_VARIABLE, "")  # restored after: ensure sets it
     control = fake_control(tmp_path)
     monkeypatch.setenv("PATH", f"{Path(control).parent}:{os.environ['PATH']}")
     monkeypatch.setattr(mps.tempfile, "mkdtemp", lambda prefix: str(tmp_path / "mps"))
-    assert mps.ensure_for_verification("off") == "off"
-    assert mps.PIPE_VARIABLE not in os.environ
-    said = mps.ensure_for_verification("on", gpu="2")
+    assert mps.ensure_for_verification(False) == "off"
+    assert VERIFY_MPS_PIPE_VARIABLE not in os.environ
+    said = mps.ensure_for_verification(True, gpu="2")
     assert said == f"on ({tmp_path / 'mps' / 'pipe'}, started)"
-    assert os.environ[mps.PIPE_VARIABLE] == str(tmp_path / "mps" / "pipe")
-    assert mps.ensure_for_verification("on").startswith("on (")  # the same one
+    assert os.environ[VERIFY_MPS_PIPE_VARIABLE] == str(tmp_path / "mps" / "pipe")
+    assert mps.ensure_for_verification(True).startswith("on (")  # the same one
     mps.stop_started()
-    assert mps.PIPE_VARIABLE not in os.environ
+    assert VERIFY_MPS_PIPE_VARIABLE not in os.environ
     assert (tmp_path / "mps" / "pipe" / "commands").read_text().splitlines()[-1] == "quit"
 
 
 def test_ensure_reports_why_mps_is_unavailable(monkeypatch):
-    monkeypatch.delenv(mps.PIPE_VARIABLE, raising=False)
-    monkeypatch.setenv(mps.UNAVAILABLE_VARIABLE, "")  # restored after: ensure sets it
+    monkeypatch.delenv(VERIFY_MPS_PIPE_VARIABLE, raising=False)
+    monkeypatch.setenv(VERIFY_MPS_UNAVAILABLE_VARIABLE, "")  # restored after: ensure sets it
     monkeypatch.setattr(mps, "CONTROL", "no-such-mps-control")
-    assert mps.ensure_for_verification("on") == "unavailable: no-such-mps-control is not on PATH"
-    assert mps.PIPE_VARIABLE not in os.environ
+    assert mps.ensure_for_verification(True) == "unavailable: no-such-mps-control is not on PATH"
+    assert VERIFY_MPS_PIPE_VARIABLE not in os.environ
 
 
 def test_a_process_that_could_not_start_a_daemon_does_not_try_again(monkeypatch):
     """Nor do its children (a GPU worker's step children inherit the variable)."""
-    monkeypatch.delenv(mps.PIPE_VARIABLE, raising=False)
-    monkeypatch.setenv(mps.UNAVAILABLE_VARIABLE, "")  # restored after: ensure sets it
+    monkeypatch.delenv(VERIFY_MPS_PIPE_VARIABLE, raising=False)
+    monkeypatch.setenv(VERIFY_MPS_UNAVAILABLE_VARIABLE, "")  # restored after: ensure sets it
     starts = []
     monkeypatch.setattr(mps, "start", lambda **_: starts.append(1) or "did not answer")
-    assert mps.ensure_for_verification("on") == "unavailable: did not answer"
-    assert mps.ensure_for_verification("on") == "unavailable: did not answer"
+    assert mps.ensure_for_verification(True) == "unavailable: did not answer"
+    assert mps.ensure_for_verification(True) == "unavailable: did not answer"
     assert starts == [1]
-    assert os.environ[mps.UNAVAILABLE_VARIABLE] == "did not answer"
+    assert os.environ[VERIFY_MPS_UNAVAILABLE_VARIABLE] == "did not answer"

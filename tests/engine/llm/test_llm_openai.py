@@ -11,7 +11,6 @@ import pytest
 
 pytest.importorskip("openai")
 
-from engine.campaign.executor import STATUS_REJECTED
 from engine.llm.backends import (
     ENV_API_KEY,
     ENV_BASE_URL,
@@ -22,6 +21,7 @@ from engine.llm.backends import (
 from engine.llm.evaluate import SourceCompiler
 from engine.llm.extract import NO_CODE, check_answer
 from engine.llm.proposer import LLMProposer
+from engine.outcomes import CandidateStatus
 from tests.engine.llm_fakes import CHEAT_KERNEL, GOOD_KERNEL, FakeBuilder, fenced, library_passes
 
 MESSAGES = [{"role": "user", "content": "write a kernel"}]
@@ -214,4 +214,4 @@ def test_a_cheat_after_the_last_turn_is_recorded_as_a_static_rejection(server, e
     assert not result.ok
     assert result.rejected_by == NO_CODE
     assert builder.built == []
-    assert STATUS_REJECTED == "rejected"
+    assert CandidateStatus.REJECTED == "rejected"

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.campaign.executor import STATUS_OK, STATUS_REJECTED, CompiledCandidate, LocalGpuExecutor
+from engine.campaign.executor import CompiledCandidate, LocalGpuExecutor
+from engine.outcomes import CandidateStatus
 from engine.problem import Layout, Problem
 from engine.timing import measure as measure_module
 from engine.verify import audit
@@ -141,7 +142,7 @@ def test_the_executor_takes_an_audited_candidates_time_from_its_fresh_process(mo
     executor = executor_with(monkeypatch, 5e-5, auditor)
     [outcome] = executor.execute(PROBLEM, [CompiledCandidate("fast", None, LIBRARY)])
     assert audited == [("fast", "2.00x")]
-    assert (outcome.status, outcome.seconds) == (STATUS_OK, 9e-5)
+    assert (outcome.status, outcome.seconds) == (CandidateStatus.OK, 9e-5)
     assert outcome.timings["audit"]["ok"] is True
 
 
@@ -151,7 +152,7 @@ def test_the_executor_rejects_a_candidate_that_fails_its_audit(monkeypatch):
 
     executor = executor_with(monkeypatch, 5e-5, auditor)
     [outcome] = executor.execute(PROBLEM, [CompiledCandidate("fast", None, LIBRARY)])
-    assert (outcome.status, outcome.reason) == (STATUS_REJECTED, "sanitize_memcheck")
+    assert (outcome.status, outcome.reason) == (CandidateStatus.REJECTED, "sanitize_memcheck")
 
 
 def test_the_executor_leaves_an_unremarkable_candidate_unaudited(monkeypatch):
@@ -160,7 +161,7 @@ def test_the_executor_leaves_an_unremarkable_candidate_unaudited(monkeypatch):
 
     executor = executor_with(monkeypatch, 1.1e-4, auditor)
     [outcome] = executor.execute(PROBLEM, [CompiledCandidate("fine", None, LIBRARY)])
-    assert (outcome.status, outcome.seconds) == (STATUS_OK, 1.1e-4)
+    assert (outcome.status, outcome.seconds) == (CandidateStatus.OK, 1.1e-4)
 
 
 def test_a_candidate_that_cannot_be_sanitized_fails_its_audit():
