@@ -38,7 +38,7 @@ django.setup()
 
 from django.core.files.storage import FileSystemStorage  # noqa: E402
 
-from engine.compilation import cache_entries  # noqa: E402
+from engine.compilation import cache_entries, toolkit  # noqa: E402
 from engine.compilation import compile as comp  # noqa: E402
 from engine.config import EngineConfig  # noqa: E402
 from webapp.campaigns import artifact_store  # noqa: E402
@@ -142,7 +142,7 @@ def key_lookup(source: EngineConfig, batch: int) -> dict[str, Any]:
     from engine.problem import Layout
 
     configs = library("sm90", Layout.NN)
-    comp.nvcc_version.cache_clear()
+    toolkit.nvcc_version.cache_clear()
     started = time.perf_counter()
     comp.config_keys(configs[:batch], config=source, target_arch="sm_90")
     cold = time.perf_counter() - started

@@ -14,16 +14,13 @@ same sandbox: the Triton kernel is compiled for the first arch into ``gemmforge_
 cubin), then nvcc builds the launcher that includes it. Its key also hashes Triton's version.
 
 nvcc errors and timeouts are data (``CompileResult.ok`` is False); exceptions are raised only for
-setup errors (:class:`CompileSetupError`: no nvcc, no CUTLASS headers, Triton missing for a
+setup errors (engine.compilation.toolkit.CompileSetupError: no nvcc, no CUTLASS headers, Triton missing for a
 Triton source) and programmer errors.
 """
 
 from __future__ import annotations
 
-import functools
 import hashlib
-import importlib.metadata
-import importlib.util
 import json
 import os
 import re
@@ -42,7 +39,13 @@ from filelock import FileLock
 from engine import abi
 from engine.codegen import get_family
 from engine.compilation import triton_aot
-from engine.config import CUTLASS_INCLUDE_VARIABLE, NVCC_VARIABLE, EngineConfig
+from engine.compilation.toolkit import (
+    cutlass_include_dir,
+    cutlass_version,
+    nvcc_version,
+    triton_version,
+)
+from engine.config import EngineConfig
 from engine.config import load as load_config
 from engine.isolation import processes, sandbox
 
@@ -68,12 +71,7 @@ BASE_FLAGS: tuple[str, ...] = (
 )
 
 _ARCH_RE = re.compile(r"^sm_([0-9]{2,3})(a?)$")
-_NVCC_VERSION_RE = re.compile(r"release [0-9.]+, V([0-9.]+)")
 _OUT_OF_MEMORY_RE = re.compile(r"out of memory|memory allocation fail|bad_alloc", re.IGNORECASE)
-
-
-class CompileSetupError(RuntimeError):
-    """The toolchain cannot run at all (no nvcc, no CUTLASS headers): fix the environment."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,77 +164,6 @@ class CompileResult:
             entry=entry,
             sandbox=data.get("sandbox", ""),
         )
-
-
-# --------------------------------------------------------------------------------------------
-# Toolchain facts
-
-
-def cutlass_include_dir(config: EngineConfig | None = None) -> Path:
-    """The CUTLASS/CuTe C++ include folder of the installed ``nvidia-cutlass`` package.
-
-    ``ENGINE_CUTLASS_INCLUDE`` overrides it. Raises :class:`CompileSetupError` when neither gives
-    a folder holding ``cutlass/cutlass.h``. The package is located, never imported.
-    """
-    if (path := (config or load_config()).cutlass_include) is not None:
-        if not (path / "cutlass" / "cutlass.h").is_file():
-            raise CompileSetupError(
-                f"{CUTLASS_INCLUDE_VARIABLE}={str(path)!r} does not contain cutlass/cutlass.h"
-            )
-        return path
-    spec = importlib.util.find_spec("cutlass_library")
-    if spec is None or not spec.submodule_search_locations:
-        raise CompileSetupError(
-            "CUTLASS headers not found: install nvidia-cutlass (pip install nvidia-cutlass) "
-            f"or set {CUTLASS_INCLUDE_VARIABLE} to a folder containing cutlass/cutlass.h"
-        )
-    for location in spec.submodule_search_locations:
-        path = Path(location) / "source" / "include"
-        if (path / "cutlass" / "cutlass.h").is_file():
-            return path
-    raise CompileSetupError(
-        "the installed cutlass_library package has no source/include/cutlass/cutlass.h; "
-        f"set {CUTLASS_INCLUDE_VARIABLE} to a CUTLASS include folder"
-    )
-
-
-@functools.cache
-def nvcc_version(nvcc: str = "nvcc") -> str:
-    """nvcc's full version, e.g. ``"13.0.88"``. Raises :class:`CompileSetupError` without nvcc."""
-    try:
-        result = processes.run([nvcc, "--version"], timeout=processes.Timeout.PROBE)
-    except OSError as exc:
-        raise CompileSetupError(f"cannot run {nvcc!r}: {exc}; set {NVCC_VARIABLE}") from exc
-    match = _NVCC_VERSION_RE.search(result.stdout)
-    if not result.ok or match is None:
-        raise CompileSetupError(f"{nvcc} --version failed: {result.stderr or result.stdout}")
-    return match.group(1)
-
-
-@functools.cache
-def cutlass_version(include_dir: Path | None = None) -> str:
-    """``"MAJOR.MINOR.PATCH"`` read from ``cutlass/version.h``."""
-    header = (include_dir or cutlass_include_dir()) / "cutlass" / "version.h"
-    text = header.read_text(errors="replace")
-    parts = []
-    for part in ("MAJOR", "MINOR", "PATCH"):
-        match = re.search(rf"#define\s+CUTLASS_{part}\s+([0-9]+)", text)
-        if match is None:
-            raise CompileSetupError(f"{header} does not define CUTLASS_{part}")
-        parts.append(match.group(1))
-    return ".".join(parts)
-
-
-@functools.cache
-def triton_version() -> str:
-    """The installed Triton's version (not imported). Raises :class:`CompileSetupError` when
-    Triton is not installed: only Triton sources need it."""
-    try:
-        return importlib.metadata.version("triton")
-    except importlib.metadata.PackageNotFoundError:
-        raise CompileSetupError(
-            "a Triton kernel needs Triton to build: pip install triton (see requirements.txt)"
-        ) from None
 
 
 def arch_flags(arch: str) -> list[str]:

@@ -24,16 +24,14 @@ finding list says the check was weaker.
 
 from __future__ import annotations
 
-import functools
-import os
 import re
-import shutil
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from engine.compilation import triton_aot
+from engine.compilation.toolkit import cuda_library_dir
 from engine.isolation import processes
 from engine.outcomes import Reason
 
@@ -769,34 +767,8 @@ def check_candidate(
 # Building candidates so that the symbol check sees their imports
 
 
-_TOP_RE = re.compile(r"^#\$ TOP=(.+)$", re.MULTILINE)
 
 
-@functools.cache
-def cuda_library_dir(nvcc: str = "nvcc") -> Path | None:
-    """The folder holding the libcudart.so of the toolkit that ``nvcc`` belongs to, or None.
-
-    ``nvcc`` may be a wrapper script, so the toolkit root is asked of nvcc itself (``--dryrun``
-    prints ``TOP=``); CUDA_HOME, the folder above nvcc and /usr/local/cuda are fallbacks.
-    """
-    roots: list[Path] = []
-    try:
-        probe = processes.run(
-            [nvcc, "--dryrun", "-c", "-x", "cu", "/dev/null", "-o", "/dev/null"],
-            timeout=processes.Timeout.PROBE,
-        )
-        roots += [Path(m.strip()) for m in _TOP_RE.findall(probe.stdout + probe.stderr)]
-    except OSError:
-        pass
-    roots += [Path(os.environ[v]) for v in ("CUDA_HOME", "CUDA_PATH") if os.environ.get(v)]
-    if found := shutil.which(nvcc):
-        roots.append(Path(found).resolve().parent.parent)
-    roots.append(Path("/usr/local/cuda"))
-    for root in roots:
-        for folder in (root / "lib64", root / "targets" / "x86_64-linux" / "lib", root / "lib"):
-            if any(folder.glob("libcudart.so*")):
-                return folder.resolve()
-    return None
 
 
 def candidate_flags(nvcc: str = "nvcc") -> tuple[str, ...]:

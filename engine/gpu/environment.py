@@ -10,7 +10,7 @@ import socket
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from engine.compilation.compile import cutlass_version, nvcc_version
+from engine.compilation.toolkit import cutlass_version, nvcc_version
 from engine.isolation import processes
 
 _SMI_FIELDS = (

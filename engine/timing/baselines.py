@@ -9,12 +9,10 @@ runs in both layouts; a problem's baseline time is the faster of the two.
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import json
 import os
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +20,8 @@ import torch
 
 from engine import abi
 from engine.compilation.compile import CompileResult, compile_source
-from engine.config import CUBLAS_HOME_VARIABLE, EngineConfig
+from engine.compilation.toolkit import CublasNotFound, find_cublas
+from engine.config import EngineConfig
 from engine.config import load as load_config
 from engine.gpu.runtime import BaselineLibrary, KernelLibrary, LoadError
 from engine.problem import Layout, Problem
@@ -34,40 +33,6 @@ LT_WORKSPACE_BYTES = 32 << 20  # NVIDIA's recommendation for Hopper
 AUTOTUNE_HEAT_SECONDS = 0.5
 AUTOTUNE_MAX_ALGOS = 100
 SHIM_SOURCE = abi.CUDA_DIR / "baselines.cu"
-
-
-class CublasNotFound(RuntimeError):
-    """No cuBLAS headers and libraries were found (CUDA toolkit or the nvidia-cublas wheel)."""
-
-
-@dataclass(frozen=True)
-class CublasPaths:
-    include_dir: Path
-    lib_dir: Path
-    libraries: tuple[str, ...]  # as -l arguments
-
-
-def find_cublas(config: EngineConfig | None = None) -> CublasPaths:
-    """cuBLAS from ENGINE_CUBLAS_HOME, the CUDA toolkit, or the pip nvidia-cublas package."""
-    candidates: list[Path] = []
-    if home := (config or load_config()).cublas_home:
-        candidates.append(home)
-    candidates += [Path("/usr/local/cuda"), Path("/usr/local/cuda/targets/x86_64-linux")]
-    spec = importlib.util.find_spec("nvidia")
-    for location in spec.submodule_search_locations or [] if spec else []:
-        candidates += [Path(location) / "cu13", Path(location) / "cublas"]
-    for root in candidates:
-        if not (root / "include" / "cublasLt.h").exists():
-            continue
-        for lib_dir in (root / "lib64", root / "lib"):
-            for suffix in (".so", ".so.13", ".so.12"):
-                if (lib_dir / f"libcublasLt{suffix}").exists():
-                    libs = (f":libcublasLt{suffix}", f":libcublas{suffix}")
-                    return CublasPaths(root / "include", lib_dir, libs)
-    raise CublasNotFound(
-        "cuBLAS not found: install the CUDA toolkit's cuBLAS or the nvidia-cublas wheel, "
-        f"or set {CUBLAS_HOME_VARIABLE} to a folder with include/cublasLt.h and lib/libcublasLt.so*"
-    )
 
 
 def build_shim(config: EngineConfig | None = None) -> CompileResult:

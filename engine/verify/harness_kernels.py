@@ -9,8 +9,8 @@ from pathlib import Path
 
 from engine import abi
 from engine.compilation.compile import CompileResult, compile_source
+from engine.compilation.toolkit import find_cublas
 from engine.problem import Layout
-from engine.timing.baselines import find_cublas
 
 REPO = Path(__file__).resolve().parents[2]
 REFERENCE = REPO / "engine" / "cuda" / "reference.cu"

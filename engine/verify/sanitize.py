@@ -15,7 +15,6 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +23,7 @@ from typing import Any
 from filelock import FileLock
 
 from engine import abi
-from engine.compilation.compile import nvcc_version
+from engine.compilation.toolkit import compute_sanitizer_path, nvcc_version
 from engine.config import COMPUTE_SANITIZER_VARIABLE, EngineConfig
 from engine.config import load as load_config
 from engine.isolation import processes, sandbox
@@ -94,19 +93,13 @@ class SanitizeResult:
 
 
 def sanitizer_path(config: EngineConfig | None = None) -> Path:
-    """``ENGINE_COMPUTE_SANITIZER``, else compute-sanitizer on PATH, else beside nvcc."""
-    config = config or load_config()
-    candidates = [str(config.compute_sanitizer)] if config.compute_sanitizer else []
-    candidates.append(shutil.which("compute-sanitizer"))
-    nvcc = shutil.which(config.nvcc)
-    if nvcc:
-        candidates.append(str(Path(nvcc).resolve().parent / "compute-sanitizer"))
-    for candidate in candidates:
-        if candidate and Path(candidate).is_file():
-            return Path(candidate)
-    raise SanitizeSetupError(
-        f"compute-sanitizer not found: install the CUDA toolkit or set {COMPUTE_SANITIZER_VARIABLE}"
-    )
+    """compute-sanitizer (engine.compilation.toolkit finds it); SanitizeSetupError without one."""
+    if (path := compute_sanitizer_path(config)) is None:
+        raise SanitizeSetupError(
+            "compute-sanitizer not found: install the CUDA toolkit or set "
+            f"{COMPUTE_SANITIZER_VARIABLE}"
+        )
+    return path
 
 
 def harness_command(nvcc: str, output: Path) -> list[str]:

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from engine.compilation import compile as comp
+from engine.compilation import toolkit
 from engine.config import EngineConfig
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
@@ -110,15 +111,15 @@ def test_the_nvcc_command_has_the_house_flags(monkeypatch, tmp_path):
 
 
 def test_it_finds_the_cutlass_headers_and_version():
-    include = comp.cutlass_include_dir()
+    include = toolkit.cutlass_include_dir()
     assert (include / "cute" / "tensor.hpp").is_file()
-    assert comp.cutlass_version(include).count(".") == 2
+    assert toolkit.cutlass_version(include).count(".") == 2
 
 
 def test_the_include_override_must_hold_cutlass(monkeypatch, tmp_path):
     monkeypatch.setenv("ENGINE_CUTLASS_INCLUDE", str(tmp_path))
-    with pytest.raises(comp.CompileSetupError, match=r"cutlass\.h"):
-        comp.cutlass_include_dir()
+    with pytest.raises(toolkit.CompileSetupError, match=r"cutlass\.h"):
+        toolkit.cutlass_include_dir()
 
 
 def test_a_compile_result_round_trips_through_json(tmp_path):
