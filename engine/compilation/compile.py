@@ -14,8 +14,8 @@ same sandbox: the Triton kernel is compiled for the first arch into ``gemmforge_
 cubin), then nvcc builds the launcher that includes it. Its key also hashes Triton's version.
 
 nvcc errors and timeouts are data (``CompileResult.ok`` is False); exceptions are raised only for
-setup errors (engine.compilation.toolkit.CompileSetupError: no nvcc, no CUTLASS headers, Triton missing for a
-Triton source) and programmer errors.
+setup errors (engine.compilation.toolkit.CompileSetupError: no nvcc, no CUTLASS headers, Triton
+missing for a Triton source) and programmer errors.
 """
 
 from __future__ import annotations
