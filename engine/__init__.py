@@ -2,18 +2,18 @@
 
 One folder per stage, in the order a candidate meets them:
 
-  codegen/    kernel families, their config spaces and the CUDA (or Triton) source each renders
-  build/      static gate, nvcc and Triton AOT compiles, the compile cache and its shared entries
-  isolation/  the subprocess runner, the sandbox and the fork server every candidate runs under
-  gpu/        CUDA driver calls, MPS, health probes, environment, power, the kernel loader
-  verify/     the verifier and its GPU child, numerics, sanitizer, audit, timed-phase checks
-  timing/     timing protocols, measurement sessions, baselines, statistics, physics, floor model
-  propose/    random, evolutionary, transfer and mirror proposers; the learned policy (learn)
-  llm/        LLM proposals and the LLM's RL fine-tuning
-  campaign/   rounds of propose → compile → verify → time → learn, executors, storage, finals
-  publish/    trustworthy ratios, the report, kernel bundles
-  commands/   ``python -m engine`` subcommands (argparse, then a call into the stages)
-  cuda/       every CUDA source and kernel template that ships
+  codegen/      kernel families, their config spaces and the CUDA (or Triton) source each renders
+  compilation/  toolkit lookup, static gate, nvcc and Triton AOT compiles, the compile cache
+  isolation/    the subprocess runner, the sandbox and the fork server every candidate runs under
+  gpu/          CUDA driver calls, MPS, health probes, environment, power, the kernel loader
+  verify/       the verifier and its GPU child, numerics, sanitizer, audit, timed-phase checks
+  timing/       timing protocols, measurement sessions, baselines, statistics, physics, floor model
+  propose/      random, evolutionary, transfer and mirror proposers; the learned policy (learn)
+  llm/          LLM proposals and the LLM's RL fine-tuning
+  campaign/     rounds of propose → compile → verify → time → learn, executors, storage, finals
+  publish/      trustworthy ratios, the report, kernel bundles
+  commands/     ``python -m engine`` subcommands (argparse, then a call into the stages)
+  cuda/         every CUDA source and kernel template that ships
 
 The top level holds the vocabulary: problem.py (shapes, layouts), config.py (ENGINE_* settings),
 outcomes.py (candidate statuses, verifier reasons), abi.py (the kernel C ABI) and cli.py.
