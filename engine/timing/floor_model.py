@@ -9,9 +9,10 @@ or doing its FLOPs at the tensor rate:
 Every term is measured on the card in the same session (:func:`calibrate`), the way the bench
 times kernels (CUDA events, L2 flushed before each call, median): the launch is a one-element
 fill, the DRAM latency a one-element copy from flushed memory less the launch, the bandwidth a
-256 MB copy, the tensor rate torch.mm at 8192³ (what the card sustains under its power cap, not
-the datasheet). ``bound`` names the term that dominates. Compared with the best measured time of
-a shape (:func:`compare`), the ratio says how much of a kernel's time is above the floor.
+256 MB copy, the tensor rate the fastest of torch.mm at a few compute-bound shapes (what the card
+sustains, not the datasheet). ``bound`` names the term that dominates. Compared with the best
+measured time of a shape (:func:`compare`), the ratio says how much of a kernel's time is above
+the floor.
 """
 
 from __future__ import annotations
@@ -25,7 +26,14 @@ from engine.problem import Layout, Problem
 
 CALIBRATION_REPS = 50
 COPY_BYTES = 256 << 20
-RATE_SHAPE = 8192
+# The tensor rate is the fastest of these: 8192³ alone runs power-limited. On an H100 its rate
+# (about 750 TFLOP/s) put the floor of 2048×4096×16384 at 367.8 µs where cuBLAS ran it in 353.8 µs
+# (777 TFLOP/s; bench/results/2026-12-06-h100-first-gpu-run): a floor above a measured time.
+RATE_SHAPES: tuple[tuple[int, int, int], ...] = (
+    (8192, 8192, 8192),
+    (4096, 4096, 4096),
+    (2048, 4096, 16384),
+)
 
 
 @dataclass(frozen=True)
@@ -33,7 +41,7 @@ class FloorModel:
     launch_s: float  # device time of a trivial kernel between events
     dram_latency_s: float  # one dependent DRAM read after an L2 flush, launch excluded
     bandwidth_bytes_per_s: float  # device copy bandwidth (bytes read + written per second)
-    tensor_flops_per_s: float  # dense fp16 tensor rate sustained by torch.mm at 8192³
+    tensor_flops_per_s: float  # the fastest dense fp16 rate torch.mm sustains at RATE_SHAPES
     source: str = "calibrated"
 
     def to_dict(self) -> dict[str, Any]:
@@ -133,6 +141,11 @@ def median_device_time(
     return statistics.median(times)
 
 
+def fastest_rate(seconds_by_shape: dict[tuple[int, int, int], float]) -> float:
+    """The highest FLOP rate of the timed (m, n, k) shapes: a floor needs the fastest one."""
+    return max(2 * m * n * k / seconds for (m, n, k), seconds in seconds_by_shape.items())
+
+
 def calibrate(reps: int = CALIBRATION_REPS) -> FloorModel:
     """The model's terms measured on the current GPU (about a second)."""
     import torch
@@ -150,17 +163,21 @@ def calibrate(reps: int = CALIBRATION_REPS) -> FloorModel:
     launch = median_device_time(lambda: dst[:1].zero_(), flush, reps)
     one_read = median_device_time(lambda: dst[:1].copy_(src[-1:]), flush, reps)
     copy = median_device_time(lambda: dst.copy_(src), flush, max(reps // 5, 5))
-    a = torch.randn(RATE_SHAPE, RATE_SHAPE, dtype=torch.float16, device="cuda")
-    b = torch.randn(RATE_SHAPE, RATE_SHAPE, dtype=torch.float16, device="cuda")
-    c = torch.empty_like(a)
-    for _ in range(10):  # warm: the rate is the sustained one
-        torch.mm(a, b, out=c)
-    mm = median_device_time(lambda: torch.mm(a, b, out=c), no_flush, max(reps // 5, 5))
+    mm_seconds = {}
+    for m, n, k in RATE_SHAPES:
+        a = torch.randn(m, k, dtype=torch.float16, device="cuda")
+        b = torch.randn(k, n, dtype=torch.float16, device="cuda")
+        c = torch.empty(m, n, dtype=torch.float16, device="cuda")
+        for _ in range(10):  # warm: the rate is the sustained one
+            torch.mm(a, b, out=c)
+        mm_seconds[(m, n, k)] = median_device_time(
+            lambda a=a, b=b, c=c: torch.mm(a, b, out=c), no_flush, max(reps // 5, 5)
+        )
     torch.cuda.synchronize()
     return FloorModel(
         launch_s=launch,
         dram_latency_s=max(one_read - launch, 0.0),
         bandwidth_bytes_per_s=2 * COPY_BYTES / copy,
-        tensor_flops_per_s=2 * RATE_SHAPE**3 / mm,
+        tensor_flops_per_s=fastest_rate(mm_seconds),
         source=f"calibrated on {torch.cuda.get_device_name()}",
     )

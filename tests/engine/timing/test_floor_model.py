@@ -97,6 +97,12 @@ def test_engine_bench_prints_the_prediction_beside_the_fastest_baseline():
     )
 
 
+def test_the_tensor_rate_is_the_fastest_shapes_not_the_power_limited_one():
+    # the H100 of 2026-12-06: 8192³ at about 750 TFLOP/s, 2048×4096×16384 in 353.8 µs (777)
+    seconds = {(8192, 8192, 8192): 2 * 8192**3 / 750e12, (2048, 4096, 16384): 353.8e-6}
+    assert floor_model.fastest_rate(seconds) == pytest.approx(2 * 2048 * 4096 * 16384 / 353.8e-6)
+
+
 @pytest.mark.gpu
 def test_calibration_measures_every_term_on_the_gpu():
     model = floor_model.calibrate(reps=10)
