@@ -27,13 +27,13 @@ from typing import Any
 
 import torch
 
-from engine.commands.bench_command import format_table
 from engine.config import load as load_config
 from engine.problem import Problem
 from engine.publish.report import size_class
 from engine.timing import floor_model
 from engine.timing.baseline_names import BASELINES, TORCH_TUNED
 from engine.timing.measure import load_shim, measure
+from engine.timing.tables import format_table
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.device.gpu_run import SHAPES as HARNESS_SHAPES

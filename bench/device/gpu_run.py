@@ -12,10 +12,10 @@ import sys
 import time
 from pathlib import Path
 
-from engine.commands.bench_command import format_table
 from engine.config import load as load_config
 from engine.problem import Layout, Problem
 from engine.timing.measure import load_shim, measure
+from engine.timing.tables import format_table
 from engine.verify import harness_kernels
 from engine.verify.verifier import verify
 

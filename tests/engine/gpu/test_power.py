@@ -115,7 +115,7 @@ def test_the_reader_prefers_instant_power_and_falls_back_to_the_average():
 
 
 def test_engine_bench_shows_each_runners_power_and_clock():
-    from engine.commands.bench_command import power_label
+    from engine.timing.tables import power_label
 
     label = power_label(
         {"power_w": {"mean": 612.4}, "sm_clock_mhz": {"mean": 1755.0}, "power_capped_fraction": 0.5}

@@ -87,7 +87,7 @@ def test_the_floor_command_says_when_the_file_has_no_model(tmp_path):
 
 
 def test_engine_bench_prints_the_prediction_beside_the_fastest_baseline():
-    from engine.commands.bench_command import prediction_line
+    from engine.timing.tables import prediction_line
 
     rec = record("64x64x64", {"torch": 9e-6, "tunableop": 6e-6})
     rec["prediction"].update({"seconds": 4e-6, "bound": "latency"})

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from engine.commands.bench_command import format_table
 from engine.gpu.environment import GpuEnvironment
 from engine.problem import Problem
 from engine.timing.measure import summarize_protocol
 from engine.timing.physics import PEAKS, floor_seconds
+from engine.timing.tables import format_table
 
 PROBLEM = Problem(4096, 4096, 4096)
 FLOOR = floor_seconds(PROBLEM, PEAKS["H200"])

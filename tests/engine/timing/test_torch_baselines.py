@@ -278,7 +278,7 @@ def test_the_finals_keep_each_torch_baselines_pick_and_tuning_time_and_the_power
 
 
 def test_engine_bench_prints_what_each_torch_baseline_chose():
-    from engine.commands.bench_command import tuning_lines
+    from engine.timing.tables import tuning_lines
 
     lines = tuning_lines(
         {
