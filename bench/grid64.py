@@ -119,11 +119,11 @@ def focus(db: Path, layout: str, count: int) -> list[str]:
 
 def campaign_name(layout: str) -> str:
     """The name ``engine optimize`` gives the campaign of ``layout``'s grid shapes."""
-    from engine.commands.optimize_command import default_name
+    from engine.campaign.storage import default_campaign_name
     from engine.problem import Problem
 
     problems = [Problem(m, n, k, layout) for m, n, k in shapes_for(layout)]
-    return default_name(problems, replay=False)
+    return default_campaign_name(problems, replay=False)
 
 
 USAGE = "usage: python bench/grid64.py nn|tn | summary DB | focus DB nn|tn COUNT | name nn|tn"

@@ -7,6 +7,7 @@ never runs it again.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sqlite3
 import threading
@@ -262,3 +263,11 @@ class SqliteStorage:
                     if r.source is not None or r.meta
                 ],
             )
+
+
+def default_campaign_name(problems: Sequence[Problem], *, replay: bool) -> str:
+    """``<layout>-<n>shapes-<digest of the shapes>``, ``replay-`` first for a replayed one: the
+    same shapes name the same campaign, so a second run resumes the first."""
+    keys = ",".join(p.key for p in problems)
+    digest = hashlib.sha256(keys.encode()).hexdigest()[:8]
+    return f"{'replay-' if replay else ''}{problems[0].layout.value}-{len(problems)}shapes-{digest}"

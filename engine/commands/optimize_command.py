@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import hashlib
 import json
 import math
 import sys
@@ -27,7 +26,7 @@ from engine.campaign.loop import (
 )
 from engine.campaign.round import batch_size_for
 from engine.campaign.space import SearchSpace, families_for_arch
-from engine.campaign.storage import CandidateRecord, SqliteStorage
+from engine.campaign.storage import CandidateRecord, SqliteStorage, default_campaign_name
 from engine.codegen import FAMILIES
 from engine.commands.common import torch_baselines
 from engine.config import VerifyWarm
@@ -232,7 +231,7 @@ def run(args: argparse.Namespace) -> int:
     wants_kernels = "mirror" in mix or (args.cublaslt_kernels and "llm" in mix)
     targets = mirror_targets(args, problems) if wants_kernels else None
     config = load_config()
-    name = args.name or default_name(problems, replay=bool(args.replay))
+    name = args.name or default_campaign_name(problems, replay=bool(args.replay))
     try:
         settings = CampaignSettings(
             name=name,
@@ -447,12 +446,6 @@ def print_finals(finals: dict, baseline: str) -> None:
             best = max((s.get(baseline, 0.0) for s in summary["speedups"].values()), default=0.0)
             parts.append(f"{protocol} {best:.3f}x")
         print(f"{key}: final best vs {baseline}: {', '.join(parts)}")
-
-
-def default_name(problems: list[Problem], *, replay: bool) -> str:
-    keys = ",".join(p.key for p in problems)
-    digest = hashlib.sha256(keys.encode()).hexdigest()[:8]
-    return f"{'replay-' if replay else ''}{problems[0].layout.value}-{len(problems)}shapes-{digest}"
 
 
 def print_progress(p: Progress) -> None:
