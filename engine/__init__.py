@@ -7,11 +7,11 @@ One folder per stage, in the order a candidate meets them:
   isolation/    the subprocess runner, the sandbox and the fork server every candidate runs under
   gpu/          CUDA driver calls, MPS, health probes, environment, power, the kernel loader
   verify/       the verifier and its GPU child, numerics, sanitizer, audit, timed-phase checks
-  timing/       timing protocols, measurement sessions, baselines, statistics, physics, floor model
+  timing/       timing protocols, sessions, baselines, statistics, physics, floor model, ratios
   propose/      random, evolutionary, transfer and mirror proposers; the learned policy (learn)
   llm/          LLM proposals and the LLM's RL fine-tuning
   campaign/     rounds of propose → compile → verify → time → learn, executors, storage, finals
-  publish/      trustworthy ratios, the report, kernel bundles
+  publish/      the report and kernel bundles
   commands/     ``python -m engine`` subcommands (argparse, then a call into the stages)
   cuda/         every CUDA source and kernel template that ships
 

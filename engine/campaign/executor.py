@@ -22,9 +22,9 @@ from engine.config import load as load_engine_config
 from engine.gpu import cuda_driver, mps
 from engine.outcomes import CandidateStatus, Reason
 from engine.problem import Problem
-from engine.publish.ratios import baseline_runner, quartiles
 from engine.timing import cublaslt_kernels
 from engine.timing.phases import Phases
+from engine.timing.ratios import baseline_runner, quartiles
 from engine.verify import audit as audit_module
 from engine.verify import verifier as verify_module
 from engine.verify.audit import audit_trigger
@@ -345,7 +345,7 @@ def outcome_from_record(name: str, record: Mapping[str, Any], protocols: Sequenc
             "baselines": {b: v["seconds"] for b, v in summary["best_baselines"].items()},
         }
         # interquartile ranges, where kept: a ratio inside the noise is a tie
-        # (engine.publish.ratios)
+        # (engine.timing.ratios)
         if name in kept:
             timings[protocol].update(kept[name])
             timings[protocol]["baseline_quartiles"] = {

@@ -19,17 +19,16 @@ from concurrent.futures import wait as futures_wait
 from pathlib import Path
 from typing import Any
 
-from engine.campaign.storage import CandidateRecord
 from engine.codegen import KernelConfig, get_family
 from engine.compilation.compile import CompileResult
 from engine.config import load as load_config
 from engine.isolation import processes, sandbox
 from engine.llm.evaluate import SourceKernel, default_builder
-from engine.outcomes import CandidateStatus
+from engine.outcomes import CandidateRecord, CandidateStatus
 from engine.problem import Layout, Problem
-from engine.publish.ratios import quartiles
 from engine.timing import cublaslt_kernels
 from engine.timing.baseline_names import TORCH_TUNED
+from engine.timing.ratios import quartiles
 
 FINAL_PROTOCOLS = ("device", "offline", "server")
 FINAL_TIMEOUT = 600.0

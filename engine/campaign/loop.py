@@ -36,13 +36,13 @@ from engine.campaign.round import (
     batch_size_for,
     reward_of,
 )
-from engine.campaign.space import SearchSpace
-from engine.campaign.storage import CampaignStorage, CandidateRecord
+from engine.campaign.storage import CampaignStorage
 from engine.compilation.compile import compile_configs
-from engine.outcomes import CandidateStatus
+from engine.outcomes import CandidateRecord, CandidateStatus
 from engine.problem import Problem
 from engine.propose.policy import Policy
 from engine.propose.proposers import LearnsCublasLtKernels, Proposal, Proposer
+from engine.propose.space import SearchSpace
 from engine.timing.baseline_names import NVIDIA
 from engine.timing.protocol_names import DEFAULT_PROTOCOL, PROTOCOLS
 

@@ -23,12 +23,12 @@ from typing import Any
 
 from engine.campaign.executor import ReplayExecutor, ReplayTable
 from engine.campaign.loop import Campaign, CampaignSettings
-from engine.campaign.space import SearchSpace
-from engine.campaign.storage import CandidateRecord, SqliteStorage
-from engine.outcomes import CandidateStatus
+from engine.campaign.storage import SqliteStorage
+from engine.outcomes import CandidateRecord, CandidateStatus
 from engine.problem import Problem
 from engine.propose.mix import make_proposers
 from engine.propose.policy import InMemoryLearner, Policy, policy_families
+from engine.propose.space import SearchSpace
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_TABLES = (ROOT / "bench/results/2026-12-03-h200-library/library-run2.json",)

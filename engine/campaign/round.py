@@ -24,13 +24,12 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from engine.campaign.executor import CompiledCandidate, GpuExecutor, Outcome
-from engine.campaign.space import SearchSpace
-from engine.campaign.storage import CandidateRecord
 from engine.codegen import KernelConfig, get_family
 from engine.compilation.compile import CompileResult
-from engine.outcomes import CandidateStatus
+from engine.outcomes import CandidateRecord, CandidateStatus
 from engine.problem import Problem
 from engine.propose.proposers import Proposal, Proposer, propose_batch
+from engine.propose.space import SearchSpace
 from engine.timing.baseline_names import NVIDIA
 
 DEFAULT_MIX = {"rl": 0.5, "evolve": 0.3, "random": 0.2}

@@ -13,39 +13,11 @@ import sqlite3
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from engine.outcomes import CandidateRecord
 from engine.problem import Problem
-
-
-@dataclass(frozen=True)
-class CandidateRecord:
-    """One executed (or failed) candidate of one problem in one campaign."""
-
-    name: str
-    family: str
-    knobs: Mapping[str, Any]
-    proposer: str
-    status: str
-    reward: float
-    parent: str | None = None
-    reason: str = ""
-    message: str = ""
-    seconds: float | None = None  # primary-protocol time; None on failure
-    baselines: Mapping[str, float] = field(default_factory=dict)
-    timings: Mapping[str, Any] = field(default_factory=dict)
-    gpu_seconds: float = 0.0
-    round: int = 0
-    source: str | None = None  # model-written candidates (engine.llm) carry their source
-    meta: Mapping[str, Any] = field(default_factory=dict)  # e.g. the prompt and raw answer
-
-    def speedups(self) -> dict[str, float]:
-        """Speedup over each baseline (empty on failure)."""
-        if self.seconds is None or self.seconds <= 0:
-            return {}
-        return {b: t / self.seconds for b, t in self.baselines.items()}
 
 
 class CampaignStorage(Protocol):

@@ -25,8 +25,7 @@ from engine.campaign.loop import (
     compile_configs,
 )
 from engine.campaign.round import batch_size_for
-from engine.campaign.space import SearchSpace, families_for_arch
-from engine.campaign.storage import CandidateRecord, SqliteStorage, default_campaign_name
+from engine.campaign.storage import SqliteStorage, default_campaign_name
 from engine.codegen import FAMILIES
 from engine.commands.common import torch_baselines
 from engine.config import VerifyWarm
@@ -34,6 +33,7 @@ from engine.config import load as load_config
 from engine.llm.backends import BackendSpec, make_backend
 from engine.llm.evaluate import SourceCompiler
 from engine.llm.proposer import LLMProposer
+from engine.outcomes import CandidateRecord
 from engine.problem import Layout, Problem, ProblemError
 from engine.propose.mirror import MirrorFileError, load_targets, with_exact_mirrors
 from engine.propose.mix import INPUT_PROPOSER_NAMES, PROPOSER_NAMES, make_proposers
@@ -45,6 +45,7 @@ from engine.propose.policy import (
     policy_path,
     pretrained_path,
 )
+from engine.propose.space import SearchSpace, families_for_arch
 from engine.publish.bundle.buckets import expand_shapes
 from engine.timing.baseline_names import TORCH_TUNED
 from engine.timing.protocol_names import DEFAULT_PROTOCOL, PROTOCOLS
@@ -134,7 +135,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--families",
         help="kernel families to search, comma separated (default: the GPU's, "
-        "engine.campaign.space.families_for_arch; e.g. triton alone)",
+        "engine.propose.space.families_for_arch; e.g. triton alone)",
     )
     parser.add_argument("--jobs", type=int, help="parallel nvcc processes")
     parser.add_argument(

@@ -14,8 +14,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from engine.campaign.pretraining import Task, campaign_tasks, fits, sweep_tables, table_tasks
 from engine.propose.policy import PRETRAINED_DIR, Policy, policy_families
-from engine.propose.pretraining import Task, campaign_tasks, fits, sweep_tables, table_tasks
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "bench" / "results"

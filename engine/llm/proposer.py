@@ -22,8 +22,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from engine.campaign.space import SearchSpace
-from engine.campaign.storage import CandidateRecord
 from engine.codegen import get_family
 from engine.llm.backends import Backend, Completion
 from engine.llm.evaluate import SourceCompiler, SourceKernel
@@ -37,10 +35,11 @@ from engine.llm.prompt import (
     format_ptxas,
     repair_message,
 )
-from engine.outcomes import CandidateStatus
+from engine.outcomes import CandidateRecord, CandidateStatus
 from engine.problem import Problem
 from engine.propose.mirror import merge_kernels
 from engine.propose.proposers import Proposal
+from engine.propose.space import SearchSpace
 from engine.timing import cublaslt_kernels
 
 NAME = "llm"

@@ -20,12 +20,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from engine.campaign.space import SearchSpace
-from engine.campaign.storage import CandidateRecord
 from engine.codegen import KernelConfig
 from engine.codegen.sm90 import Sm90Config
+from engine.outcomes import CandidateRecord
 from engine.problem import Problem
 from engine.propose.proposers import Proposal
+from engine.propose.space import SearchSpace
 from engine.timing import cublaslt_kernels
 
 MAX_DISTANCE = 6.0

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from engine.campaign.storage import CandidateRecord
+from engine.outcomes import CandidateRecord
 from engine.problem import Problem
 from engine.propose.mirror import MirrorProposer
 from engine.propose.policy import Policy

@@ -40,9 +40,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from engine.campaign.space import DEFAULT_FAMILIES_BY_ARCH, HOPPER_ARCHS, SearchSpace
 from engine.codegen import FAMILIES, KernelConfig
 from engine.problem import Problem
+from engine.propose.space import DEFAULT_FAMILIES_BY_ARCH, HOPPER_ARCHS, SearchSpace
 
 # torch is imported where it is used: a process that only reads a campaign (the web app, a
 # compile step without the rl proposer) never pays for its import

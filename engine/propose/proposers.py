@@ -14,12 +14,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from engine.campaign.space import OTHER_FAMILY_DISTANCE, SearchSpace
-from engine.campaign.storage import CandidateRecord
 from engine.codegen import KernelConfig, get_family
-from engine.outcomes import CandidateStatus
+from engine.outcomes import CandidateRecord, CandidateStatus
 from engine.problem import Problem
 from engine.propose.policy import Policy
+from engine.propose.space import OTHER_FAMILY_DISTANCE, SearchSpace
 
 
 @dataclass(frozen=True)

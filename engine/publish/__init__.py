@@ -1,1 +1,1 @@
-"""What users take away: ratios they can trust, the report, kernel bundles."""
+"""What users take away: the report and kernel bundles."""

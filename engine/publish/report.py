@@ -25,7 +25,10 @@ from typing import Any
 
 from engine.outcomes import Reason
 from engine.problem import Problem
-from engine.publish.ratios import (
+from engine.timing import physics
+from engine.timing.baseline_names import BASELINES, INDUCTOR, TUNABLEOP
+from engine.timing.baselines import best_of_layouts
+from engine.timing.ratios import (
     Choice,
     Headline,
     Session,
@@ -34,9 +37,6 @@ from engine.publish.ratios import (
     baseline_runner,
     headline,
 )
-from engine.timing import physics
-from engine.timing.baseline_names import BASELINES, INDUCTOR, TUNABLEOP
-from engine.timing.baselines import best_of_layouts
 
 PROTOCOLS = ("device", "offline", "server")
 SIZE_CLASSES = ("small", "medium", "large")
@@ -221,7 +221,7 @@ def one_kernel(result: ShapeResult) -> None:
 
 def shape_bests(results: dict[str, ShapeResult], protocol: str = "device") -> list[ShapeBest]:
     """Each shape's point in ``protocol`` as the campaign headline reads it
-    (engine.publish.ratios)."""
+    (engine.timing.ratios)."""
     bests = []
     for key, result in results.items():
         point = result.points.get(protocol)

@@ -1,1 +1,1 @@
-"""How fast is it? Timing protocols, measurement sessions, baselines, statistics, physics."""
+"""How fast is it? Timing protocols, sessions, baselines, statistics, ratios one can trust."""

@@ -52,7 +52,8 @@ def test_the_script_prints_shapes_the_cli_parses_and_rejects_a_bad_layout():
 
 
 def test_the_summary_gives_each_shapes_best_search_speedup_and_its_failures(g, tmp_path):
-    from engine.campaign.storage import CandidateRecord, SqliteStorage
+    from engine.campaign.storage import SqliteStorage
+    from engine.outcomes import CandidateRecord
     from engine.problem import Problem
 
     def record(name, seconds, status="ok", reason=""):

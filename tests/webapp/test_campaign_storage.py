@@ -8,10 +8,10 @@ from django.conf import settings
 from engine.campaign.executor import ReplayExecutor, ReplayTable
 from engine.campaign.loop import Campaign as EngineCampaign
 from engine.campaign.loop import CampaignSettings
-from engine.campaign.space import SearchSpace
-from engine.campaign.storage import CandidateRecord
+from engine.outcomes import CandidateRecord
 from engine.problem import Problem as EngineProblem
 from engine.propose.mix import make_proposers
+from engine.propose.space import SearchSpace
 from webapp.campaigns.models import Campaign, Candidate, Problem
 from webapp.campaigns.services import campaign_create
 from webapp.campaigns.storage import DjangoStorage, measured_winners

@@ -12,9 +12,10 @@ from django.conf import settings
 from django.core.management import CommandError, call_command
 from django.urls import reverse
 
-from engine.campaign.space import SearchSpace
-from engine.campaign.storage import CandidateRecord, SqliteStorage
+from engine.campaign.storage import SqliteStorage
+from engine.outcomes import CandidateRecord
 from engine.problem import Problem as EngineProblem
+from engine.propose.space import SearchSpace
 from engine.publish import report as engine_report
 from webapp.campaigns import ratios
 from webapp.campaigns.models import BaselineResult, Campaign, Candidate, Problem

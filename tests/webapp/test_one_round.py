@@ -13,7 +13,6 @@ import pytest
 
 from engine import cli
 from engine.campaign.round import round_rng
-from engine.campaign.space import SearchSpace
 from engine.campaign.storage import SqliteStorage
 from engine.problem import Problem as EngineProblem
 from engine.propose.policy import (
@@ -24,6 +23,7 @@ from engine.propose.policy import (
     pretrained_path,
 )
 from engine.propose.proposers import PolicyProposer
+from engine.propose.space import SearchSpace
 from tests.webapp.test_faults import (  # noqa: F401  (services: the fixture)
     ROOT,
     Stack,

@@ -4,7 +4,7 @@ The campaign built here has one shape and one kernel, measured twice:
 - the search round: kernel 0.90e-4 s, every baseline 0.97e-4 s: ×1.078, faster;
 - the final re-measurement: kernel 1.00e-4 s, every baseline 0.99e-4 s: ×0.990, slower.
 Mixing them (the final's baseline over the search's kernel time) would say ×1.100, faster. The
-dashboard shows the final session (engine.publish.ratios.SESSION_ORDER): ×0.990, slower, everywhere;
+dashboard shows the final session (engine.timing.ratios.SESSION_ORDER): ×0.990, slower, everywhere;
 the candidate page also shows the search session's own ×1.078, never ×1.100.
 """
 
@@ -20,9 +20,10 @@ import pytest
 from django.core.management import call_command
 from django.urls import reverse
 
-from engine.campaign.space import SearchSpace
-from engine.campaign.storage import CandidateRecord, SqliteStorage
+from engine.campaign.storage import SqliteStorage
+from engine.outcomes import CandidateRecord
 from engine.problem import Problem as EngineProblem
+from engine.propose.space import SearchSpace
 from engine.publish import report as engine_report
 from webapp.campaigns.models import Campaign, Candidate
 

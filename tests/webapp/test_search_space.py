@@ -9,10 +9,10 @@ from unittest import mock
 import pytest
 from django.urls import reverse
 
-from engine.campaign.space import families_for_arch
 from engine.codegen.library import library
 from engine.problem import Layout
 from engine.problem import Problem as EngineProblem
+from engine.propose.space import families_for_arch
 from webapp.campaigns import runner
 from webapp.campaigns.forms import CampaignForm
 from webapp.campaigns.models import Campaign

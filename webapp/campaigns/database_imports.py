@@ -31,13 +31,14 @@ from typing import Any
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 
-from engine.campaign.storage import CandidateRecord, SqliteStorage
+from engine.campaign.storage import SqliteStorage
 from engine.codegen.library import LIBRARIES, library
+from engine.outcomes import CandidateRecord
 from engine.problem import Layout as EngineLayout
 from engine.problem import Problem as EngineProblem
-from engine.publish.ratios import baseline_runner, with_quartiles
 from engine.timing.baseline_names import tuned_label
 from engine.timing.baselines import best_of_layouts
+from engine.timing.ratios import baseline_runner, with_quartiles
 from webapp.campaigns.imports import BASELINES, environment_record, import_baselines
 from webapp.campaigns.models import Campaign, Candidate, Layout
 from webapp.campaigns.ratios import problem_refresh_best

@@ -33,7 +33,7 @@ class Campaign(models.Model):
         CANCELLED = "cancelled", "Cancelled"
 
     class SearchSpace(models.TextChoices):
-        """engine.campaign.space.SearchSpace.full and .library."""
+        """engine.propose.space.SearchSpace.full and .library."""
 
         FULL = "full", "Full: every valid config of the GPU's families"
         LIBRARY = "library", "Library: the curated, prebuildable configs"

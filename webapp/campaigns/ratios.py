@@ -1,4 +1,4 @@
-"""The dashboard's reads of engine.publish.ratios: every speedup a page, a download, the API or the
+"""The dashboard's reads of engine.timing.ratios: every speedup a page, a download, the API or the
 bundle shows is made here, from one candidate's stored timings, inside one measurement session.
 
 A candidate's ``timings[protocol]`` holds up to two sessions:
@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from engine.publish.ratios import (
+from engine.timing.ratios import (
     REWARD_BASELINE,
     Choice,
     Headline,
@@ -83,7 +83,7 @@ def with_baseline_quartiles(
 
 
 def candidate_session(timings: Mapping[str, Any], protocol: str) -> Session | None:
-    """The session the candidate's ratios in ``protocol`` are shown from (engine.publish.ratios)."""
+    """The session the candidate's ratios in ``protocol`` are shown from (engine.timing.ratios)."""
     return preferred(candidate_sessions(timings, protocol))
 
 
@@ -99,7 +99,7 @@ def ratio_json(r: Ratio | None) -> dict[str, Any] | None:
 
 # -- a shape's chosen kernel -------------------------------------------------------------------
 def problem_choice(*, problem: Problem, protocol: str = HEADLINE_PROTOCOL) -> Choice | None:
-    """The shape's kernel: engine.publish.ratios.choose over its verified candidates (one query)."""
+    """The shape's kernel: engine.timing.ratios.choose over its verified candidates (one query)."""
     rows = (
         Candidate.objects.filter(problem=problem, status=Candidate.Status.DONE)
         .order_by("id")

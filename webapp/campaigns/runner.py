@@ -47,7 +47,6 @@ from engine.campaign.round import (
     compile_failure,
     proposal_of,
 )
-from engine.campaign.space import SearchSpace, families_for_arch
 from engine.config import load as load_engine_config
 from engine.gpu import health_probe, mps
 from engine.isolation import processes, sandbox
@@ -55,6 +54,7 @@ from engine.outcomes import CandidateStatus
 from engine.propose.mix import PROPOSER_NAMES, make_proposers
 from engine.propose.policy import PolicyFile, policy_families, policy_path, pretrained_path
 from engine.propose.proposers import TRANSFER_TOP
+from engine.propose.space import SearchSpace, families_for_arch
 from engine.timing.phases import Phases
 from webapp.campaigns import artifact_store
 from webapp.campaigns.models import Campaign, Candidate, Problem, WorkItem

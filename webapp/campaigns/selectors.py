@@ -22,7 +22,7 @@ from django.db.models import (
 from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Cast
 
-from engine.publish.ratios import REWARD_BASELINE
+from engine.timing.ratios import REWARD_BASELINE
 from engine.timing.stats import quantile
 from webapp.campaigns import live, ratios
 from webapp.campaigns.models import BaselineResult, Campaign, Candidate, Problem

@@ -18,9 +18,8 @@ from django.db import transaction
 from django.db.models import F, Window
 from django.db.models.functions import RowNumber
 
-from engine.campaign.storage import CandidateRecord
 from engine.codegen import get_family
-from engine.outcomes import CandidateStatus
+from engine.outcomes import CandidateRecord, CandidateStatus
 from engine.problem import Problem as EngineProblem
 from webapp.campaigns.models import Campaign, Candidate, Problem
 from webapp.campaigns.ratios import problem_refresh_best

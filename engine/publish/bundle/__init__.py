@@ -19,16 +19,17 @@ from pathlib import Path
 from typing import Any
 
 from engine import abi
-from engine.campaign.storage import CandidateRecord, SqliteStorage
+from engine.campaign.storage import SqliteStorage
 from engine.codegen import get_family
 from engine.compilation import compile as compile_module
 from engine.compilation import triton_aot
 from engine.compilation.compile import BASE_FLAGS
 from engine.llm.evaluate import SourceKernel
-from engine.outcomes import CandidateStatus
+from engine.outcomes import CandidateRecord, CandidateStatus
 from engine.problem import Problem
 from engine.publish.bundle.buckets import Point, buckets
-from engine.publish.ratios import (
+from engine.timing.baseline_names import BASELINE_LABELS
+from engine.timing.ratios import (
     FASTER,
     Choice,
     Headline,
@@ -40,7 +41,6 @@ from engine.publish.ratios import (
     headline,
     rank,
 )
-from engine.timing.baseline_names import BASELINE_LABELS
 
 PACKAGE_DIR = Path(__file__).resolve().parent / "package" / "gemmforge_bundle"
 ROOT = "gemmforge_bundle"
@@ -90,7 +90,7 @@ def shape_choices(
     admissible: Callable[[BundleKernel], bool] | None = None,
 ) -> dict[str, tuple[Choice, CandidateRecord]]:
     """Problem key → its kernel and that kernel's record: the best same-session ratio over
-    cuBLASLt-autotune (engine.publish.ratios.rank) of the kernels that pass ``admissible`` (their
+    cuBLASLt-autotune (engine.timing.ratios.rank) of the kernels that pass ``admissible`` (their
     compute-sanitizer verdict, in the CLI); shapes with none are left out."""
     out: dict[str, tuple[Choice, CandidateRecord]] = {}
     for problem in problems:

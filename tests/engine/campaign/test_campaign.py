@@ -12,13 +12,14 @@ import pytest
 
 from engine.campaign.executor import Outcome, ReplayExecutor, ReplayTable
 from engine.campaign.loop import Campaign, CampaignSettings, reward_of
-from engine.campaign.space import SearchSpace
-from engine.campaign.storage import CandidateRecord, SqliteStorage
+from engine.campaign.storage import SqliteStorage
 from engine.compilation.compile import CompileResult
+from engine.outcomes import CandidateRecord
 from engine.problem import Problem
 from engine.propose.mix import make_proposers
 from engine.propose.policy import Policy
 from engine.propose.proposers import EvolveProposer, RandomProposer, split_batch
+from engine.propose.space import SearchSpace
 
 ROOT = Path(__file__).resolve().parents[3]
 RUN1 = ROOT / "bench/results/2026-12-02-h200-families/families-run1.json"

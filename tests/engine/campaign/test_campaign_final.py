@@ -15,11 +15,10 @@ import pytest
 
 from engine.campaign.executor import CompiledCandidate, LocalGpuExecutor
 from engine.campaign.final import config_of, final_summary, top_records
-from engine.campaign.space import SearchSpace
-from engine.campaign.storage import CandidateRecord
 from engine.isolation import processes, sandbox
-from engine.outcomes import CandidateStatus
+from engine.outcomes import CandidateRecord, CandidateStatus
 from engine.problem import Layout, Problem
+from engine.propose.space import SearchSpace
 from engine.verify import verifier as verify_module
 from engine.verify.verifier import VerifyResult
 from tests.engine.process_fakes import killed_for_memory

@@ -15,12 +15,12 @@ from engine.campaign.round import (
     candidate_record,
     compile_failure,
 )
-from engine.campaign.space import SearchSpace
 from engine.compilation.compile import CompileResult
 from engine.problem import Problem
 from engine.propose.mix import make_proposers
 from engine.propose.policy import Policy, PolicyFile
 from engine.propose.proposers import Proposal
+from engine.propose.space import SearchSpace
 
 ROOT = Path(__file__).resolve().parents[3]
 RUN1 = ROOT / "bench/results/2026-12-02-h200-families/families-run1.json"

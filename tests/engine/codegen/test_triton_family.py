@@ -275,7 +275,7 @@ def test_a_triton_error_is_a_failed_build_with_its_log(engine_config):
 
 @triton_installed
 def test_hopper_campaigns_search_the_triton_family_where_triton_is_installed():
-    from engine.campaign.space import families_for_arch
+    from engine.propose.space import families_for_arch
 
     assert "triton" in families_for_arch("sm_90")
     assert "triton" not in families_for_arch("sm_80")
@@ -283,7 +283,7 @@ def test_hopper_campaigns_search_the_triton_family_where_triton_is_installed():
 
 @pytest.mark.slow
 def test_a_full_space_beside_other_families_takes_tritons_curated_configs_only():
-    from engine.campaign.space import SearchSpace
+    from engine.propose.space import SearchSpace
 
     problem = Problem.parse("4096x4096x4096", "nn")
     mixed = SearchSpace.full(problem, families=("sm80", "triton"))
@@ -297,8 +297,8 @@ def test_a_full_space_beside_other_families_takes_tritons_curated_configs_only()
 def test_the_policy_sees_the_triton_family_as_a_choice():
     import torch
 
-    from engine.campaign.space import SearchSpace
     from engine.propose.policy import Policy
+    from engine.propose.space import SearchSpace
 
     problem = Problem.parse("128x128x16384")
     families = ("sm90", "sm80", "triton")

@@ -173,8 +173,8 @@ def test_make_backend_builds_the_openai_client_from_a_spec(server, monkeypatch):
 def test_forbidden_apis_are_rejected_before_compiling_and_sent_back(server, env, tmp_path):
     """Over HTTP: a prose answer (no code), then a cheat, then a clean kernel; only the clean
     one reaches the compiler, and each failure went back to the model as a repair turn."""
-    from engine.campaign.space import SearchSpace
     from engine.problem import Problem
+    from engine.propose.space import SearchSpace
 
     server.reply("I would use a 128x128 tile with a 4-stage pipeline.")
     server.reply(fenced(CHEAT_KERNEL))
@@ -196,8 +196,8 @@ def test_forbidden_apis_are_rejected_before_compiling_and_sent_back(server, env,
 
 
 def test_a_cheat_after_the_last_turn_is_recorded_as_a_static_rejection(server, env, tmp_path):
-    from engine.campaign.space import SearchSpace
     from engine.problem import Problem
+    from engine.propose.space import SearchSpace
 
     server.reply(fenced(CHEAT_KERNEL))
     server.reply("no code")

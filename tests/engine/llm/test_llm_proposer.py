@@ -6,13 +6,13 @@ import pytest
 
 from engine import abi
 from engine.campaign.loop import Campaign, CampaignSettings
-from engine.campaign.space import SearchSpace
 from engine.campaign.storage import SqliteStorage
 from engine.llm.evaluate import ChainEvaluator, SourceCompiler, SourceKernel
 from engine.llm.extract import NO_CODE, check_answer, extract_source
 from engine.llm.prompt import GpuFacts, KernelExample, PromptContext, build_messages
 from engine.llm.proposer import LLMProposer
 from engine.problem import Problem
+from engine.propose.space import SearchSpace
 from tests.engine.llm_fakes import (
     BROKEN_KERNEL,
     CHEAT_KERNEL,

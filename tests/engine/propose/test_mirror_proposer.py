@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from engine import cli
-from engine.campaign.space import SearchSpace
 from engine.codegen.sm90 import Sm90Config
 from engine.problem import Layout, Problem
 from engine.propose.mirror import MirrorFileError, MirrorProposer, load_targets, mirror_distance
 from engine.propose.mix import make_proposers
+from engine.propose.space import SearchSpace
 
 ROOT = Path(__file__).resolve().parents[3]
 RUN1 = ROOT / "bench/results/2026-12-02-h200-families/families-run1.json"

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import torch
 
-from engine.campaign.space import SearchSpace
 from engine.problem import Problem
 from engine.propose.policy import Policy, policy_path
+from engine.propose.space import SearchSpace
 
 PROBLEM = Problem.parse("4096x4096x1024", "tn")
 

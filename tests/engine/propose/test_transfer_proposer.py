@@ -9,12 +9,13 @@ import random
 import pytest
 
 from engine.campaign.loop import CampaignSettings
-from engine.campaign.space import SearchSpace
-from engine.campaign.storage import CandidateRecord, SqliteStorage
+from engine.campaign.storage import SqliteStorage
 from engine.codegen.library import library
+from engine.outcomes import CandidateRecord
 from engine.problem import Layout, Problem
 from engine.propose.mix import make_proposers
 from engine.propose.proposers import TransferProposer, carried_over, problem_distance
+from engine.propose.space import SearchSpace
 
 SHAPE_NN = Problem.parse("128x128x16384", "nn")
 SHAPE_TN = Problem.parse("128x128x16384", "tn")

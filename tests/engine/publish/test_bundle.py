@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from engine.campaign.storage import CandidateRecord, SqliteStorage
+from engine.campaign.storage import SqliteStorage
 from engine.cli import main
+from engine.outcomes import CandidateRecord
 from engine.problem import Problem
 from engine.publish.bundle import best_kernels, kernel_from_record, write_bundle
 

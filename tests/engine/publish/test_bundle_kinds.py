@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from engine.campaign.storage import CandidateRecord, SqliteStorage
+from engine.campaign.storage import SqliteStorage
 from engine.codegen import Sm80Config, Sm90Config
 from engine.codegen.triton import TritonConfig
 from engine.compilation import triton_aot
+from engine.outcomes import CandidateRecord
 from engine.problem import Problem
 from engine.publish.bundle import BundleError, best_kernels, kernel_from_record, serves
 

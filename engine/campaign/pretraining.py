@@ -9,12 +9,12 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from engine.campaign.executor import ReplayTable
-from engine.campaign.space import SearchSpace
 from engine.campaign.storage import SqliteStorage
 from engine.codegen import get_family
 from engine.outcomes import CandidateStatus
 from engine.problem import Problem
 from engine.propose.policy import Policy
+from engine.propose.space import SearchSpace
 
 Task = tuple[Problem, SearchSpace, Mapping[str, float]]
 

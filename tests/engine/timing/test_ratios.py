@@ -1,11 +1,11 @@
-"""engine.publish.ratios: one session per ratio, ties within the measured noise, one kernel per
+"""engine.timing.ratios: one session per ratio, ties within the measured noise, one kernel per
 shape."""
 
 from __future__ import annotations
 
 import pytest
 
-from engine.publish.ratios import (
+from engine.timing.ratios import (
     FASTER,
     SLOWER,
     TIED,
