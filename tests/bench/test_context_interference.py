@@ -42,6 +42,7 @@ def test_a_protocol_result_becomes_each_runners_median_and_p90(ci):
     assert ci.run_summary(protocol) == {"torch_nn": {"median": 2e-4, "p90": 3e-4}}
 
 
+@pytest.mark.slow
 def test_a_storm_starts_its_creators_and_stops_them_when_told(ci):
     """Without CUDA every child fails to create its context, so none is counted."""
     storm = ci.Storm(creators=2, megabytes=1, kind="fill")

@@ -52,6 +52,7 @@ def environ_of(pid: int) -> dict[str, str]:
     return dict(entry.decode().split("=", 1) for entry in raw if b"=" in entry)
 
 
+@pytest.mark.slow
 def test_the_next_steps_child_is_started_while_this_step_runs(standby):
     first = runner.run_gpu_child(PROBLEM, rows_for(2))
     waiting = runner._standby
@@ -94,6 +95,7 @@ def test_a_standby_child_waits_in_the_step_childs_sandbox(standby, settings, mon
     assert os.getsid(waiting.running.proc.pid) == waiting.running.proc.pid
 
 
+@pytest.mark.slow
 def test_a_standby_child_that_died_is_replaced_by_a_fresh_one(standby):
     runner.run_gpu_child(PROBLEM, rows_for(1))
     waiting = runner._standby
@@ -105,6 +107,7 @@ def test_a_standby_child_that_died_is_replaced_by_a_fresh_one(standby):
     assert step_pids(standby)[-1] != waiting.running.proc.pid
 
 
+@pytest.mark.slow
 def test_a_standby_child_started_for_another_gpu_is_not_used(standby, settings):
     runner.run_gpu_child(PROBLEM, rows_for(1))
     waiting = runner._standby

@@ -167,6 +167,7 @@ def unpacked(campaign_db: Path, tmp_path: Path) -> Path:
     return target
 
 
+@pytest.mark.slow
 def test_the_package_imports_on_a_cpu_machine_and_falls_back_to_torch_matmul(campaign_db, tmp_path):
     root = unpacked(campaign_db, tmp_path)
     done = run_python(

@@ -180,6 +180,7 @@ def test_operands_no_kernel_takes_have_no_kernel_form(root):
     ]
 
 
+@pytest.mark.slow
 def test_fallbacks_give_torch_matmuls_result_for_any_dtype_and_layout(root):
     out = run(
         "torch.manual_seed(0)\n"
@@ -197,6 +198,7 @@ def test_fallbacks_give_torch_matmuls_result_for_any_dtype_and_layout(root):
     assert out.splitlines() == ["True True True True True"] * 3
 
 
+@pytest.mark.slow
 def test_gradients_through_the_ops_equal_torch_matmuls_and_pass_gradcheck(root):
     out = run(
         "from torch.autograd import gradcheck\n"

@@ -54,6 +54,7 @@ def test_a_warm_verifier_verifies_one_library_only(server, tmp_path):
         warm.verify(tmp_path / "b.so", PROBLEM, timeout=60)
 
 
+@pytest.mark.slow
 def test_its_time_limit_counts_from_its_library_not_from_its_fork(server, tmp_path):
     warm = WarmVerifier(server)
     time.sleep(2.5)
