@@ -75,6 +75,16 @@ def compare(with_checks: dict, without: dict) -> dict[str, Any]:
     return out
 
 
+def power_and_clock(record: dict) -> dict[str, float | None]:
+    """Mean board power and SM clock over the device protocol's run (NVML; None without it): the
+    checks change the duty cycle, which a power-limited GPU answers with its clock."""
+    power = record["protocols"]["device"].get("power") or {}
+    return {
+        "power_w": (power.get("power_w") or {}).get("mean"),
+        "sm_clock_mhz": (power.get("sm_clock_mhz") or {}).get("mean"),
+    }
+
+
 def protocol_checks(record: dict, candidates: list[str]) -> dict[str, Any]:
     out = {}
     for protocol, summary in record["protocols"].items():
@@ -139,6 +149,10 @@ def main() -> int:
                 "without": records[False]["wall_s"],
             },
             "baselines": compare(records[True], records[False]),
+            "power": {
+                "with_checks": power_and_clock(records[True]),
+                "without": power_and_clock(records[False]),
+            },
             "checks": protocol_checks(records[True], list(candidates)),
             "environment": records[True]["environment"],
         }

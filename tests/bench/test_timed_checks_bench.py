@@ -38,3 +38,14 @@ def test_the_honest_candidates_rejections_are_kept_per_protocol():
     checks = timed_checks.protocol_checks({"protocols": {"device": summary}}, ["reference"])
     assert checks["device"]["rejections"] == {"reference": {"reason": "precision"}}
     assert checks["device"]["cost"] == {"per_runner_s": 0.01}
+
+
+def test_each_run_keeps_its_mean_power_and_clock_or_none_without_nvml():
+    measured = {
+        "protocols": {
+            "device": {"power": {"power_w": {"mean": 612.0}, "sm_clock_mhz": {"mean": 1755.0}}}
+        }
+    }
+    assert timed_checks.power_and_clock(measured) == {"power_w": 612.0, "sm_clock_mhz": 1755.0}
+    unread = {"protocols": {"device": {}}}
+    assert timed_checks.power_and_clock(unread) == {"power_w": None, "sm_clock_mhz": None}
