@@ -18,7 +18,7 @@ PHASES = (
     "artifact_fetch",  # the worker installing its batch's libraries from the artifact store
     "child_start",  # the child's interpreter, its sandbox and its module imports
     "compile_lookup",  # this GPU's arch (libcuda), the batch's libraries from the compile cache
-    "imports",  # the executor built (its modules load with the child, torch in set-up)
+    "imports",  # building the executor (torch loads later, when the executor first times)
     "setup",  # measurement set-up: cuBLAS shim, environment, operands, cached baselines
     "verification",  # waiting for the verification children (what the set-up did not hide)
     "baselines",  # baseline runners and cuBLASLt autotuning (when not cached)
