@@ -18,7 +18,7 @@ Two sets (``--set``):
 
 For each shape: the set's configs that are valid for it are verified (the GPU step's own path,
 engine.verify.verifier.Verifications), then the verified ones are timed against every baseline in
-the device protocol by the campaign finals' child (engine.campaign.final, several shapes per
+the device protocol by the campaign finals' child (engine.execution.final, several shapes per
 child). Printed and written beside the campaign's search-time best for the shape.
 
     python3 bench/deep_splitk.py --db CAMPAIGN.sqlite
@@ -41,7 +41,6 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.grid64 import search_summary  # noqa: E402
-from engine.campaign.final import remeasure_batch  # noqa: E402
 from engine.codegen.library import (  # noqa: E402
     SM80_DEEP_SPLIT_TILES,
     SM80_DEEP_SPLITS,
@@ -51,6 +50,7 @@ from engine.codegen.library import (  # noqa: E402
     library,
 )
 from engine.compilation.compile import compile_configs  # noqa: E402
+from engine.execution.final import remeasure_batch  # noqa: E402
 from engine.gpu import cuda_driver  # noqa: E402
 from engine.problem import Layout, Problem  # noqa: E402
 from engine.verify.verifier import Verifications, new_fork_server  # noqa: E402

@@ -17,9 +17,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from engine.campaign.executor import ReplayTable  # noqa: E402
 from engine.campaign.pretraining import sweep_tables  # noqa: E402
 from engine.campaign.storage import SqliteStorage  # noqa: E402
+from engine.execution.executor import ReplayTable  # noqa: E402
 
 GRID = (64, 128, 256, 512, 1024, 2048, 4096, 8192, 12288, 16384)
 

@@ -29,12 +29,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.deep_splitk import SHAPES as LONG_K_SHAPES  # noqa: E402
-from engine.campaign.final import remeasure_batch  # noqa: E402
 from engine.campaign.storage import SqliteStorage  # noqa: E402
 from engine.codegen import KernelConfig, TritonConfig, get_family  # noqa: E402
 from engine.codegen.library import TRITON_LEAN_TILES, library  # noqa: E402
 from engine.codegen.triton import inductor_configs  # noqa: E402
 from engine.compilation.compile import compile_configs  # noqa: E402
+from engine.execution.final import remeasure_batch  # noqa: E402
 from engine.gpu import cuda_driver  # noqa: E402
 from engine.problem import Problem  # noqa: E402
 from engine.timing.baseline_names import INDUCTOR, TORCH_TUNED  # noqa: E402

@@ -44,11 +44,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.stack.stack_run import GpuSampler, busy_fraction  # noqa: E402
-from engine.campaign.final import config_of, top_records  # noqa: E402
 from engine.campaign.storage import SqliteStorage  # noqa: E402
 from engine.compilation.compile import compile_configs  # noqa: E402
 from engine.config import VerifyWarm  # noqa: E402
 from engine.config import load as load_config  # noqa: E402
+from engine.execution.final import config_of, top_records  # noqa: E402
 from engine.gpu import cuda_driver  # noqa: E402
 from engine.gpu.environment import collect  # noqa: E402
 from engine.isolation import sandbox  # noqa: E402

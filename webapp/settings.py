@@ -248,7 +248,7 @@ GEMMFORGE_GPU_DEVICE = env_str("GEMMFORGE_GPU_DEVICE", "0")  # CUDA_VISIBLE_DEVI
 # (seconds).
 GEMMFORGE_VERIFY_JOBS = env_int("GEMMFORGE_VERIFY_JOBS", GEMMFORGE_BATCH_SIZE, minimum=1)
 GEMMFORGE_DEVICE_SECONDS = env_int("GEMMFORGE_DEVICE_SECONDS", 20, minimum=1)
-# Start each GPU step's child while the step before it runs (``engine.campaign.gpu_step
+# Start each GPU step's child while the step before it runs (``engine.execution.gpu_step
 # --standby``): its imports and its verifications' fork server are ready when its batch comes.
 GEMMFORGE_GPU_STANDBY = env_bool("GEMMFORGE_GPU_STANDBY", True)
 WORK_LEASE_SECONDS = env_int("WORK_LEASE_SECONDS", 120, minimum=1)  # extended every third of it

@@ -199,7 +199,7 @@ if [[ $stage == resume ]]; then  # the live campaign, resumed from the committed
 fi
 if [[ $stage == grid64 ]]; then  # the 64-shape campaign, resumed across sessions
   # from the database the last session committed (GRID64_DB); NN first, then its TN quarter
-  # (and the finals measured so far, engine.campaign.final.SavedFinals, beside it); GRID64_LAYOUTS
+  # (and the finals measured so far, engine.execution.final.SavedFinals, beside it); GRID64_LAYOUTS
   # picks the layouts ("nn tn"), GRID64_PROPOSERS the mix (the transfer proposer carries each
   # shape's other-layout and neighbours' winners over: bench/results/2026-12-04-replay-transfer)
   grid64_db=${GRID64_DB:-bench/results/grid64/campaign.sqlite}

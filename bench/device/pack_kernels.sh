@@ -13,7 +13,7 @@ cd "$cache/kernels"
 grep -l '"ok": true' ./*/*/result.json | while read -r result; do
   entry=$(dirname "$result")
   for name in lib.so result.json kernel.cu build.log gemmforge_triton.h; do
-    [[ -f $entry/$name ]] && echo "$entry/$name"
+    if [[ -f $entry/$name ]]; then echo "$entry/$name"; fi
   done
 done | tar -cf - --files-from=- | xz -6 -T2 > "$OLDPWD/$out.partial"
 mv "$OLDPWD/$out.partial" "$OLDPWD/$out"  # whole or not at all: a device call may carry it now

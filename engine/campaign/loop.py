@@ -25,7 +25,6 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from engine.campaign.executor import CompiledCandidate, GpuExecutor, Outcome
 from engine.campaign.round import (
     DEFAULT_MIX,
     FAILURE_REWARD,
@@ -34,10 +33,10 @@ from engine.campaign.round import (
     Round,
     RoundSettings,
     batch_size_for,
-    reward_of,
 )
 from engine.campaign.storage import CampaignStorage
 from engine.compilation.compile import compile_configs
+from engine.execution.executor import CompiledCandidate, GpuExecutor, Outcome
 from engine.outcomes import CandidateRecord, CandidateStatus
 from engine.problem import Problem
 from engine.propose.policy import Policy
@@ -48,7 +47,7 @@ from engine.timing.protocol_names import DEFAULT_PROTOCOL, PROTOCOLS
 
 FINAL = ("budget", "exhausted", "no_improvement", "converged", "gpu_budget")
 
-__all__ = ["DEFAULT_MIX", "FINAL", "Campaign", "CampaignSettings", "compile_configs", "reward_of"]
+__all__ = ["DEFAULT_MIX", "FINAL", "Campaign", "CampaignSettings", "compile_configs"]
 
 
 @dataclass(frozen=True)

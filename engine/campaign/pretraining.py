@@ -8,9 +8,9 @@ import math
 from collections.abc import Mapping
 from pathlib import Path
 
-from engine.campaign.executor import ReplayTable
 from engine.campaign.storage import SqliteStorage
 from engine.codegen import get_family
+from engine.execution.executor import ReplayTable
 from engine.outcomes import CandidateStatus
 from engine.problem import Problem
 from engine.propose.policy import Policy

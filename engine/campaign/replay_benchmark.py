@@ -21,9 +21,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from engine.campaign.executor import ReplayExecutor, ReplayTable
 from engine.campaign.loop import Campaign, CampaignSettings
 from engine.campaign.storage import SqliteStorage
+from engine.execution.executor import ReplayExecutor, ReplayTable
 from engine.outcomes import CandidateRecord, CandidateStatus
 from engine.problem import Problem
 from engine.propose.mix import make_proposers

@@ -23,9 +23,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from engine.campaign.executor import CompiledCandidate, GpuExecutor, Outcome
 from engine.codegen import KernelConfig, get_family
 from engine.compilation.compile import CompileResult
+from engine.execution.executor import CompiledCandidate, GpuExecutor, Outcome
+from engine.execution.reward import reward_of
 from engine.outcomes import CandidateRecord, CandidateStatus
 from engine.problem import Problem
 from engine.propose.proposers import Proposal, Proposer, propose_batch
@@ -55,16 +56,6 @@ def round_seed(seed: int, problem_key: str, round_no: int) -> int:
 def round_rng(seed: int, problem_key: str, round_no: int) -> random.Random:
     """The one source of a round's randomness (the policy's sampler draws its seed from it)."""
     return random.Random(round_seed(seed, problem_key, round_no))
-
-
-def reward_of(outcome: Outcome, baseline: str, failure_reward: float) -> float:
-    """log(baseline time / candidate time) in the executor's protocol; ``failure_reward`` for a
-    failure (compile error, rejection, timeout, missing)."""
-    if not outcome.ok or outcome.seconds is None or outcome.seconds <= 0:
-        return failure_reward
-    if baseline not in outcome.baselines:
-        raise ValueError(f"{outcome.name}: no {baseline} time in the outcome")
-    return math.log(outcome.baselines[baseline] / outcome.seconds)
 
 
 def build_failure(name: str, *, timed_out: bool, message: str) -> Outcome:

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from engine.codegen.base import TEMPLATES, KernelConfig, Validity, invalid
-from engine.compilation.triton_aot import TritonSpec, embed
+from engine.codegen.triton_blocks import TritonSpec, embed
 from engine.problem import Layout, Problem
 
 SMEM_LIMIT = 232448  # bytes of shared memory a block may opt in to on H100/H200 (227 KiB)

@@ -6,9 +6,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from engine.campaign.final import SavedFinals, kernel_id
 from engine.campaign.storage import SqliteStorage
 from engine.compilation.compile import source_hash
+from engine.execution.final import SavedFinals, kernel_id
 from engine.problem import ProblemError
 from engine.publish.bundle import best_kernels, bundle_headline, write_bundle
 
@@ -41,7 +41,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def sanitized_in(finals: Path):
     """Whether a bundle kernel passed compute-sanitizer in the campaign's finals (the verdicts
-    engine.campaign.final.SavedFinals keeps, by kernel name and source)."""
+    engine.execution.final.SavedFinals keeps, by kernel name and source)."""
 
     saved = SavedFinals(finals if finals.is_file() else None)
 

@@ -15,8 +15,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from engine.campaign.executor import LocalGpuExecutor, ReplayExecutor, ReplayTable
-from engine.campaign.final import SavedFinals, final_measurements
 from engine.campaign.loop import (
     Campaign,
     CampaignSettings,
@@ -30,6 +28,8 @@ from engine.codegen import FAMILIES
 from engine.commands.common import torch_baselines
 from engine.config import VerifyWarm
 from engine.config import load as load_config
+from engine.execution.executor import LocalGpuExecutor, ReplayExecutor, ReplayTable
+from engine.execution.final import SavedFinals, final_measurements
 from engine.llm.backends import BackendSpec, make_backend
 from engine.llm.evaluate import SourceCompiler
 from engine.llm.proposer import LLMProposer

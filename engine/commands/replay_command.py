@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from engine.campaign.executor import ReplayTable
 from engine.campaign.replay_benchmark import (
     STRATEGIES,
     VARIANTS,
@@ -15,6 +14,7 @@ from engine.campaign.replay_benchmark import (
     write_plot,
     write_report,
 )
+from engine.execution.executor import ReplayTable
 from engine.propose.policy import Policy, policy_families
 
 

@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from engine.campaign.executor import LocalGpuExecutor, ReplayExecutor, ReplayTable
+from engine.execution.executor import LocalGpuExecutor, ReplayExecutor, ReplayTable
 from engine.llm.evaluate import ChainEvaluator
 from engine.llm.train import TrainSettings, train_grpo
 from engine.problem import Layout, Problem, ProblemError

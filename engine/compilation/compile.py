@@ -37,7 +37,7 @@ from typing import Any
 from filelock import FileLock
 
 from engine import abi
-from engine.codegen import get_family
+from engine.codegen import get_family, triton_blocks
 from engine.compilation import triton_aot
 from engine.compilation.toolkit import (
     cutlass_include_dir,
@@ -338,7 +338,7 @@ def source_key(
         libraries=tuple(libraries),
         nvcc_version=nvcc_version(config.nvcc),
         cutlass_version=cutlass_version(),
-        triton_version=triton_version() if triton_aot.is_triton_source(source) else None,
+        triton_version=triton_version() if triton_blocks.is_triton_source(source) else None,
     )
 
 
@@ -405,7 +405,7 @@ def _build(
         with tempfile.TemporaryDirectory(prefix="gemmforge-nvcc-") as home:
             env = sandbox.candidate_env(Path(home), cache_dir=config.cache_dir)
             proc = None
-            if triton_aot.is_triton_source(source):
+            if triton_blocks.is_triton_source(source):
                 proc = _triton_step(work, archs[0], env, timeout, policy)
                 logs += [part for part in (proc.stdout, proc.stderr) if part]
             if proc is None or proc.ok:

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from engine.codegen import triton_blocks
 from engine.compilation import triton_aot
 from engine.compilation.toolkit import cuda_library_dir
 from engine.isolation import processes
@@ -351,13 +352,13 @@ def check_triton(source: str) -> list[Finding]:
     """The Python of an embedded Triton kernel (engine.compilation.triton_aot), which the build
     runs: only Triton and math, no builtin that reaches files or code, no private attributes."""
 
-    if not triton_aot.is_triton_source(source):
+    if not triton_blocks.is_triton_source(source):
         return []
     try:
-        _spec, python = triton_aot.extract(source)
-    except triton_aot.TritonSourceError as exc:
+        _spec, python = triton_blocks.extract(source)
+    except triton_blocks.TritonSourceError as exc:
         return [Finding(API, f"Triton block: {exc}", None, "gemmforge-triton")]
-    before = source[: source.index(triton_aot.SEPARATOR)].count("\n") + 2  # spec, then ---
+    before = source[: source.index(triton_blocks.SEPARATOR)].count("\n") + 2  # spec, then ---
     return [
         Finding(API, f"Triton source {what}", None if line is None else line + before, what)
         for line, what in triton_aot.python_findings(python)

@@ -23,98 +23,27 @@ Why not ``triton.tools.compile`` (Triton's AOT tool)? Its C launcher uses the dr
 and refuses kernels that need global scratch (device-side tensor descriptors). The ABI needs an
 error code back, any device, and the TMA variants; the compile call underneath is the same.
 
-The parsing functions are pure and importable without Triton; only :func:`compile_kernel`
-imports it.
+The block's format (spec, marker, parsing) is engine.codegen.triton_blocks', since the Triton family
+renders it; this module builds from it and imports Triton only in :func:`compile_kernel`.
 """
 
 from __future__ import annotations
 
 import ast
-import json
 import re
 import sys
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-MARKER = "/* gemmforge-triton\n"
-END = "\ngemmforge-triton */"
-SEPARATOR = "\n---\n"
+from engine.codegen.triton_blocks import (
+    END,
+    MARKER,
+    SEPARATOR,
+    TritonSourceError,
+    extract,
+)
+
 HEADER_NAME = "gemmforge_triton.h"
 _ARCH_RE = re.compile(r"^sm_([0-9]{2,3})a?$")
-
-
-class TritonSourceError(ValueError):
-    """A source whose embedded Triton block is missing or malformed."""
-
-
-@dataclass(frozen=True)
-class TritonSpec:
-    """What to compile: the kernel's name in the Python source, its signature (parameter →
-    Triton type, ``constexpr`` for compile-time ones), the constexpr values, the pointer
-    parameters known to be 16-byte aligned, and the launch's warps and pipeline stages."""
-
-    kernel: str
-    signature: dict[str, str]
-    constexprs: dict[str, Any]
-    num_warps: int
-    num_stages: int
-    aligned: tuple[str, ...] = ()
-
-    def to_json(self) -> str:
-        return json.dumps(
-            {
-                "kernel": self.kernel,
-                "signature": self.signature,
-                "constexprs": self.constexprs,
-                "num_warps": self.num_warps,
-                "num_stages": self.num_stages,
-                "aligned": list(self.aligned),
-            },
-            separators=(", ", ": "),
-        )
-
-    @classmethod
-    def from_json(cls, text: str) -> TritonSpec:
-        try:
-            data = json.loads(text)
-            return cls(
-                kernel=str(data["kernel"]),
-                signature={str(k): str(v) for k, v in data["signature"].items()},
-                constexprs=dict(data.get("constexprs", {})),
-                num_warps=int(data["num_warps"]),
-                num_stages=int(data["num_stages"]),
-                aligned=tuple(str(a) for a in data.get("aligned", ())),
-            )
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise TritonSourceError(f"bad gemmforge-triton spec: {exc}") from None
-
-
-def is_triton_source(source: str) -> bool:
-    """Whether ``source`` embeds a Triton kernel (and so needs this module to build)."""
-    return MARKER in source
-
-
-def embed(spec: TritonSpec, python: str) -> str:
-    """The comment block that carries ``python`` and ``spec`` inside a .cu source."""
-    if "*/" in python:
-        raise TritonSourceError("the Triton source may not contain '*/' (it ends the C comment)")
-    return f"{MARKER}{spec.to_json()}{SEPARATOR}{python.rstrip()}{END}"
-
-
-def extract(source: str) -> tuple[TritonSpec, str]:
-    """The spec and the Python source embedded in ``source``; TritonSourceError if malformed."""
-    start = source.find(MARKER)
-    if start < 0:
-        raise TritonSourceError("no gemmforge-triton block in the source")
-    body_start = start + len(MARKER)
-    end = source.find(END, body_start)
-    if end < 0:
-        raise TritonSourceError("the gemmforge-triton block is not closed")
-    spec_text, separator, python = source[body_start:end].partition(SEPARATOR)
-    if not separator:
-        raise TritonSourceError("the gemmforge-triton block has no '---' after its spec")
-    return TritonSpec.from_json(spec_text), python + "\n"
 
 
 COMPILED_MARKER = "/* The Triton kernel this launcher's cubin (included below) was compiled from:\n"

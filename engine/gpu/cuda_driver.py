@@ -2,7 +2,7 @@
 (also resident: ``cuda_driver.py serve``, with NVML's view of the GPU).
 
 Importing torch and creating its CUDA context takes seconds; libcuda alone takes a fraction of
-one. engine.campaign.gpu_step asks for the arch here so that it can start its verification children
+one. engine.execution.gpu_step asks for the arch here so that it can start its verification children
 before it imports torch, and engine.gpu.health_probe runs this file as a script
 (``python -I cuda_driver.py probe``) for its per-step CUDA call, falling back to torch when
 anything here fails. Only the standard library is imported.

@@ -13,58 +13,19 @@ ReplayExecutor or a fake in tests).
 
 from __future__ import annotations
 
-import hashlib
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol
+from typing import Any, Protocol
 
-from engine.campaign.executor import CompiledCandidate, GpuExecutor, Outcome
-from engine.campaign.loop import compile_configs, reward_of
-from engine.codegen.base import VALID, Validity
 from engine.compilation import static_checks
-from engine.compilation.compile import CompileResult, compile_many, source_hash
+from engine.compilation.compile import CompileResult, compile_configs, source_hash
+from engine.compilation.source_kernel import DEFAULT_ARCHS, Builder, SourceKernel, default_builder
+from engine.execution.executor import CompiledCandidate, GpuExecutor, Outcome
+from engine.execution.reward import reward_of
 from engine.llm.extract import NO_CODE, check_answer
 from engine.outcomes import CandidateStatus
 from engine.problem import Layout, Problem
-
-FAMILY = "llm"
-DEFAULT_ARCHS = ("sm_90a",)
-
-# (sources, layout, archs) → results in order; by default engine.compilation.compile.compile_many
-Builder = Callable[[Sequence[str], Layout, tuple[str, ...]], list[CompileResult]]
-
-
-@dataclass(frozen=True)
-class SourceKernel:
-    """A model-written candidate. ``name`` is ``llm_`` and 16 hex digits of the source's sha256
-    (of ``key`` when there is no source: an answer without code still gets a record)."""
-
-    source: str
-    layout: Layout
-    key: str = ""  # what names a source-less candidate (the raw answer)
-    reject_reason: str = ""  # set when the proposer already knows it fails (no code, no answer)
-    reject_message: str = ""
-    FAMILY: ClassVar[str] = FAMILY
-    ARCHS: ClassVar[tuple[str, ...]] = DEFAULT_ARCHS
-
-    @property
-    def name(self) -> str:
-        digest = hashlib.sha256((self.source or f"no-code:{self.key}").encode()).hexdigest()
-        return f"llm_{digest[:16]}"
-
-    def knobs(self) -> dict[str, Any]:
-        return {"layout": self.layout.value, "source_sha256": source_hash(self.source)}
-
-    def render(self) -> str:
-        return self.source
-
-    def is_valid(self, problem: Problem | None = None, arch: str | None = None) -> Validity:
-        return VALID  # legality is the evaluator's business
-
-    @property
-    def archs(self) -> tuple[str, ...]:
-        return self.ARCHS
 
 
 @dataclass(frozen=True)
@@ -97,21 +58,6 @@ def gate_source(kernel: SourceKernel, archs: tuple[str, ...]) -> GatedCompileRes
         return _gated(kernel.source, archs, NO_CODE, "the answer holds no CUDA source")
     gate = check_answer(f"```cuda\n{kernel.source}```")
     return None if gate.ok else _gated(kernel.source, archs, gate.reason, gate.message)
-
-
-def default_builder(
-    *, jobs: int | None = None, config: Any = None
-) -> Builder:  # pragma: no cover - needs nvcc
-    def build(
-        sources: Sequence[str], layout: Layout, archs: tuple[str, ...]
-    ) -> list[CompileResult]:
-        flags = (
-            f"-DGEMMFORGE_LAYOUT_TN={int(layout is Layout.TN)}",
-            *static_checks.candidate_flags(),
-        )
-        return compile_many(sources, jobs=jobs, config=config, archs=archs, extra_flags=flags)
-
-    return build
 
 
 def default_library_check(result: CompileResult) -> static_checks.StaticResult:

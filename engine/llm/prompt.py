@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine import abi
-from engine.compilation import triton_aot
+from engine.codegen import triton_blocks
 from engine.outcomes import CandidateStatus
 from engine.problem import Layout, Problem
 
@@ -184,7 +184,7 @@ def build_messages(ctx: PromptContext) -> list[Message]:
             + ("\n\n" + "\n\n".join(shown) if shown else "")
         )
     shown = [ctx.best, *ctx.examples]
-    if any(e is not None and e.source and triton_aot.is_triton_source(e.source) for e in shown):
+    if any(e is not None and e.source and triton_blocks.is_triton_source(e.source) for e in shown):
         parts.append(TRITON_NOTE)
     if ctx.last_error:
         parts.append("## Last error\n" + _clip(ctx.last_error, MAX_ERROR_CHARS))

@@ -23,8 +23,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.codegen import get_family
+from engine.compilation.source_kernel import SourceKernel
 from engine.llm.backends import Backend, Completion
-from engine.llm.evaluate import SourceCompiler, SourceKernel
+from engine.llm.evaluate import SourceCompiler
 from engine.llm.extract import EMPTY, check_answer
 from engine.llm.prompt import (
     GpuFacts,

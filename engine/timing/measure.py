@@ -16,10 +16,10 @@ from engine.gpu import power
 from engine.gpu.environment import GpuEnvironment, collect
 from engine.gpu.runtime import BaselineLibrary, KernelLibrary
 from engine.problem import Problem
+from engine.stats import spread_between_runs
 from engine.timing import baselines, physics
 from engine.timing.phases import Phases
 from engine.timing.protocols import Bench, ProtocolResult, Runner
-from engine.timing.stats import spread_between_runs
 
 DEFAULT_PROTOCOLS = ("device", "offline")
 

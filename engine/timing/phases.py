@@ -1,7 +1,7 @@
 """Where a step's wall time goes: seconds per named phase, and a few facts beside them.
 
-A GPU step (engine.campaign.gpu_step, the web app's runner) fills one :class:`Phases`: each phase is
-a stretch of the step's own thread, so the phases add up to the step's wall time (what no phase
+A GPU step (engine.execution.gpu_step, the web app's runner) fills one :class:`Phases`: each phase
+is a stretch of the step's own thread, so the phases add up to the step's wall time (what no phase
 claims is ``other``). Work that runs beside that thread (the verification children while the
 parent sets up its measurement) is reported in ``info``, not as a phase.
 """

@@ -28,9 +28,9 @@ import torch
 
 from engine.outcomes import Reason
 from engine.problem import Layout, Problem
+from engine.stats import TimingStats, summarize
 from engine.timing import physics
 from engine.timing.protocol_names import PROTOCOLS  # noqa: F401  (its old home; the names live there)
-from engine.timing.stats import TimingStats, summarize
 from engine.verify import numerics
 from engine.verify import timed_checks as tc
 

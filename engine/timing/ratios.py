@@ -135,7 +135,7 @@ def baseline_runner(baseline: str, best: Mapping[str, Any]) -> str:
 
 
 def quartiles(stats: Mapping[str, Any]) -> dict[str, dict[str, float]]:
-    """Runner → {"p25", "p75"} from a protocol's per-runner statistics (engine.timing.stats)."""
+    """Runner → {"p25", "p75"} from a protocol's per-runner statistics (engine.stats)."""
     return {
         name: {"p25": float(s["p25"]), "p75": float(s["p75"])}
         for name, s in stats.items()

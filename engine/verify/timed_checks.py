@@ -31,7 +31,7 @@ import torch
 
 from engine.outcomes import Reason
 from engine.problem import Problem
-from engine.timing.stats import quantile
+from engine.stats import quantile
 
 # Per runner and protocol: checked and probed calls planned among the protocol's first reps,
 # then each later call is sampled with SAMPLE_RATE (a kernel that turns after N calls is checked

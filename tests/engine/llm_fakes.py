@@ -6,9 +6,9 @@ import hashlib
 from collections.abc import Sequence
 from pathlib import Path
 
-from engine.campaign.executor import CompiledCandidate, Outcome
 from engine.compilation.compile import CompileResult, source_hash
 from engine.compilation.static_checks import StaticResult
+from engine.execution.executor import CompiledCandidate, Outcome
 from engine.outcomes import CandidateStatus
 from engine.problem import Layout, Problem
 

@@ -100,7 +100,7 @@ def gpu_item(alice, configs):
 @pytest.fixture
 def gpu_child(monkeypatch, configs):
     """Stands in for the GPU step's child: looks its batch up in the compile cache as
-    engine.campaign.gpu_step does (compile_configs for the GPU's arch), and keeps what it got."""
+    engine.execution.gpu_step does (compile_configs for the GPU's arch), and keeps what it got."""
     seen: list[comp.CompileResult] = []
 
     def child(problem_key, rows, *, phases=None, protocol="device"):

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from django.conf import settings
 
-from engine.campaign.executor import ReplayExecutor, ReplayTable
 from engine.campaign.loop import Campaign as EngineCampaign
 from engine.campaign.loop import CampaignSettings
+from engine.execution.executor import ReplayExecutor, ReplayTable
 from engine.outcomes import CandidateRecord
 from engine.problem import Problem as EngineProblem
 from engine.propose.mix import make_proposers

@@ -1,4 +1,4 @@
-"""The web app's GPU step child (``python -m engine.campaign.gpu_step``) runs in the candidate
+"""The web app's GPU step child (``python -m engine.execution.gpu_step``) runs in the candidate
 sandbox of engine.isolation.sandbox: the allow-listed environment (none of the worker's
 secrets), a private HOME and TMPDIR, an empty working directory, the GPU children's limits, the
 worker's GPU pinned."""
@@ -13,6 +13,7 @@ from unittest import mock
 
 import pytest
 
+from engine.execution import gpu_child
 from engine.isolation import processes, sandbox
 from engine.problem import Problem as EngineProblem
 from tests.engine.process_fakes import killed_for_memory
@@ -92,7 +93,7 @@ def test_the_gpu_step_child_gets_the_candidate_environment_and_the_gpu_sandbox(
     monkeypatch.setenv("DJANGO_SETTINGS_MODULE", "webapp.settings_test")
     monkeypatch.setenv("ENGINE_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("ENGINE_CHILD_FILE_SIZE_MB", "64")
-    monkeypatch.setattr(runner.sys, "executable", str(reporting_python(tmp_path)))
+    monkeypatch.setattr(gpu_child.sys, "executable", str(reporting_python(tmp_path)))
     row = mock.Mock(family="sm90", config={}, id=1)
     row.name = "k"
     report = runner.run_gpu_child(PROBLEM, [row])
@@ -114,7 +115,7 @@ def test_the_gpu_step_child_gets_the_candidate_environment_and_the_gpu_sandbox(
     assert env["HOME"] == env["TMPDIR"] == str(workdir / "home")
     assert env["PYTHONPATH"].split(os.pathsep)[0] == str(settings.BASE_DIR)
     assert report["engine"] == str(Path(settings.BASE_DIR) / "engine" / "__init__.py")
-    assert report["argv"][:2] == ["-m", "engine.campaign.gpu_step"]
+    assert report["argv"][:2] == ["-m", "engine.execution.gpu_step"]
     assert report["core"] == 0
     assert report["fsize"] == 64 << 20
     assert report["user_ns"] == os.readlink("/proc/self/ns/user")
@@ -123,7 +124,7 @@ def test_the_gpu_step_child_gets_the_candidate_environment_and_the_gpu_sandbox(
 def test_the_real_gpu_step_child_runs_a_replayed_batch_inside_the_sandbox(
     settings, tmp_path, spied_runs
 ):
-    """engine.campaign.gpu_step itself works from the empty working directory with the allow-listed
+    """engine.execution.gpu_step itself works from the empty working directory with the allow-listed
     environment; a relative execution log still lands in the repository's frame."""
     settings.GEMMFORGE_EXECUTOR = f"replay:{RECORDED_RUN}"
     log = tmp_path / "executions.log"
@@ -147,7 +148,7 @@ def test_a_gpu_step_stopped_by_its_sandbox_crashes_the_step_and_says_why(setting
     monkeypatch.setenv("ENGINE_CHILD_MEMORY_GB", "8")
 
     def killed(argv, **kwargs):
-        return killed_for_memory("python -m engine.campaign.gpu_step", kwargs["policy"].limits)
+        return killed_for_memory("python -m engine.execution.gpu_step", kwargs["policy"].limits)
 
     monkeypatch.setattr(runner.processes, "run", killed)
     with pytest.raises(runner.StepCrashed, match=r"memory.*resident memory 8 GiB"):

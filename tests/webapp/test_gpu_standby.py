@@ -1,5 +1,5 @@
 """The standby GPU step child: while a step runs, the worker starts the next step's child
-(``python -m engine.campaign.gpu_step --standby``), which imports torch and starts its
+(``python -m engine.execution.gpu_step --standby``), which imports torch and starts its
 verifications' fork server before its batch comes. It runs in the same sandbox as any step child;
 one that died, or was started for other settings, is replaced by a fresh child. Replayed steps (no
 GPU)."""

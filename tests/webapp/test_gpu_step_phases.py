@@ -10,7 +10,7 @@ from unittest import mock
 
 import pytest
 
-from engine.campaign.executor import ReplayTable
+from engine.execution.executor import ReplayTable
 from engine.gpu import health_probe
 from engine.isolation import processes
 from engine.problem import Problem as EngineProblem
@@ -103,7 +103,8 @@ def test_a_local_step_books_the_childs_phases_and_its_own(gpu_item, monkeypatch)
         with open(out, "w") as f:
             json.dump(data, f)
         time.sleep(0.02)  # the child exiting
-        return processes.ProcessResult("python -m engine.campaign.gpu_step", 0, "", "", 0.07, False)
+        command = "python -m engine.execution.gpu_step"
+        return processes.ProcessResult(command, 0, "", "", 0.07, False)
 
     def check(device, *, fresh=False):
         time.sleep(0.03)
@@ -139,7 +140,7 @@ def test_an_older_child_without_phases_still_gives_its_outcomes(settings):
     def child(argv, **_kwargs):
         with open(argv[argv.index("--out") + 1], "w") as f:
             f.write(json.dumps([{"name": "k", "status": "rejected"}]))
-        return processes.ProcessResult("python -m engine.campaign.gpu_step", 0, "", "", 0.1, False)
+        return processes.ProcessResult("python -m engine.execution.gpu_step", 0, "", "", 0.1, False)
 
     with mock.patch.object(runner.processes, "run", child):
         phases = runner.Phases()
@@ -150,7 +151,7 @@ def test_an_older_child_without_phases_still_gives_its_outcomes(settings):
 
 def crashing_child(argv, **_kwargs):
     return processes.ProcessResult(
-        "python -m engine.campaign.gpu_step", -11, "", "Segmentation fault", 1, False
+        "python -m engine.execution.gpu_step", -11, "", "Segmentation fault", 1, False
     )
 
 
@@ -181,7 +182,7 @@ def test_a_step_killed_on_its_timeout_is_followed_by_a_fresh_probe(gpu_item, mon
     checks = []
 
     def hung_child(argv, **_kwargs):
-        return processes.ProcessResult("python -m engine.campaign.gpu_step", -9, "", "", 1, True)
+        return processes.ProcessResult("python -m engine.execution.gpu_step", -9, "", "", 1, True)
 
     def check(device, *, fresh=False):
         checks.append(fresh)

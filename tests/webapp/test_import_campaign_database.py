@@ -113,7 +113,7 @@ def final_report(
     baselines: dict[str, float] = BASELINES,
 ) -> None:
     """The engine's --out file beside the database, with a final re-measurement of SQUARE (and
-    what cuBLASLt ran, as engine.campaign.final records it)."""
+    what cuBLASLt ran, as engine.execution.final records it)."""
     first, second = (c.name for c in library_configs(SQUARE, 2))
     seconds = {f"{b}_nn": t for b, t in baselines.items()}
     seconds |= {f"{b}_tn": t + 1e-6 for b, t in baselines.items()}  # NN is the faster layout

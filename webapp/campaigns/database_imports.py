@@ -279,7 +279,7 @@ def import_final(*, campaign: Campaign, final: Mapping[str, Any]) -> int:
 
 def torch_baseline_labels(section: Mapping[str, Any]) -> dict[str, str]:
     """``inductor_max_autotune_<layout>`` and ``tunableop_<layout>`` → what it ran (Inductor's
-    pick, TunableOp's kernels), from a final's ``torch_baselines`` (engine.campaign.final)."""
+    pick, TunableOp's kernels), from a final's ``torch_baselines`` (engine.execution.final)."""
     labels: dict[str, str] = {}
     for runner, report in (section.get("torch_baselines") or {}).items():
         if isinstance(report, Mapping) and (label := tuned_label(dict(report))):
@@ -289,7 +289,7 @@ def torch_baseline_labels(section: Mapping[str, Any]) -> dict[str, str]:
 
 def cublaslt_kernel_labels(section: Mapping[str, Any]) -> dict[str, str]:
     """``cublaslt_autotune_<layout>`` and ``cublaslt_heuristic_<layout>`` → the label of the
-    kernel it ran, from a final's ``cublaslt_kernels`` (engine.campaign.final)."""
+    kernel it ran, from a final's ``cublaslt_kernels`` (engine.execution.final)."""
     labels: dict[str, str] = {}
     for runner, pair in (section.get("cublaslt_kernels") or {}).items():
         if not isinstance(pair, Mapping) or not runner.startswith("cublaslt_autotune_"):

@@ -9,7 +9,7 @@ learns the round before's rewards (once: a retried step learns nothing twice), t
 proposers, rebuilt from the stored history, propose a batch; it is rendered and compiled and the
 candidates stored; then a GPU step (queue ``gpu.<arch>`` of the problem)
 or, when nothing is left to run, the problem's stop reason. GPU step: run the batch in a child
-process (``python -m engine.campaign.gpu_step`` in the candidate sandbox of
+process (``python -m engine.execution.gpu_step`` in the candidate sandbox of
 engine.isolation.sandbox: allow-listed environment, CUDA_VISIBLE_DEVICES pinned, the GPU children's
 limits, its process group killed on timeout; the worker never initialises CUDA), probe the GPU's
 health (engine.gpu.health_probe.check), record the outcomes through DjangoStorage and queue the next
@@ -23,9 +23,7 @@ import atexit
 import functools
 import json
 import logging
-import os
 import shlex
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -36,7 +34,6 @@ from celery.signals import worker_process_shutdown
 from django.conf import settings
 from django.db import transaction
 
-from engine.campaign.executor import Outcome, ReplayTable
 from engine.campaign.loop import compile_configs
 from engine.campaign.round import (
     DEFAULT_MIX,
@@ -48,8 +45,11 @@ from engine.campaign.round import (
     proposal_of,
 )
 from engine.config import load as load_engine_config
+from engine.execution import gpu_child
+from engine.execution.executor import Outcome, ReplayTable
+from engine.execution.gpu_child import StandbyStep
 from engine.gpu import health_probe, mps
-from engine.isolation import processes, sandbox
+from engine.isolation import processes
 from engine.outcomes import CandidateStatus
 from engine.propose.mix import PROPOSER_NAMES, make_proposers
 from engine.propose.policy import PolicyFile, policy_families, policy_path, pretrained_path
@@ -238,7 +238,7 @@ def compile_step(*, item_id: int, token: str) -> dict[str, Any]:
 
 
 def compile_batch(configs: list[Any], *, arch: str | None = None) -> dict[str, Any]:
-    """Compile failures by name (engine.campaign.executor.Outcome, classified by
+    """Compile failures by name (engine.execution.executor.Outcome, classified by
     engine.campaign.round); an empty dict when all built.
 
     With the local executor the configs are compiled with nvcc for ``arch`` (the problem's, so
@@ -315,7 +315,6 @@ def gpu_step(*, item_id: int, token: str) -> dict[str, Any]:
         if fetched.get("installed") or fetched.get("refused"):
             phases.info["artifacts"] = fetched
     if rows and executor_spec() == "local":  # before the first (standby) step child starts
-
         phases.info["mps"] = mps.ensure_for_verification(
             load_engine_config().verify_mps, gpu=settings.GEMMFORGE_GPU_DEVICE
         )
@@ -371,65 +370,34 @@ def health_check(phases: Phases, *, fresh: bool, after: Exception | None = None)
 
 
 def step_args(spec: str, problem_key: str, workdir: Path, *, protocol: str = "device") -> list[str]:
-    """engine.campaign.gpu_step's arguments for a batch in ``workdir`` (batch.json, outcomes.json),
-    timed in the campaign's reward ``protocol``."""
-    args = ["--executor", spec, "--problem", problem_key,
-            "--batch", str(workdir / "batch.json"), "--out", str(workdir / "outcomes.json"),
-            "--parent-pid", str(os.getpid()), "--protocol", protocol]  # fmt: skip
-    if spec == "local":
-        args += ["--verify-jobs", str(settings.GEMMFORGE_VERIFY_JOBS),
-                 "--device-seconds", str(settings.GEMMFORGE_DEVICE_SECONDS),
-                 "--verified-mark", str(workdir / VERIFIED_MARK)]  # fmt: skip
-    if spec.startswith("replay:"):
-        if settings.GEMMFORGE_EXECUTION_LOG:  # made absolute: the child runs in ``workdir``
-            args += ["--execution-log", str(settings.BASE_DIR / settings.GEMMFORGE_EXECUTION_LOG)]
-        args += ["--delay-ms", str(settings.GEMMFORGE_REPLAY_DELAY_MS)]
-    return args
+    """engine.execution.gpu_step's arguments for a batch in ``workdir``, with this worker's
+    settings."""
+    log = settings.GEMMFORGE_EXECUTION_LOG
+    return gpu_child.step_args(
+        spec,
+        problem_key,
+        workdir,
+        protocol=protocol,
+        verify_jobs=settings.GEMMFORGE_VERIFY_JOBS,
+        device_seconds=settings.GEMMFORGE_DEVICE_SECONDS,
+        # made absolute: the child runs in ``workdir``
+        execution_log=settings.BASE_DIR / log if log else None,
+        replay_delay_ms=settings.GEMMFORGE_REPLAY_DELAY_MS,
+    )
 
 
-VERIFIED_MARK = "verified"  # a local step creates it in its folder once its verdicts are in
+VERIFIED_MARK = gpu_child.VERIFIED_MARK
 
 
-class StandbyStep:
-    """A GPU step child started before its step (``python -m engine.campaign.gpu_step --standby``):
-    it imports torch and starts its verifications' fork server while the GPU still runs the step
-    before, in its own empty working directory and the same sandbox as any step child. With
-    ENGINE_VERIFY_WARM set (on, kernels) it forks its warm verifiers once ``warm_after`` (the
-    step before's VERIFIED_MARK) exists."""
-
-    def __init__(self, spec: str, *, warm_after: Path | None = None) -> None:
-        self.spec = spec
-        self.device = settings.GEMMFORGE_GPU_DEVICE
-        self._folder = tempfile.TemporaryDirectory(prefix="gemmforge-gpu-")
-        self.workdir = Path(self._folder.name)
-        argv = [sys.executable, "-m", "engine.campaign.gpu_step", "--standby", "--executor", spec,
-                "--parent-pid", str(os.getpid())]  # fmt: skip
-        if warm_after is not None:
-            argv += ["--warm-after", str(warm_after),
-                     "--warm-verifiers", str(settings.GEMMFORGE_VERIFY_JOBS)]  # fmt: skip
-        self.running = processes.start(
-            argv, cwd=self.workdir, env=gpu_child_env(self.workdir), policy=sandbox.gpu_policy()
-        )
-
-    def fits(self, spec: str) -> bool:
-        """Still waiting, for this executor and GPU (the settings may change in between)."""
-        return (
-            self.spec == spec
-            and self.device == settings.GEMMFORGE_GPU_DEVICE
-            and (self.running.alive())
-        )
-
-    def run(self, args: list[str], done: Callable[[], bool]) -> processes.ProcessResult:
-        return self.running.finish(
-            stdin=json.dumps(args) + "\n", timeout=settings.GPU_STEP_TIMEOUT, done=done
-        )
-
-    def discard(self) -> None:
-        self.running.discard()
-        self.cleanup()
-
-    def cleanup(self) -> None:
-        self._folder.cleanup()
+def standby_step(spec: str, *, warm_after: Path | None = None) -> StandbyStep:
+    """A standby GPU step child with this worker's GPU, verification jobs and step timeout."""
+    return StandbyStep(
+        spec,
+        device=settings.GEMMFORGE_GPU_DEVICE,
+        verify_jobs=settings.GEMMFORGE_VERIFY_JOBS,
+        timeout=settings.GPU_STEP_TIMEOUT,
+        warm_after=warm_after,
+    )
 
 
 _standby: StandbyStep | None = None  # this worker process's next step child, warming up
@@ -440,11 +408,11 @@ def standby_take(spec: str) -> StandbyStep:
     for the step after."""
     global _standby
     child, _standby = _standby, None
-    if child is not None and not child.fits(spec):
+    if child is not None and not child.fits(spec, settings.GEMMFORGE_GPU_DEVICE):
         child.discard()
         child = None
-    child = child or StandbyStep(spec)
-    _standby = StandbyStep(spec, warm_after=child.workdir / VERIFIED_MARK)
+    child = child or standby_step(spec)
+    _standby = standby_step(spec, warm_after=child.workdir / VERIFIED_MARK)
     return child
 
 
@@ -476,7 +444,7 @@ def run_gpu_child(
     phases: Phases | None = None,
     protocol: str = "device",
 ) -> list[dict[str, Any]]:
-    """The batch's outcomes from ``python -m engine.campaign.gpu_step`` in a child process (a
+    """The batch's outcomes from ``python -m engine.execution.gpu_step`` in a child process (a
     standby one when GEMMFORGE_GPU_STANDBY); ``phases`` gets the child's time breakdown, its start
     (spawn, or the batch handed over, to its first statement) and its exit."""
     spec = executor_spec()
@@ -496,14 +464,10 @@ def run_gpu_child(
         if standby is not None:
             ran = standby.run(args, done=done)
         else:
-            ran = processes.run(
-                [sys.executable, "-m", "engine.campaign.gpu_step", *args],
-                timeout=settings.GPU_STEP_TIMEOUT,
-                cwd=tmp,
-                env=gpu_child_env(tmp),
-                policy=sandbox.gpu_policy(),
-                done=done,
-            )
+            ran = gpu_child.run_fresh(
+                args, tmp, device=settings.GEMMFORGE_GPU_DEVICE,
+                timeout=settings.GPU_STEP_TIMEOUT, done=done,
+            )  # fmt: skip
         returned = time.time()
         if ran.killed_for == processes.STOPPED:  # cancelled, or the worker is shutting down
             raise LeaseLost(f"GPU step stopped: {ran.stderr[-300:]}")
@@ -543,13 +507,8 @@ def run_gpu_child(
 
 
 def gpu_child_env(workdir: Path) -> dict[str, str]:
-    """The GPU step child's environment: engine.isolation.sandbox's for an engine child
-    (allow-listed: no Django secret key, database or broker URL, API key; a private HOME and TMPDIR
-    in ``workdir``; the repository on PYTHONPATH) with the worker's GPU pinned."""
-    return {
-        **sandbox.engine_child_env(workdir),
-        "CUDA_VISIBLE_DEVICES": settings.GEMMFORGE_GPU_DEVICE,
-    }
+    """The GPU step child's environment (engine.execution.gpu_child) with this worker's GPU."""
+    return gpu_child.child_env(workdir, settings.GEMMFORGE_GPU_DEVICE)
 
 
 # -- running a step under its lease ------------------------------------------------------------

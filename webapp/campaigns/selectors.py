@@ -22,8 +22,8 @@ from django.db.models import (
 from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Cast
 
+from engine.stats import quantile
 from engine.timing.ratios import REWARD_BASELINE
-from engine.timing.stats import quantile
 from webapp.campaigns import live, ratios
 from webapp.campaigns.models import BaselineResult, Campaign, Candidate, Problem
 from webapp.workers.models import GpuEnvironment

@@ -20,11 +20,11 @@ from typing import Any
 
 from engine import abi
 from engine.campaign.storage import SqliteStorage
-from engine.codegen import get_family
+from engine.codegen import get_family, triton_blocks
 from engine.compilation import compile as compile_module
 from engine.compilation import triton_aot
 from engine.compilation.compile import BASE_FLAGS
-from engine.llm.evaluate import SourceKernel
+from engine.compilation.source_kernel import SourceKernel
 from engine.outcomes import CandidateRecord, CandidateStatus
 from engine.problem import Problem
 from engine.publish.bundle.buckets import Point, buckets
@@ -231,7 +231,7 @@ def bundled_source(source: str, archs: tuple[str, ...]) -> str:
     compiled cubin in place (engine.compilation.triton_aot.self_contained), so that the bundle
     builds with nvcc alone and runs without Triton. Builds the kernel (or takes it from the compile
     cache); raises BundleError when it does not build."""
-    if not triton_aot.is_triton_source(source):
+    if not triton_blocks.is_triton_source(source):
         return source
 
     built = compile_module.compile_source(source, archs=archs)

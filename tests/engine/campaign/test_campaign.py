@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from engine.campaign.executor import Outcome, ReplayExecutor, ReplayTable
-from engine.campaign.loop import Campaign, CampaignSettings, reward_of
+from engine.campaign.loop import Campaign, CampaignSettings
 from engine.campaign.storage import SqliteStorage
 from engine.compilation.compile import CompileResult
+from engine.execution.executor import Outcome, ReplayExecutor, ReplayTable
+from engine.execution.reward import reward_of
 from engine.outcomes import CandidateRecord
 from engine.problem import Problem
 from engine.propose.mix import make_proposers

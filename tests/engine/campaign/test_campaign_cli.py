@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from engine import cli
-from engine.campaign.executor import ReplayExecutor
 from engine.commands import optimize_command as optimize
+from engine.execution.executor import ReplayExecutor
 
 ROOT = Path(__file__).resolve().parents[3]
 RUN1 = ROOT / "bench/results/2026-12-02-h200-families/families-run1.json"

@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from engine import cli
-from engine.campaign.executor import ReplayTable
 from engine.campaign.replay_benchmark import (
     TARGET,
     default_tables,
@@ -20,6 +19,7 @@ from engine.campaign.replay_benchmark import (
     space_of,
     table_records,
 )
+from engine.execution.executor import ReplayTable
 
 ROOT = Path(__file__).resolve().parents[3]
 RUN1 = ROOT / "bench/results/2026-12-02-h200-families/families-run1.json"

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from engine.campaign.executor import Outcome, ReplayExecutor, ReplayTable
 from engine.campaign.round import (
     Round,
     RoundSettings,
@@ -16,6 +15,7 @@ from engine.campaign.round import (
     compile_failure,
 )
 from engine.compilation.compile import CompileResult
+from engine.execution.executor import Outcome, ReplayExecutor, ReplayTable
 from engine.problem import Problem
 from engine.propose.mix import make_proposers
 from engine.propose.policy import Policy, PolicyFile
@@ -184,7 +184,7 @@ def test_a_policy_file_starts_from_the_shipped_policy_when_none_is_saved(tmp_pat
 
 
 def test_the_gpu_step_child_times_in_the_campaigns_protocol(table):
-    from engine.campaign import gpu_step
+    from engine.execution import gpu_step
 
     config = table.configs_for(BIG)[0]
     batch = [{"name": config.name, "family": config.FAMILY, "knobs": config.knobs()}]

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from engine.campaign.final import kernel_id
 from engine.codegen import FAMILIES, Sm80Config, Sm90Config
 from engine.codegen.library import library
 from engine.compilation.compile import source_hash
+from engine.execution.final import kernel_id
 from engine.problem import Layout
 
 GRID64_FINALS = (

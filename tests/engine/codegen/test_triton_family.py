@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 
-from engine.codegen import FAMILIES, TritonConfig, get_family
+from engine.codegen import FAMILIES, TritonConfig, get_family, triton_blocks
 from engine.codegen.library import library
 from engine.codegen.triton import INDUCTOR_MM_CONFIGS, inductor_configs
 from engine.compilation import static_checks, triton_aot
@@ -94,8 +94,8 @@ def test_triton_configs_are_hopper_only():
 def test_the_rendered_source_embeds_the_kernel_and_its_compile_spec():
     config = TritonConfig(layout=Layout.TN, splits=4, schedule="persistent", loads="tma")
     source = config.render()
-    assert triton_aot.is_triton_source(source)
-    spec, python = triton_aot.extract(source)
+    assert triton_blocks.is_triton_source(source)
+    spec, python = triton_blocks.extract(source)
     assert spec.kernel == "hgemm"
     assert spec.num_warps == config.warps
     assert spec.constexprs["SPLITS"] == 4
@@ -120,13 +120,13 @@ def test_names_differ_in_every_knob():
 
 
 def test_a_malformed_triton_block_is_an_error_with_a_reason():
-    with pytest.raises(triton_aot.TritonSourceError, match="not closed"):
-        triton_aot.extract("/* gemmforge-triton\n{}\n---\nx = 1\n")
-    with pytest.raises(triton_aot.TritonSourceError, match="spec"):
-        triton_aot.extract("/* gemmforge-triton\nnot json\n---\nx = 1\ngemmforge-triton */")
+    with pytest.raises(triton_blocks.TritonSourceError, match="not closed"):
+        triton_blocks.extract("/* gemmforge-triton\n{}\n---\nx = 1\n")
+    with pytest.raises(triton_blocks.TritonSourceError, match="spec"):
+        triton_blocks.extract("/* gemmforge-triton\nnot json\n---\nx = 1\ngemmforge-triton */")
     spec = TritonConfig(layout=Layout.NN).spec()
-    with pytest.raises(triton_aot.TritonSourceError, match=r"\*/"):
-        triton_aot.embed(spec, "x = '*/'")
+    with pytest.raises(triton_blocks.TritonSourceError, match=r"\*/"):
+        triton_blocks.embed(spec, "x = '*/'")
 
 
 def test_the_cache_key_of_a_triton_source_names_tritons_version(monkeypatch):
@@ -249,7 +249,7 @@ def test_a_bundle_ships_the_compiled_kernel_and_builds_it_with_nvcc_alone(built,
 
     kernel, source, _result, _gated = built
     shipped = bundled_source(source, kernel.archs)
-    assert not triton_aot.is_triton_source(shipped)  # the build will not run Triton
+    assert not triton_blocks.is_triton_source(shipped)  # the build will not run Triton
     assert '#include "gemmforge_triton.h"' not in shipped
     assert "kTritonCubin" in shipped
     assert "def hgemm(" in shipped

@@ -7,7 +7,8 @@ import pytest
 from engine import abi
 from engine.campaign.loop import Campaign, CampaignSettings
 from engine.campaign.storage import SqliteStorage
-from engine.llm.evaluate import ChainEvaluator, SourceCompiler, SourceKernel
+from engine.compilation.source_kernel import SourceKernel
+from engine.llm.evaluate import ChainEvaluator, SourceCompiler
 from engine.llm.extract import NO_CODE, check_answer, extract_source
 from engine.llm.prompt import GpuFacts, KernelExample, PromptContext, build_messages
 from engine.llm.proposer import LLMProposer

@@ -423,9 +423,9 @@ def test_a_campaign_teaches_the_mirror_what_cublaslt_ran_beside_its_first_batch(
     cuBLASLt, the mirror proposes the copy of its kernel."""
     from dataclasses import replace
 
-    from engine.campaign.executor import ReplayExecutor, ReplayTable
     from engine.campaign.loop import Campaign, CampaignSettings
     from engine.campaign.storage import SqliteStorage
+    from engine.execution.executor import ReplayExecutor, ReplayTable
 
     problem = Problem.parse("4096x4096x4096", "tn")
     table = ReplayTable.load([RUN1])

@@ -84,8 +84,8 @@ def test_it_picks_the_highest_reward_kernel_per_shape_when_asked(campaign_db):
 
 def sanitizer_verdicts(db: Path, verdicts: dict[str, bool]) -> None:
     """compute-sanitizer verdicts in the campaign's finals file, as engine optimize saves them."""
-    from engine.campaign.final import SavedFinals, kernel_id
     from engine.compilation.compile import source_hash
+    from engine.execution.final import SavedFinals, kernel_id
 
     storage = SqliteStorage(db)
     records = {r.name: r for r in storage.candidates("recorded", PROBLEM.key)}

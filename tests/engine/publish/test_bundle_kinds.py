@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from engine.campaign.storage import SqliteStorage
-from engine.codegen import Sm80Config, Sm90Config
+from engine.codegen import Sm80Config, Sm90Config, triton_blocks
 from engine.codegen.triton import TritonConfig
 from engine.compilation import triton_aot
 from engine.outcomes import CandidateRecord
@@ -59,7 +59,7 @@ def test_a_triton_kernel_bundles_with_its_cubin_header_inlined(monkeypatch, tmp_
     kernel = kernel_from_record(PROBLEM, record(config))
     assert "// the compiled cubin, as bytes" in kernel.source
     assert f'#include "{triton_aot.HEADER_NAME}"' not in kernel.source
-    assert not triton_aot.is_triton_source(kernel.source)  # builds with nvcc alone
+    assert not triton_blocks.is_triton_source(kernel.source)  # builds with nvcc alone
 
 
 def test_a_triton_kernel_that_does_not_build_is_a_bundle_error(monkeypatch):

@@ -131,8 +131,8 @@ class FakeBench:
         return seconds
 
     def device(self, runners, **_kwargs):
+        from engine.stats import summarize
         from engine.timing.protocols import ProtocolResult
-        from engine.timing.stats import summarize
 
         self.device_runs += 1
         times = {r.name: [1e-4 if r.name == "algo3" else 2e-4] * 20 for r in runners}

@@ -93,7 +93,7 @@ def test_the_headline_counts_verdicts_and_names_the_worst_shape_and_the_ceiling(
 
 
 def test_a_search_outcome_keeps_the_quartiles_of_the_kernel_and_of_each_baselines_runner():
-    from engine.campaign.executor import outcome_from_record
+    from engine.execution.executor import outcome_from_record
 
     stats = {
         "k": {"median": 1.0e-4, "p25": 0.98e-4, "p75": 1.03e-4},

@@ -244,7 +244,7 @@ def test_torch_tuned_runners_come_in_every_layout_with_their_reports():
 
 
 def test_the_finals_keep_each_torch_baselines_pick_and_tuning_time_and_the_power():
-    from engine.campaign.final import final_summary
+    from engine.execution.final import final_summary
 
     device = {
         "statistic": "median",

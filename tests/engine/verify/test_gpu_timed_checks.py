@@ -122,7 +122,7 @@ def test_cublas_wrapped_and_the_reference_pass_the_timed_checks_at_an_odd_shape(
 
 
 def test_an_audit_passes_the_reference_and_retimes_it_in_a_fresh_process():
-    from engine.verify.audit import audit
+    from engine.execution.audit import audit
 
     library = built(harness_kernels.REFERENCE).library
     result = audit("reference", library, SHAPE, "asked by the test")
@@ -133,7 +133,7 @@ def test_an_audit_passes_the_reference_and_retimes_it_in_a_fresh_process():
 
 
 def test_an_audit_rejects_a_late_cheat_in_its_fresh_process():
-    from engine.verify.audit import audit
+    from engine.execution.audit import audit
 
     path = harness_kernels.TIMED / "precision_drop_after_n.cu"
     result = audit(path.stem, built(path).library, SHAPE, "asked by the test")

@@ -218,7 +218,7 @@ def test_the_childs_start_up_times_reach_the_result(tmp_path):
 
 
 def test_a_batch_reports_min_median_and_max_of_its_childrens_times():
-    from engine.campaign.executor import child_startup
+    from engine.execution.executor import child_startup
 
     verdicts = [
         VerifyResult(

@@ -1,4 +1,4 @@
-"""engine.verify.audit: which candidates are audited, the audit's steps in order, and what the
+"""engine.execution.audit: which candidates are audited, the audit's steps in order, and what the
 executor does with its verdict (test doubles stand in for the verifier, the sanitizer, the
 fresh-process re-timing and the GPU)."""
 
@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from engine.campaign.executor import CompiledCandidate, LocalGpuExecutor
+from engine.execution import audit
+from engine.execution.executor import CompiledCandidate, LocalGpuExecutor
 from engine.outcomes import CandidateStatus
 from engine.problem import Layout, Problem
 from engine.timing import measure as measure_module
-from engine.verify import audit
 from engine.verify import verifier as verify_module
 from engine.verify.verifier import VerifyResult
 

@@ -5,7 +5,7 @@ AUDIT_NEAR_FLOOR of the physical floor (engine.timing.physics), is more likely a
 missed than a better kernel ("if you beat cuDNN by >10 %, think again", VERIFY.md row 15). Before
 it can become a shape's best or enter a bundle it is verified again in full with a fresh secret
 seed (a new verifier process), run under compute-sanitizer (memcheck, racecheck, initcheck), and
-re-timed in a fresh process (engine.campaign.final.remeasure: baselines beside it, the timed
+re-timed in a fresh process (engine.execution.final.remeasure: baselines beside it, the timed
 checks on). Its time is then the fresh process's; any failure rejects it with the reason.
 """
 
@@ -80,8 +80,8 @@ def default_sanitizer(library: Path, layout: Layout) -> Any:
 
 
 def default_remeasurer(problem: Problem, libraries: dict[str, Path]) -> dict[str, Any]:
-    # engine.campaign.final imports the executor, which imports this module: import at call time
-    from engine.campaign.final import remeasure
+    # engine.execution.final imports the executor, which imports this module: import at call time
+    from engine.execution.final import remeasure
 
     return remeasure(problem, libraries, protocols=("device",), device_seconds=AUDIT_DEVICE_SECONDS)
 

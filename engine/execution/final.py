@@ -21,9 +21,9 @@ from typing import Any
 
 from engine.codegen import KernelConfig, get_family
 from engine.compilation.compile import CompileResult
+from engine.compilation.source_kernel import SourceKernel, default_builder
 from engine.config import load as load_config
 from engine.isolation import processes, sandbox
-from engine.llm.evaluate import SourceKernel, default_builder
 from engine.outcomes import CandidateRecord, CandidateStatus
 from engine.problem import Layout, Problem
 from engine.timing import cublaslt_kernels
@@ -189,7 +189,7 @@ def _remeasure_child(
                 taken += 1
 
         running = processes.start(
-            [python, "-m", "engine.campaign.final", spec, out],
+            [python, "-m", "engine.execution.final", spec, out],
             cwd=Path(workdir),
             env=sandbox.engine_child_env(Path(workdir)),
             policy=sandbox.gpu_policy(),

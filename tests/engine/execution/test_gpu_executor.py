@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.campaign.executor import CompiledCandidate, LocalGpuExecutor
+from engine.execution.executor import CompiledCandidate, LocalGpuExecutor
 from engine.isolation.forkserver import ForkServer
 from engine.outcomes import CandidateStatus
 from engine.problem import Layout, Problem

@@ -13,8 +13,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from engine.campaign.executor import CompiledCandidate, LocalGpuExecutor
-from engine.campaign.final import config_of, final_summary, top_records
+from engine.execution.executor import CompiledCandidate, LocalGpuExecutor
+from engine.execution.final import config_of, final_summary, top_records
 from engine.isolation import processes, sandbox
 from engine.outcomes import CandidateRecord, CandidateStatus
 from engine.problem import Layout, Problem
@@ -94,9 +94,9 @@ def test_the_gpu_executor_verifies_a_batch_in_parallel_and_records_each_rejectio
 
 
 def test_a_top_kernel_that_fails_the_sanitizer_cannot_be_the_final_best(monkeypatch, tmp_path):
-    from engine.campaign import final
     from engine.campaign.loop import ProblemResult
     from engine.compilation.compile import CompileResult
+    from engine.execution import final
 
     records = [record("fast", 8.0), record("middle", 9.0), record("slow", 30.0)]
     result = ProblemResult(PROBLEM, records, stopped="budget")
@@ -137,9 +137,9 @@ def test_a_top_kernel_that_fails_the_sanitizer_cannot_be_the_final_best(monkeypa
 def test_finals_cut_short_resume_without_measuring_a_shape_or_sanitizing_a_kernel_twice(
     monkeypatch, tmp_path
 ):
-    from engine.campaign import final
     from engine.campaign.loop import ProblemResult
     from engine.compilation.compile import CompileResult
+    from engine.execution import final
 
     other = Problem(2048, 2048, 2048, Layout.NN)
     results = [
@@ -191,7 +191,7 @@ def test_finals_cut_short_resume_without_measuring_a_shape_or_sanitizing_a_kerne
 
 
 def test_a_saved_final_is_not_reused_for_other_top_kernels(tmp_path):
-    from engine.campaign.final import SavedFinals
+    from engine.execution.final import SavedFinals
 
     saved = SavedFinals(tmp_path / "f.json")
     saved.add_final("k", ["a", "b"], {"protocols": {}})
@@ -240,7 +240,7 @@ def reporting_python(tmp_path: Path) -> Path:
 def test_the_remeasurement_child_gets_the_candidate_environment_and_the_gpu_sandbox(
     tmp_path, monkeypatch
 ):
-    from engine.campaign import final
+    from engine.execution import final
 
     for name, value in PARENT_SECRETS.items():
         monkeypatch.setenv(name, value)
@@ -283,7 +283,7 @@ def test_the_remeasurement_child_gets_the_candidate_environment_and_the_gpu_sand
     # engine comes from PYTHONPATH, not from the working directory
     assert env["PYTHONPATH"].split(os.pathsep)[0] == str(sandbox.REPO_ROOT)
     assert record["engine"] == str(sandbox.REPO_ROOT / "engine" / "__init__.py")
-    assert record["argv"][:2] == ["-m", "engine.campaign.final"]
+    assert record["argv"][:2] == ["-m", "engine.execution.final"]
     assert record["spec"]["jobs"] == [
         {
             "problem": [PROBLEM.m, PROBLEM.n, PROBLEM.k, PROBLEM.layout.value],
@@ -301,10 +301,10 @@ def test_the_remeasurement_child_gets_the_candidate_environment_and_the_gpu_sand
 
 
 def test_a_remeasurement_stopped_by_its_sandbox_is_an_error_that_says_why(monkeypatch):
-    from engine.campaign import final
+    from engine.execution import final
 
     def killed(argv, **kwargs):
-        result = killed_for_memory("python -m engine.campaign.final", kwargs["policy"].limits)
+        result = killed_for_memory("python -m engine.execution.final", kwargs["policy"].limits)
         return SimpleNamespace(sandbox=None, proc=None, finish=lambda **_: result)
 
     monkeypatch.setenv("ENGINE_CHILD_MEMORY_GB", "8")
@@ -316,7 +316,7 @@ def test_a_remeasurement_stopped_by_its_sandbox_is_an_error_that_says_why(monkey
 
 
 def batch_python(tmp_path: Path, body: str) -> Path:
-    """A stand-in for python -m engine.campaign.final: for each job of the spec it runs
+    """A stand-in for python -m engine.execution.final: for each job of the spec it runs
     ``body`` (m, n, k: the job's problem; out: the records file)."""
     fake = tmp_path / "python"
     fake.write_text(
@@ -334,7 +334,7 @@ def batch_python(tmp_path: Path, body: str) -> Path:
 
 
 def test_a_batch_child_that_dies_costs_only_the_problem_it_was_on(tmp_path):
-    from engine.campaign import final
+    from engine.execution import final
 
     jobs = [(Problem(m, 64, 64, Layout.NN), {"k": tmp_path / "k.so"}) for m in (64, 13, 128)]
     python = batch_python(tmp_path, "if m == 13: sys.exit(3)")
@@ -349,7 +349,7 @@ def test_a_batch_child_that_dies_costs_only_the_problem_it_was_on(tmp_path):
 
 @pytest.mark.slow
 def test_a_batch_child_that_hangs_keeps_what_it_measured_before(tmp_path):
-    from engine.campaign import final
+    from engine.execution import final
 
     jobs = [(Problem(m, 64, 64, Layout.NN), {"k": tmp_path / "k.so"}) for m in (64, 13)]
     python = batch_python(tmp_path, "if m == 13: time.sleep(60)")
@@ -364,7 +364,7 @@ def test_a_batch_child_that_hangs_keeps_what_it_measured_before(tmp_path):
 def test_each_record_reaches_the_caller_while_the_child_still_measures_the_next(tmp_path):
     """The finals print each shape as it is measured (a log once printed "0.0 s" for all but
     the first of a batch, all read at the child's exit)."""
-    from engine.campaign import final
+    from engine.execution import final
 
     jobs = [(Problem(m, 64, 64, Layout.NN), {"k": tmp_path / "k.so"}) for m in (64, 128)]
     python = batch_python(tmp_path, "if m == 128: time.sleep(2)")
@@ -388,7 +388,7 @@ def test_final_summary_keeps_what_the_child_ran_under():
 def test_the_final_remeasurement_runs_on_the_gpu_inside_its_sandbox():
     """The real child (measure() in a fresh process) works in the sandbox: CUDA, cuBLAS, the
     compile cache and the candidate library all reachable from the allow-listed environment."""
-    from engine.campaign.final import remeasure
+    from engine.execution.final import remeasure
     from engine.verify import harness_kernels
 
     built = harness_kernels.build_one(harness_kernels.REFERENCE, PROBLEM.layout)
@@ -406,7 +406,7 @@ def test_the_final_remeasurement_runs_on_the_gpu_inside_its_sandbox():
 @pytest.mark.gpu
 @pytest.mark.nvcc
 def test_one_child_re_measures_several_problems_on_the_gpu():
-    from engine.campaign.final import remeasure_batch
+    from engine.execution.final import remeasure_batch
     from engine.verify import harness_kernels
 
     built = harness_kernels.build_one(harness_kernels.REFERENCE, Layout.NN)
@@ -424,9 +424,9 @@ def test_one_child_re_measures_several_problems_on_the_gpu():
 
 
 def test_the_finals_report_each_shape_as_it_is_measured(monkeypatch, tmp_path):
-    from engine.campaign import final
     from engine.campaign.loop import ProblemResult
     from engine.compilation.compile import CompileResult
+    from engine.execution import final
 
     other = Problem(2048, 2048, 2048, Layout.NN)
     results = [
@@ -459,9 +459,9 @@ def test_the_finals_report_each_shape_as_it_is_measured(monkeypatch, tmp_path):
 def test_a_top_kernel_whose_source_changed_is_sanitized_and_measured_again(monkeypatch, tmp_path):
     """Same name, same knobs, another source (its family's template changed): the saved
     verdict and final are not its own."""
-    from engine.campaign import final
     from engine.campaign.loop import ProblemResult
     from engine.compilation.compile import CompileResult
+    from engine.execution import final
 
     results = [ProblemResult(PROBLEM, [record("a", 8.0)], stopped="budget")]
     source = ["old"]

@@ -1,4 +1,4 @@
-"""``python -m engine.campaign.gpu_step``: one GPU step (verify and time a batch), a child.
+"""``python -m engine.execution.gpu_step``: one GPU step (verify and time a batch), a child.
 
 The Celery worker never initialises CUDA itself: it runs this module through
 engine.isolation.processes.run, pinned with CUDA_VISIBLE_DEVICES and killed with its process group
@@ -36,17 +36,17 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from engine.campaign.executor import (
+from engine.codegen import get_family
+from engine.compilation import compile as compile_module
+from engine.config import VerifyWarm
+from engine.config import load as load_config
+from engine.execution.executor import (
     CompiledCandidate,
     LocalGpuExecutor,
     Outcome,
     ReplayExecutor,
     ReplayTable,
 )
-from engine.codegen import get_family
-from engine.compilation import compile as compile_module
-from engine.config import VerifyWarm
-from engine.config import load as load_config
 from engine.gpu import cuda_driver
 from engine.outcomes import CandidateStatus
 from engine.problem import Problem
@@ -62,7 +62,7 @@ if TYPE_CHECKING:
 PARENT_DIED = 3
 WARM_POLL_S = 0.02  # how often a standby child looks for the step before's --verified-mark
 # what a local step imports, imported by a standby child before its step (none initialises CUDA)
-STANDBY_IMPORTS = ("torch", "engine.campaign.executor", "engine.timing.measure")
+STANDBY_IMPORTS = ("torch", "engine.execution.executor", "engine.timing.measure")
 
 
 def exit_if_orphaned(parent: int) -> None:
@@ -100,7 +100,7 @@ def run_batch(
     verified_mark: Path | None = None,
     protocol: str = "device",
 ) -> list[dict]:
-    """The batch's outcomes (dicts of engine.campaign.executor.Outcome), timed in ``protocol``
+    """The batch's outcomes (dicts of engine.execution.executor.Outcome), timed in ``protocol``
     (the campaign's reward protocol); ``phases`` gets where
     the time went (engine.timing.phases); ``fork_server``: one started for the verifications (else
     engine.verify.verifier's choice); ``warmed``: what a standby child prepared for them;
@@ -269,7 +269,9 @@ def main(
 ) -> int:
     started_at = time.time()  # after this module's imports: the worker books what came before
     clock = time.perf_counter()
-    parser = argparse.ArgumentParser(prog="python -m engine.campaign.gpu_step", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m engine.execution.gpu_step", description=__doc__
+    )
     parser.add_argument("--executor", required=True, help="local, or replay:<recorded json>")
     parser.add_argument("--problem", help="problem key, e.g. 4096x4096x4096_tn")
     parser.add_argument("--batch", type=Path, help="JSON list of candidates")

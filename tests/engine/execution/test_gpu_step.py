@@ -1,4 +1,4 @@
-"""engine.campaign.gpu_step's local path: the executor gets its tuning, and the compile cache is
+"""engine.execution.gpu_step's local path: the executor gets its tuning, and the compile cache is
 asked for the GPU's own arch (the keys the compile step and carried kernels use); the verification
 children start before the step imports torch; the step reports where its time went; a standby child
 prepares (imports, fork server) before it reads its step."""
@@ -18,10 +18,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from engine.campaign import executor as executor_module
-from engine.campaign import gpu_step
 from engine.codegen.library import library
 from engine.compilation import compile as compile_module
+from engine.execution import executor as executor_module
+from engine.execution import gpu_step
 from engine.gpu import cuda_driver
 from engine.problem import Layout, Problem
 from engine.verify import verifier as verify_module
@@ -78,7 +78,7 @@ def test_verification_children_start_before_the_step_imports_torch(tmp_path):
         import json, sys
         from types import SimpleNamespace
         from engine.compilation import compile as compile_module
-        from engine.campaign import gpu_step
+        from engine.execution import gpu_step
         from engine.gpu import cuda_driver
         from engine.verify import verifier as verify_module
         from engine.codegen.library import library
@@ -119,7 +119,7 @@ def test_verification_children_start_before_the_step_imports_torch(tmp_path):
 
 def test_the_step_child_reports_its_phases_with_its_outcomes(tmp_path):
     batch_file, out = tmp_path / "batch.json", tmp_path / "out.json"
-    from engine.campaign.executor import ReplayTable
+    from engine.execution.executor import ReplayTable
 
     table = ReplayTable.load([RECORDED_RUN])
     problem = table.problems()[0]

@@ -1,4 +1,4 @@
-"""engine.timing.stats: quantiles, summaries, the standard error of the median and the stopping
+"""engine.stats: quantiles, summaries, the standard error of the median and the stopping
 rule."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import random
 import numpy as np
 import pytest
 
-from engine.timing.stats import (
+from engine.stats import (
     TimingStats,
     converged,
     quantile,

@@ -19,15 +19,15 @@ from typing import TYPE_CHECKING, Any, Protocol
 from engine.codegen import KernelConfig, get_family
 from engine.config import VerifyWarm
 from engine.config import load as load_engine_config
+from engine.execution import audit as audit_module
+from engine.execution.audit import audit_trigger
 from engine.gpu import cuda_driver, mps
 from engine.outcomes import CandidateStatus, Reason
 from engine.problem import Problem
 from engine.timing import cublaslt_kernels
 from engine.timing.phases import Phases
 from engine.timing.ratios import baseline_runner, quartiles
-from engine.verify import audit as audit_module
 from engine.verify import verifier as verify_module
-from engine.verify.audit import audit_trigger
 
 if TYPE_CHECKING:
     from engine.gpu.runtime import BaselineLibrary
@@ -98,8 +98,8 @@ class LocalGpuExecutor:
     ``after_verification`` runs once a batch's verdicts are in, before its timing. By default,
     with ENGINE_VERIFY_WARM set (on, kernels), it forks the next batch's warm verifiers
     (engine.verify.verifier.WarmPool) so that they create their contexts while this batch is timed;
-    a caller that verifies the next batch in another process (engine.campaign.gpu_step) signals that
-    process instead. ``shim``: the cuBLAS shim loaded already, else loaded on first use."""
+    a caller that verifies the next batch in another process (engine.execution.gpu_step) signals
+    that process instead. ``shim``: the cuBLAS shim loaded already, else loaded on first use."""
 
     needs_libraries = True
 
@@ -117,7 +117,7 @@ class LocalGpuExecutor:
         shim: BaselineLibrary | None = None,
         auditor: Callable[..., Any] | None = None,
     ) -> None:
-        # suspiciously fast candidates are audited before their time counts (engine.verify.audit)
+        # suspiciously fast candidates are audited before their time counts (engine.execution.audit)
         self.auditor = auditor or audit_module.audit
         self.device_seconds = device_seconds
         self.protocols = tuple(protocols)
@@ -153,7 +153,7 @@ class LocalGpuExecutor:
         verdict, as the heat-up the timing needs (so the timing starts without one).
 
         ``verifications``: an engine.verify.verifier.Verifications for this batch already started by
-        the caller (engine.campaign.gpu_step starts them before it imports torch). ``phases`` gets
+        the caller (engine.execution.gpu_step starts them before it imports torch). ``phases`` gets
         the time breakdown (engine.timing.phases)."""
         # measure imports torch: loaded here, by a step that times, after its verifiers started
         from engine.timing import measure as measure_module
@@ -252,7 +252,7 @@ class LocalGpuExecutor:
         record: Mapping[str, Any],
         phases: Phases,
     ) -> Outcome:
-        """``outcome``, or, for a candidate the audit rule picks (engine.verify.audit), what its
+        """``outcome``, or, for a candidate the audit rule picks (engine.execution.audit), what its
         audit says: rejected with the failing step's reason, or its time in the audit's fresh
         process."""
 

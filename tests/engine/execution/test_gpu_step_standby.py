@@ -40,7 +40,8 @@ def test_a_standby_step_child_verifies_and_times_its_batch(tmp_path: Path, warm:
         json.dumps([{"name": c.name, "family": c.FAMILY, "knobs": c.knobs()} for c in configs])
     )
     env = {**sandbox.engine_child_env(tmp_path), "CUDA_VISIBLE_DEVICES": "0"}
-    command = [sys.executable, "-m", "engine.campaign.gpu_step", "--standby", "--executor", "local"]
+    command = [sys.executable, "-m", "engine.execution.gpu_step", "--standby"]
+    command += ["--executor", "local"]
     if warm:  # the step before is verified already: its mark exists
         env["ENGINE_VERIFY_WARM"] = "on"
         (tmp_path / "verified-before").touch()
