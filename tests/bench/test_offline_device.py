@@ -1,0 +1,117 @@
+"""bench/offline_device.py's CPU parts: its arguments, the kernels it picks, and the speedups,
+host times and table it makes from the protocols' results (made-up records stand in for the
+GPU's)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.bench_scripts import load
+
+offline_device = load("offline_device")
+BASELINE = offline_device.BASELINE
+SM90_LARGE, SM90_SMALL = offline_device.KERNELS["sm90"]
+SM80_LARGE, SM80_SPLIT = offline_device.KERNELS["sm80"]
+
+
+def stats(median: float, mean: float | None = None) -> dict[str, float]:
+    return {"median": median, "mean": median if mean is None else mean}
+
+
+def offline_run(kernel_s: float, lt_s: float, kernel_launch: float, lt_launch: float) -> dict:
+    return {
+        "stats": {"sm90": stats(kernel_s, kernel_s + 2e-6), BASELINE: stats(lt_s, lt_s + 1e-6)},
+        "event_s": {"sm90": kernel_s - 4e-6, BASELINE: lt_s - 4e-6},
+        "launch_host_s": {"sm90": kernel_launch, BASELINE: lt_launch},
+        "rejections": {},
+    }
+
+
+def raw_condition(*, reinit_s: float) -> dict:
+    """A condition in which the sm90 kernel's launch costs ``reinit_s`` more than cuBLASLt's."""
+    return {
+        "device": {"stats": {"sm90": stats(55e-6), BASELINE: stats(54e-6)}, "rejections": {}},
+        "offline": [
+            offline_run(70e-6 + reinit_s, 69e-6, 5e-6 + reinit_s, 5e-6),
+            offline_run(71e-6 + reinit_s, 69e-6, 5e-6 + reinit_s, 5e-6),
+        ],
+        "host_overhead": {
+            "rotating": {"sm90": 5e-6 + reinit_s, BASELINE: 5e-6},
+            "same_buffers": {"sm90": 5e-6, BASELINE: 5e-6},
+        },
+        "power": {"device": {"sm_clock_mhz": {"mean": 1755.0}}, "offline": {}},
+    }
+
+
+def shape_record(problem: str = "2048x2048x4096_nn") -> dict:
+    return {
+        "problem": problem,
+        "kernels": {"sm90": SM90_LARGE},
+        "conditions": {
+            "checks": offline_device.condition_summary(raw_condition(reinit_s=8e-6), ["sm90"]),
+            "no_checks": offline_device.condition_summary(raw_condition(reinit_s=0.0), ["sm90"]),
+        },
+    }
+
+
+def test_the_default_shapes_include_the_mid_size_and_long_k_ones():
+    args = offline_device.parse_args([])
+    keys = [p.key for p in args.problems]
+    assert "2048x2048x4096_nn" in keys  # M·N·K = 2^34
+    assert "512x256x8192_nn" in keys
+    assert args.offline_iterations == 200
+
+
+def test_it_rejects_too_few_offline_iterations_and_an_empty_shape_list(capsys):
+    with pytest.raises(SystemExit):
+        offline_device.parse_args(["--offline-iterations", "10"])
+    with pytest.raises(SystemExit):
+        offline_device.parse_args(["--shapes", " , "])
+    assert "at least 20" in capsys.readouterr().err
+
+
+def test_it_takes_the_large_tiles_where_they_fill_the_gpu_and_the_small_ones_elsewhere():
+    valid = dict.fromkeys([SM90_LARGE, SM90_SMALL, SM80_LARGE, SM80_SPLIT], True)
+    args = offline_device.parse_args(["--shapes", "2048x2048x4096,512x256x8192"])
+    mid, long_k = args.problems
+    assert offline_device.kernel_names(mid, valid) == {"sm90": SM90_LARGE, "sm80": SM80_LARGE}
+    assert offline_device.kernel_names(long_k, valid) == {"sm90": SM90_SMALL, "sm80": SM80_SPLIT}
+    only = {SM90_LARGE: True}
+    assert offline_device.kernel_names(long_k, only) == {"sm90": SM90_LARGE}
+
+
+def test_a_costlier_launch_lowers_the_offline_speedup_and_not_the_device_one():
+    checks = shape_record()["conditions"]["checks"]["sm90"]
+    plain = shape_record()["conditions"]["no_checks"]["sm90"]
+    assert checks["device"] == plain["device"] == pytest.approx(54 / 55)
+    assert checks["offline_median"][0] == pytest.approx(69 / 78)
+    assert plain["offline_median"][0] == pytest.approx(69 / 70)
+    assert checks["offline_mean"][0] == pytest.approx(70 / 80)  # the means, 1 and 2 µs above
+    assert checks["kernel_launch_offline_us"] == pytest.approx(13.0)
+    assert checks["cublaslt_launch_offline_us"] == pytest.approx(5.0)
+    assert checks["kernel_probe_rotating_us"] == pytest.approx(13.0)
+    assert checks["kernel_probe_same_us"] == pytest.approx(5.0)
+    assert checks["rejected"] == []
+
+
+def test_the_table_has_a_row_per_kernel_and_condition_and_marks_rejections():
+    record = shape_record()
+    record["conditions"]["checks"]["sm90"]["rejected"] = ["sm90"]
+    text = offline_device.table([record])
+    rows = [line for line in text.splitlines() if line.startswith("| 2048x2048x4096_nn")]
+    assert len(rows) == 2
+    assert "REJECTED sm90" in rows[0]
+    assert "| on |" in rows[0]
+    assert "| off |" in rows[1]
+    assert "REJECTED" not in rows[1]
+    assert "13.0 / 5.0" in rows[0]  # launch µs, kernel / cuBLASLt
+    assert "1755 / –" in rows[0]  # SM clock: NVML read in the device run only
+    header, rule = text.splitlines()[:2]
+    assert header.count("|") == rule.count("|")
+
+
+def test_geomeans_are_per_family_and_condition():
+    geo = offline_device.geomeans([shape_record(), shape_record("1024x1024x1024_nn")])
+    assert geo["sm90_checks"]["device"] == pytest.approx(54 / 55)
+    assert geo["sm90_checks"]["offline"] == pytest.approx(70 / 80)
+    assert geo["sm80_checks"] == {"device": None, "offline": None}
