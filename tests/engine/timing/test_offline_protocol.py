@@ -243,3 +243,20 @@ def test_the_server_protocol_idles_before_the_start_event(trace, cuda):
     for name, stats in result.stats.items():
         assert stats.maximum < 1e-3  # the idle gap is never inside the timed interval
         assert result.extra["event_s"][name] == pytest.approx(stats.median)
+
+
+@pytest.mark.gpu
+def test_on_the_gpu_the_offline_time_splits_into_the_launch_and_the_event_time():
+    from engine.timing.baselines import torch_runner
+
+    problem = Problem(512, 512, 512, Layout.NN)
+    bench = Bench(problem, seed=3)
+    on_gpu = [torch_runner(problem, Layout.NN), torch_runner(problem, Layout.TN)]
+    result = bench.offline(on_gpu, iterations=40)
+    for name, wall in result.stats.items():
+        assert 0 < result.extra["launch_host_s"][name] < wall.median
+        # the start event is taken on the idle stream just before t0; the wall adds the sync
+        assert 0 < result.extra["event_s"][name] < wall.median + 5e-6
+    overhead = bench.host_overhead(on_gpu, calls=10)
+    assert set(overhead["rotating"]) == set(overhead["same_buffers"]) == {r.name for r in on_gpu}
+    assert all(0 < s < 1e-3 for s in overhead["rotating"].values())
