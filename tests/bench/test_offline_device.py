@@ -4,6 +4,8 @@ GPU's)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from tests.bench_scripts import load
@@ -115,3 +117,43 @@ def test_geomeans_are_per_family_and_condition():
     assert geo["sm90_checks"]["device"] == pytest.approx(54 / 55)
     assert geo["sm90_checks"]["offline"] == pytest.approx(70 / 80)
     assert geo["sm80_checks"] == {"device": None, "offline": None}
+
+
+def test_a_run_writes_the_json_and_the_table_and_alternates_the_order(tmp_path, monkeypatch):
+    """main() with the GPU parts replaced: the kernels, the shim and each condition's timing."""
+    import engine.gpu.environment as environment
+    import engine.timing.measure as measure
+
+    class Shim:
+        cublaslt_version = 130100
+
+    class Environment:
+        def to_dict(self) -> dict:
+            return {"gpu_name": "NVIDIA H100 80GB HBM3"}
+
+    measured = []
+
+    def fake_condition(problem, kernels, libraries, shim, *, checks, args, cache):
+        measured.append((problem.key, checks))
+        return raw_condition(reinit_s=8e-6 if checks else 0.0)
+
+    chosen = {"2048x2048x4096_nn": {"sm90": SM90_LARGE}, "512x256x8192_nn": {"sm90": SM90_SMALL}}
+    libraries = {SM90_LARGE: tmp_path / "a.so", SM90_SMALL: tmp_path / "b.so"}
+    monkeypatch.setattr(offline_device, "build_kernels", lambda problems: (chosen, libraries))
+    monkeypatch.setattr(offline_device, "measure_condition", fake_condition)
+    monkeypatch.setattr(measure, "load_shim", lambda config: Shim())
+    monkeypatch.setattr(environment, "collect", lambda cublaslt_version: Environment())
+    shapes = "2048x2048x4096,512x256x8192"
+    assert offline_device.main(["--shapes", shapes, "--out", str(tmp_path)]) == 0
+    assert measured == [
+        ("2048x2048x4096_nn", True),
+        ("2048x2048x4096_nn", False),
+        ("512x256x8192_nn", False),
+        ("512x256x8192_nn", True),
+    ]
+    out = json.loads((tmp_path / "offline_device.json").read_text())
+    assert [s["problem"] for s in out["shapes"]] == ["2048x2048x4096_nn", "512x256x8192_nn"]
+    assert out["geomeans"]["sm90_no_checks"]["offline"] == pytest.approx(70 / 72)  # means
+    assert out["skipped"] == []
+    table = (tmp_path / "offline_device.txt").read_text()
+    assert table.count("| sm90 `") == 4
