@@ -108,9 +108,14 @@ if [[ $stage == timed ]]; then  # the timed checks' cost, baselines with and wit
     || status=1
 fi
 if [[ $stage == offline ]]; then  # offline vs device protocol, with and without the checks
-  # (NOTES §25): carry the four kernels as .carry/kernels-offline.tar.xz or they build here
+  # (NOTES §25): carry the four kernels as .carry/kernels-offline.tar.xz or they build here;
+  # nvidia-smi's clocks every 200 ms beside NVML's (which needs pynvml)
+  nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu \
+    --format=csv -lms 200 >"$OUT/offline_smi.csv" 2>&1 &
+  smi=$!
   python3 bench/offline_device.py --out "$OUT" "$@" 2>&1 | tee "$OUT/offline_device.log" \
     | tail -30 || status=1
+  kill $smi 2>/dev/null
 fi
 if [[ $stage == clock || $stage == all ]]; then  # device protocol vs bursts, clocks
   python3 bench/clock_probe.py --out "$OUT" 2>&1 | tee "$OUT/clock_probe.log" | tail -30 || status=1
