@@ -20,6 +20,7 @@ offline_device.txt (the table, also printed) under --out.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import math
 import statistics
@@ -209,6 +210,46 @@ def first_offline(row: dict[str, Any]) -> float | None:
 # -- the GPU part ---------------------------------------------------------------------------
 
 
+# cuda.h's enumerations for one fp16 operand tile as the sm90 kernels' TMA loads it
+TMA_FLOAT16, TMA_SWIZZLE_128B, TMA_L2_PROMOTION_128B = 6, 3, 2
+
+
+def tma_descriptor_costs(lib: Any, address: int, rows: int, cols: int, calls: int = 1000) -> dict:
+    """Host seconds per call of what an sm90 launcher's re-initialisation does three times
+    (one TMA descriptor encoded for A, B and D: ``cuTensorMapEncodeTiled``) and of what could
+    stand in for it (``cuTensorMapReplaceAddress``: only the address changes), for a row-major
+    fp16 ``rows``×``cols`` matrix at ``address`` in 64×128 boxes; a failed call is recorded."""
+    storage = ctypes.create_string_buffer(128 + 64)
+    descriptor = ctypes.c_void_p((ctypes.addressof(storage) + 63) & ~63)  # 64-byte aligned
+    dims = (ctypes.c_uint64 * 2)(cols, rows)
+    strides = (ctypes.c_uint64 * 1)(cols * 2)
+    box = (ctypes.c_uint32 * 2)(64, 128)
+    steps = (ctypes.c_uint32 * 2)(1, 1)
+
+    def encode() -> int:
+        return lib.cuTensorMapEncodeTiled(
+            descriptor, ctypes.c_int(TMA_FLOAT16), ctypes.c_uint32(2), ctypes.c_void_p(address),
+            dims, strides, box, steps, ctypes.c_int(0), ctypes.c_int(TMA_SWIZZLE_128B),
+            ctypes.c_int(TMA_L2_PROMOTION_128B), ctypes.c_int(0),
+        )  # fmt: skip
+
+    def replace() -> int:
+        return lib.cuTensorMapReplaceAddress(descriptor, ctypes.c_void_p(address))
+
+    out: dict[str, Any] = {}
+    for key, call in (("encode_s", encode), ("replace_s", replace)):
+        status = call()
+        if status != 0:
+            out[key] = None
+            out.setdefault("errors", {})[key] = f"CUresult {status}"
+            continue
+        started = time.perf_counter()
+        for _ in range(calls):
+            call()
+        out[key] = (time.perf_counter() - started) / calls
+    return out
+
+
 def build_kernels(problems: Sequence[Problem]) -> tuple[dict[str, dict[str, str]], dict]:
     """The kernels of each problem ({problem key: {family: name}}) and their libraries
     ({name: path}), compiled now unless the cache (carried: bench/device/pack_kernels.sh) has
@@ -285,6 +326,18 @@ def measure_condition(problem, kernels, libraries, shim, *, checks: bool, args, 
     return raw
 
 
+def descriptor_costs() -> dict[str, Any]:
+    """:func:`tma_descriptor_costs` on this GPU's driver, for a 4096×4096 operand."""
+    import torch
+
+    try:
+        lib = ctypes.CDLL("libcuda.so.1")
+    except OSError as exc:
+        return {"errors": {"libcuda": str(exc)}}
+    operand = torch.empty(4096, 4096, dtype=torch.float16, device="cuda")
+    return tma_descriptor_costs(lib, operand.data_ptr(), 4096, 4096)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     started = time.monotonic()
@@ -297,6 +350,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     log(f"kernels ready ({len(libraries)}) after {time.monotonic() - started:.0f} s")
     shim = load_shim(load_config())
     environment = collect(cublaslt_version=shim.cublaslt_version).to_dict()
+    tma = descriptor_costs()
+    log(f"TMA descriptor per call: {tma}")
     cache = args.out / "cublaslt_autotune.json"
     shapes: list[dict[str, Any]] = []
     skipped = []
@@ -335,6 +390,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "seconds": round(time.monotonic() - started, 1),
         "args": {k: v for k, v in vars(args).items() if k not in ("out", "problems")},
         "environment": environment,
+        "tma_descriptor": tma,
         "skipped": skipped,
         "geomeans": geomeans(shapes),
         "shapes": shapes,

@@ -143,6 +143,7 @@ def test_a_run_writes_the_json_and_the_table_and_alternates_the_order(tmp_path, 
     monkeypatch.setattr(offline_device, "measure_condition", fake_condition)
     monkeypatch.setattr(measure, "load_shim", lambda config: Shim())
     monkeypatch.setattr(environment, "collect", lambda cublaslt_version: Environment())
+    monkeypatch.setattr(offline_device, "descriptor_costs", lambda: {"encode_s": 1e-6})
     shapes = "2048x2048x4096,512x256x8192"
     assert offline_device.main(["--shapes", shapes, "--out", str(tmp_path)]) == 0
     assert measured == [
@@ -155,5 +156,44 @@ def test_a_run_writes_the_json_and_the_table_and_alternates_the_order(tmp_path, 
     assert [s["problem"] for s in out["shapes"]] == ["2048x2048x4096_nn", "512x256x8192_nn"]
     assert out["geomeans"]["sm90_no_checks"]["offline"] == pytest.approx(70 / 72)  # means
     assert out["skipped"] == []
+    assert out["tma_descriptor"] == {"encode_s": 1e-6}
     table = (tmp_path / "offline_device.txt").read_text()
     assert table.count("| sm90 `") == 4
+
+
+class FakeDriver:
+    """libcuda's two tensor-map calls: each returns ``status`` and keeps what it was given."""
+
+    def __init__(self, status: int = 0) -> None:
+        self.status = status
+        self.encoded: list[tuple] = []
+        self.replaced = 0
+
+    def cuTensorMapEncodeTiled(self, *args) -> int:
+        self.encoded.append(args)
+        return self.status
+
+    def cuTensorMapReplaceAddress(self, descriptor, address) -> int:
+        self.replaced += 1
+        return 0
+
+
+def test_the_tma_descriptor_costs_time_each_call_on_an_aligned_descriptor():
+    driver = FakeDriver()
+    costs = offline_device.tma_descriptor_costs(driver, 0x7F0000000000, 4096, 2048, calls=10)
+    assert costs["encode_s"] >= 0
+    assert costs["replace_s"] >= 0
+    assert len(driver.encoded) == driver.replaced == 11  # one to check it works, then 10 timed
+    descriptor, dtype, rank, address, dims, strides, box = driver.encoded[0][:7]
+    assert descriptor.value % 64 == 0
+    assert (dtype.value, rank.value, address.value) == (6, 2, 0x7F0000000000)
+    assert list(dims) == [2048, 4096]  # the contiguous dimension first
+    assert list(strides) == [2048 * 2]
+    assert list(box) == [64, 128]
+
+
+def test_a_failing_tma_call_is_recorded_not_raised():
+    costs = offline_device.tma_descriptor_costs(FakeDriver(status=1), 0x1000, 64, 64, calls=5)
+    assert costs["encode_s"] is None
+    assert costs["errors"] == {"encode_s": "CUresult 1"}
+    assert costs["replace_s"] >= 0
