@@ -320,9 +320,9 @@ def measure_condition(problem, kernels, libraries, shim, *, checks: bool, args, 
         for _ in range(2)
     ]
     for result in [raw["device"], *raw["offline"]]:
-        checks = result.pop("timed_checks", None)  # with the records of every sampled call
-        if checks is not None:
-            result["checks_cost"] = checks["cost"]
+        timed = result.pop("timed_checks", None)  # with the records of every sampled call
+        if timed is not None:
+            result["checks_cost"] = timed["cost"]
     return raw
 
 
