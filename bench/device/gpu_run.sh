@@ -4,7 +4,7 @@
 #   usage (on the device): bash bench/device/gpu_run.sh
 #     [tests|bench|clock|all|checks|families|campaign|library|smoke|library2|library3|resume|
 #      stack|bundle|grid64|profile|splitk|raster|reduction|tiles|cublaslt|interference|warm|
-#      baselines|timed|triton|fresh]
+#      baselines|timed|triton|fresh|offline]
 #   [extra args]
 set -uo pipefail  # pipefail: a pipeline's status is its first failing command's
 stage=${1:-all}; shift || true
@@ -15,7 +15,7 @@ if ls .whl/*.whl >/dev/null 2>&1; then
   export PYTHONPATH=/tmp/site
 fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
-if [[ $stage == library* || $stage =~ ^(smoke|checks|stack|bundle|resume|grid64|profile|splitk|raster|reduction|tiles|cublaslt|interference|warm|triton|fresh)$ ]]; then
+if [[ $stage == library* || $stage =~ ^(smoke|checks|stack|bundle|resume|grid64|profile|splitk|raster|reduction|tiles|cublaslt|interference|warm|triton|fresh|offline)$ ]]; then
   # inside the checkout (ignored): kept between calls while the lent machine stays warm
   export ENGINE_CACHE_DIR=$PWD/.cache/device
   mkdir -p "$ENGINE_CACHE_DIR/kernels"
@@ -106,6 +106,16 @@ fi
 if [[ $stage == timed ]]; then  # the timed checks' cost, baselines with and without them
   python3 bench/timed_checks.py --out "$OUT" "$@" 2>&1 | tee "$OUT/timed_checks.log" | tail -40 \
     || status=1
+fi
+if [[ $stage == offline ]]; then  # offline vs device protocol, with and without the checks
+  # (NOTES §25): carry the four kernels as .carry/kernels-offline.tar.xz or they build here;
+  # nvidia-smi's clocks every 200 ms beside NVML's (which needs pynvml)
+  nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu \
+    --format=csv -lms 200 >"$OUT/offline_smi.csv" 2>&1 &
+  smi=$!
+  python3 bench/offline_device.py --out "$OUT" "$@" 2>&1 | tee "$OUT/offline_device.log" \
+    | tail -30 || status=1
+  kill $smi 2>/dev/null
 fi
 if [[ $stage == clock || $stage == all ]]; then  # device protocol vs bursts, clocks
   python3 bench/clock_probe.py --out "$OUT" 2>&1 | tee "$OUT/clock_probe.log" | tail -30 || status=1

@@ -181,9 +181,13 @@ class Session:
             },
             "environment": self.environment.to_dict(),
             "autotune": self.autotune_reports,
-            "host_overhead_s": bench.host_overhead(runners) if probe_overhead else {},
             "protocols": {},
         }
+        overhead = bench.host_overhead(runners) if probe_overhead else {}
+        # what the timed calls pay (they rotate the operand sets); beside it, with the buffers
+        # repeated (engine.timing.protocols.Bench.host_overhead)
+        record["host_overhead_s"] = overhead.get("rotating", {})
+        record["host_overhead_same_buffers_s"] = overhead.get("same_buffers", {})
         record["host_overhead_s"]["ctypes_noop"] = noop_overhead(self.shim)
         # after the host-overhead probe (which idles the GPU): every timed run then starts from
         # the same sustained-load state; measured, a run right after idling was 4-8 % faster.

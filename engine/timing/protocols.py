@@ -4,7 +4,9 @@ Protocols:
   device   CUDA events around each call, L2 flushed before each call, repetitions until the
            median is known to ``target_rel_se`` (or the time budget ends); median and quantiles.
   offline  CUDA-L2's offline mode: fresh inputs each iteration, host wall clock between device
-           syncs around each call; mean TFLOP/s.
+           syncs around each call; mean TFLOP/s. Beside it, per runner, where that time goes:
+           the call's own host time until it returns (``launch_host_s``) and CUDA-L2's event
+           time, a start event recorded on the idle stream before the call (``event_s``).
   server   offline with exponential idle gaps between iterations (Poisson arrivals at ``qps``).
   graph    per-call time from CUDA-graph replay of ``calls_per_graph`` back-to-back calls.
 
@@ -109,6 +111,31 @@ class Runner:
         status = self.launch(ops, stream.cuda_stream)
         if status != 0:
             raise RunnerError(f"{self.name} returned status {status}")
+
+
+@dataclass(frozen=True)
+class OfflineCall:
+    """One host-timed call of the offline protocol, seconds: ``wall`` from just before the call
+    to the device sync after it (the protocol's time); ``launch_host``, until the call returned;
+    ``event``, from a start event recorded on the idle stream before the call to an end event
+    after it (CUDA-L2's own measure: the launch's host work and the GPU's)."""
+
+    wall: float
+    launch_host: float
+    event: float
+
+
+def offline_breakdown(calls: dict[str, list[OfflineCall]]) -> dict[str, Any]:
+    """Per runner, the median launch host time and the median and mean event time (seconds)."""
+    out: dict[str, dict[str, float]] = {"launch_host_s": {}, "event_s": {}, "event_mean_s": {}}
+    for name, records in calls.items():
+        if not records:
+            continue
+        out["launch_host_s"][name] = summarize([c.launch_host for c in records]).median
+        events = summarize([c.event for c in records])
+        out["event_s"][name] = events.median
+        out["event_mean_s"][name] = events.mean
+    return out
 
 
 @dataclass
@@ -476,7 +503,7 @@ class Bench:
 
         With ``qps``, exponential idle gaps precede each call (the paper's server mode).
         """
-        samples: dict[str, list[float]] = {r.name: [] for r in runners}
+        calls: dict[str, list[OfflineCall]] = {r.name: [] for r in runners}
         log = self.new_log(runners)
         sampler = self.sampler(runners, iterations)
         started = time.monotonic()
@@ -494,17 +521,12 @@ class Bench:
                     else:
                         ops = self.operand_sets[0]
                         ops.refresh(self.gen)
-                    torch.cuda.synchronize()
-                    if qps:
-                        time.sleep(self.rng.expovariate(qps))
-                    t0 = time.perf_counter()
-                    runner(ops, self.stream)
-                    torch.cuda.synchronize()
-                    samples[runner.name].append(time.perf_counter() - t0)
+                    calls[runner.name].append(self.offline_call(runner, ops, qps))
                 # a runner whose calls so far were all sampled has no time yet: one more round
-                if time.monotonic() - started > max_seconds and all(samples.values()):
+                if time.monotonic() - started > max_seconds and all(calls.values()):
                     break
         self.idled()
+        samples = {name: [c.wall for c in values] for name, values in calls.items()}
         stats = {name: summarize(values) for name, values in samples.items()}
         # CUDA-L2 reports the mean of per-iteration TFLOP/s
         mean_tflops = {
@@ -512,8 +534,32 @@ class Bench:
             for name, values in samples.items()
         }
         protocol = "server" if qps else "offline"
-        extra = {"mean_tflops": mean_tflops, "qps": qps, **self._checks_extra(log)}
+        extra = {
+            "mean_tflops": mean_tflops,
+            "qps": qps,
+            **offline_breakdown(calls),
+            **self._checks_extra(log),
+        }
         return ProtocolResult(protocol, stats, extra)
+
+    def offline_call(self, runner: Runner, ops: Operands, qps: float | None) -> OfflineCall:
+        """One host-timed call: the device idle (synchronised), then ``t0``, the call, its end
+        event, a device sync. Everything the protocol does per call happens outside the interval
+        and alike for every runner; inside it only the runner's own call (its host work included:
+        what a launcher does on new buffers is part of its time) and the end event's record."""
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize()
+        if qps:
+            time.sleep(self.rng.expovariate(qps))
+        start.record(self.stream)
+        t0 = time.perf_counter()
+        runner(ops, self.stream)
+        returned = time.perf_counter()
+        end.record(self.stream)
+        torch.cuda.synchronize()
+        wall = time.perf_counter() - t0
+        return OfflineCall(wall, returned - t0, start.elapsed_time(end) * 1e-3)
 
     def graph(
         self, runners: Sequence[Runner], *, calls_per_graph: int = 10, replays: int = 20
@@ -615,17 +661,31 @@ class Bench:
         assert worst is not None
         log.add_check(runner.name, worst)
 
-    def host_overhead(self, runners: Sequence[Runner], calls: int = 50) -> dict[str, float]:
-        """Host seconds per call to enqueue work while the GPU is busy (launch-path overhead)."""
-        overhead: dict[str, float] = {}
-        ops = self.operand_sets[0]
+    def host_overhead(
+        self, runners: Sequence[Runner], calls: int = 50
+    ) -> dict[str, dict[str, float]]:
+        """Host seconds per call to enqueue work while the GPU is busy (launch-path overhead):
+        ``rotating``, the calls taking the operand sets in turn as the timed calls do (what a
+        launcher whose host work depends on the buffers, like the sm90 one that initialises its
+        operator again when they change, costs in the host-timed protocols); ``same_buffers``,
+        every call on the first set (its cost when the buffers repeat)."""
+        overhead: dict[str, dict[str, float]] = {"rotating": {}, "same_buffers": {}}
+        first = self.operand_sets[:1]
         with torch.cuda.stream(self.stream):
             for runner in runners:
                 torch.cuda._sleep(200_000_000)  # ~100 ms of GPU work ahead of the launches
-                t0 = time.perf_counter()
-                for _ in range(calls):
-                    runner(ops, self.stream)
-                overhead[runner.name] = (time.perf_counter() - t0) / calls
+                rotating = self._enqueue_seconds(runner, self.operand_sets, calls)
+                runner(first[0], self.stream)  # the repeated buffers' first call sets them up
+                same = self._enqueue_seconds(runner, first, calls)
+                overhead["rotating"][runner.name] = rotating
+                overhead["same_buffers"][runner.name] = same
                 torch.cuda.synchronize()
         self.idled()  # measured: a run right after this probe was 4-8 % faster
         return overhead
+
+    def _enqueue_seconds(self, runner: Runner, sets: Sequence[Operands], calls: int) -> float:
+        """Host seconds per call of ``calls`` calls on ``sets`` in turn (the GPU busy)."""
+        t0 = time.perf_counter()
+        for call in range(calls):
+            runner(sets[call % len(sets)], self.stream)
+        return (time.perf_counter() - t0) / calls
