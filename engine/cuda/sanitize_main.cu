@@ -2,7 +2,10 @@
 // on one problem, so that compute-sanitizer (memcheck, racecheck, initcheck) can watch exactly
 // the candidate's own kernels -- no framework kernels, no JIT, one small process.
 //   usage: sanitize_main LIB.so M N K nn|tn
-// Exit status: 0 = the calls returned success, 2 = usage or setup error, 3 = the library failed.
+// Exit status: 0 = the calls returned success, 2 = usage or setup error, 3 = the library failed
+// (an error after a call was accepted, or with the device reporting an error), 4 = the library
+// refused the problem: its first call returned an error before launching anything, with no error
+// pending on the device (a kernel built for divisible shapes, asked for another).
 #include <dlfcn.h>
 
 #include <cstdio>
@@ -66,10 +69,17 @@ int main(int argc, char** argv) {
   if (!ok(cudaStreamSynchronize(stream), "fill")) return 2;
   for (int call = 0; call < 2; ++call) {
     int status = hgemm(a, b, c, m, n, k, workspace, stream);
-    if (status != 0) {
-      std::fprintf(stderr, "gemmforge_hgemm returned %d on call %d\n", status, call);
-      return 3;
+    if (status == 0) continue;
+    const cudaError_t pending = cudaPeekAtLastError();
+    const cudaError_t synced = cudaStreamSynchronize(stream);
+    if (call == 0 && pending == cudaSuccess && synced == cudaSuccess) {
+      std::fprintf(stderr, "gemmforge_hgemm refused %dx%dx%d %s: returned %d before launching\n",
+                   m, n, k, argv[5], status);
+      return 4;
     }
+    std::fprintf(stderr, "gemmforge_hgemm returned %d on call %d (device: %s)\n", status, call,
+                 cudaGetErrorString(synced != cudaSuccess ? synced : pending));
+    return 3;
   }
   if (!ok(cudaStreamSynchronize(stream), "synchronize after the calls")) return 3;
   std::printf("ok\n");
