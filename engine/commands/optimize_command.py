@@ -155,8 +155,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--final-top",
         type=int,
         default=3,
-        help="GPU runs: re-measure each shape's top N in a fresh process in every protocol "
-        "(0: skip)",
+        help="GPU runs: re-measure each shape's top N in a fresh process in every protocol, "
+        "sanitized in rank order until N pass (at most 3N tried; 0: skip)",
     )
     parser.add_argument("--final-device-seconds", type=float, default=20.0)
     parser.add_argument(
@@ -167,7 +167,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--no-sanitize",
         action="store_true",
-        help="skip compute-sanitizer on the top kernels (by default one that fails is dropped)",
+        help="skip compute-sanitizer on the top kernels (by default one that fails is dropped "
+        "and the next in rank order tried)",
     )
     parser.set_defaults(func=run)
 

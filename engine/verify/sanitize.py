@@ -62,12 +62,6 @@ _SUMMARY_RE = re.compile(r"ERROR SUMMARY: ([0-9]+) error")
 _HAZARD_RE = re.compile(r"RACECHECK SUMMARY: ([0-9]+) hazard")
 
 
-def sanitize_problem(layout: Layout) -> Problem:
-    """DEFAULT_PROBLEM's shape (unaligned to every tile, small enough for the tools) in
-    ``layout``."""
-    return Problem(DEFAULT_PROBLEM.m, DEFAULT_PROBLEM.n, DEFAULT_PROBLEM.k, layout)
-
-
 def tiles_of(config: Any) -> tuple[int, int, int]:
     """The config's CTA tile (M, N, K); UNKNOWN_TILE where it has none (model-written)."""
     m, n, k = (int(getattr(config, f"tile_{d}", UNKNOWN_TILE)) for d in "mnk")

@@ -669,3 +669,20 @@ def test_final_summary_keeps_what_cublaslt_ran_beside_the_times():
         "cublaslt_autotune_nn": {"autotune": kernel, "heuristic": None}
     }
     assert "cublaslt_kernels" not in final_summary({"protocols": {}, "environment": {}})
+
+
+def test_a_bundle_finds_the_finals_verdict_by_the_configs_own_source_and_problems(tmp_path):
+    """engine bundle asks by config: a Triton kernel's bundled source (its cubin embedded) is
+    not the source the finals built, and the verdict key comes from the config and the shape."""
+    from engine.campaign.final import SavedFinals, kernel_id, sanitizer_passed
+    from engine.codegen import TritonConfig
+    from engine.compilation.compile import source_hash
+    from engine.verify import sanitize
+
+    config = TritonConfig(layout=Layout.NN, tile_k=64, even_k=True)
+    saved = SavedFinals(tmp_path / "f.json")
+    kernel = kernel_id(config.name, source_hash(config.render()))
+    saved.add_sanitized(kernel, sanitize.verdict_key(config, PROBLEM), {"ok": True})
+    again = SavedFinals(tmp_path / "f.json")
+    assert sanitizer_passed(again, config.name, config, PROBLEM)
+    assert not sanitizer_passed(again, config.name, config, Problem(256, 256, 256, Layout.NN))
