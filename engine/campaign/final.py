@@ -4,7 +4,8 @@ longer runs, in every protocol (device, CUDA-L2's offline and server modes).
 The search ranks candidates by short device-protocol runs inside a long-lived process; the
 numbers a campaign reports come from here instead: a new process (no state left over from the
 search; a few problems in turn per process), the top-k and every baseline interleaved, device
-runs up to ``device_seconds``.
+runs up to ``device_seconds``. The top-k are the best verified kernels that pass compute-sanitizer,
+tried in rank order (at most GIVE_UP_FACTOR × k); a problem left without one gets the reason.
 """
 
 from __future__ import annotations
