@@ -287,6 +287,42 @@ def test_a_harness_that_does_not_build_is_a_verdict_not_an_exception(tmp_path, m
     assert verdict.reason in sanitize.SETUP_REASONS
 
 
+SANITIZE_KERNELS = Path(__file__).resolve().parents[2] / "fixtures" / "sanitize_kernels"
+
+
+@pytest.mark.nvcc
+def test_the_refusing_and_the_failing_fixtures_build():
+    if shutil.which("nvcc") is None:
+        pytest.skip("no nvcc on PATH")
+    paths = sorted(SANITIZE_KERNELS.glob("*.cu"))
+    assert [p.stem for p in paths] == ["fails_after_launch", "refuses_ragged_k"]
+    for built in harness_kernels.build(paths, Layout.NN):
+        assert built.ok, built.log[-2000:]
+
+
+@pytest.mark.gpu
+@pytest.mark.nvcc
+def test_the_harness_tells_a_refusal_before_launch_from_a_failure_after_it():
+    """Both libraries' first call returns an error with nothing pending on the device; only
+    the one that launched nothing refused (the harness counts launches under stream capture)."""
+    if not gpu_available():
+        pytest.skip("needs a CUDA GPU")
+    refuses, fails = (
+        harness_kernels.build_one(SANITIZE_KERNELS / f"{name}.cu", Layout.NN)
+        for name in ("refuses_ragged_k", "fails_after_launch")
+    )
+    assert refuses.ok, refuses.log[-2000:]
+    assert fails.ok, fails.log[-2000:]
+    accepted = Problem(264, 280, 1024, Layout.NN)
+    verdict = sanitize.sanitize(refuses.library, (sanitize.DEFAULT_PROBLEM, accepted))
+    assert verdict.ok, verdict.to_dict()
+    assert verdict.refused == (sanitize.DEFAULT_PROBLEM.key,)
+    assert "before launching" in verdict.reports[0].output_tail
+    verdict = sanitize.sanitize(fails.library, accepted, tools=("memcheck",))
+    assert (verdict.ok, verdict.reason) == (False, "call_failed"), verdict.to_dict()
+    assert "after launching work" in verdict.reports[0].output_tail
+
+
 @pytest.mark.gpu
 @pytest.mark.nvcc
 def test_an_evenk_triton_kernel_passes_at_the_problems_it_accepts_and_refuses_the_rest():
