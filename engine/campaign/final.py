@@ -507,6 +507,11 @@ def final_choice(final: dict[str, Any]) -> tuple[str, str] | None:
     return None
 
 
+def no_choice_reason(final: dict[str, Any]) -> str:
+    """Why a final chose no kernel (:func:`final_choice` is None)."""
+    return str(final.get("error") or "every kernel re-measured was rejected while timed")
+
+
 def final_measurements(
     results: Sequence[Any],
     *,

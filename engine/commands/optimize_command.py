@@ -15,7 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from engine.campaign.executor import LocalGpuExecutor, ReplayExecutor, ReplayTable
-from engine.campaign.final import SavedFinals, final_choice, final_measurements
+from engine.campaign.final import (
+    SavedFinals,
+    final_choice,
+    final_measurements,
+    no_choice_reason,
+)
 from engine.campaign.loop import (
     Campaign,
     CampaignSettings,
@@ -419,7 +424,7 @@ def with_final_choices(
         final = finals.get(key) or {"error": "not re-measured"}
         choice = final_choice(final)
         if choice is None:
-            reason = final.get("error") or "every kernel re-measured was rejected while timed"
+            reason = no_choice_reason(final)
             entry.update(best=None, best_knobs=None, best_speedups={}, final_error=reason)
             missing.append(key)
             continue
@@ -500,8 +505,7 @@ def print_finals(finals: dict, baseline: str) -> None:
     for key, final in finals.items():
         choice = final_choice(final)
         if choice is None:
-            why = final.get("error") or "every kernel re-measured was rejected while timed"
-            print(f"{key}: no final: {why}")
+            print(f"{key}: no final: {no_choice_reason(final)}")
             continue
         kernel, _ = choice
         parts = [
