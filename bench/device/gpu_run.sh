@@ -4,7 +4,7 @@
 #   usage (on the device): bash bench/device/gpu_run.sh
 #     [tests|bench|clock|all|checks|families|campaign|library|smoke|library2|library3|resume|
 #      stack|bundle|grid64|profile|splitk|raster|reduction|tiles|cublaslt|interference|warm|
-#      baselines|timed|triton|fresh|offline]
+#      baselines|timed|triton|fresh|offline|evenk]
 #   [extra args]
 set -uo pipefail  # pipefail: a pipeline's status is its first failing command's
 stage=${1:-all}; shift || true
@@ -15,7 +15,7 @@ if ls .whl/*.whl >/dev/null 2>&1; then
   export PYTHONPATH=/tmp/site
 fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
-if [[ $stage == library* || $stage =~ ^(smoke|checks|stack|bundle|resume|grid64|profile|splitk|raster|reduction|tiles|cublaslt|interference|warm|triton|fresh|offline)$ ]]; then
+if [[ $stage == library* || $stage =~ ^(smoke|checks|stack|bundle|resume|grid64|profile|splitk|raster|reduction|tiles|cublaslt|interference|warm|triton|fresh|offline|evenk)$ ]]; then
   # inside the checkout (ignored): kept between calls while the lent machine stays warm
   export ENGINE_CACHE_DIR=$PWD/.cache/device
   mkdir -p "$ENGINE_CACHE_DIR/kernels"
@@ -369,6 +369,51 @@ if [[ $stage == bundle ]]; then  # a campaign on shapes where the library beat t
   # host time per call, CUDA-graph time and a Llama-style MLP block, bundle vs torch
   python3 bench/bundle_overhead.py --db "$db" --out "$OUT/bundle-overhead" --jobs 16 \
     ${BUNDLE_OVERHEAD_ARGS:-} 2>&1 | tail -40 || status=1
+fi
+if [[ $stage == evenk ]]; then  # a Triton campaign whose best kernel is an evenk config (K whole
+  # K tiles), kept through the sanitizer, the finals and engine bundle: first the sanitizer's GPU
+  # tests (an evenk kernel refuses K = 1032 and passes where its config allows; EVENK_TESTS=0
+  # skips them), then the campaign
+  if [[ ${EVENK_TESTS:-1} == 1 ]]; then
+    GPU_TESTS=tests/engine/verify/test_sanitize.py gpu_tests || status=1
+    tail -3 "$OUT/gpu-tests.log"
+  fi
+  db=$ENGINE_CACHE_DIR/evenk.sqlite
+  rm -f "$db" "${db%.sqlite}.finals.json"  # a fresh campaign: nothing reused from a warm machine
+  timeout -k 20 -s INT "${EVENK_SECONDS:-300}" python3 -m engine optimize \
+    --shapes "${EVENK_SHAPES:-256x128x128,1024x128x128}" --layout nn --families triton \
+    --space library --budget "${EVENK_BUDGET:-16}" --batch 8 --proposers rl,evolve \
+    --verify-jobs 8 --device-seconds 1 --heat-seconds 0.3 --final-top 2 \
+    --final-device-seconds 2 --final-torch-baselines '' --no-save-policy --name evenk \
+    --db "$db" --out "$OUT/evenk-campaign.json" >"$OUT/evenk-campaign.log" 2>&1 || status=1
+  tail -12 "$OUT/evenk-campaign.log"
+  cp "$db" "${db%.sqlite}.finals.json" "$OUT/" 2>/dev/null
+  python3 -m engine bundle evenk --db "$db" --out "$OUT/evenk-bundle.zip" --include-slower \
+    >"$OUT/evenk-bundle.log" 2>&1 || status=1
+  python3 - "$OUT" <<'PY' || status=1
+import json, sys, zipfile
+from pathlib import Path
+out = Path(sys.argv[1])
+report = json.loads((out / "evenk-campaign.json").read_text())
+bundled = {k["name"] for k in json.loads(zipfile.ZipFile(out / "evenk-bundle.zip").read(
+    "gemmforge_bundle/kernels.json"))["kernels"]}
+rows = []
+for entry in report["problems"]:
+    final = report.get("final", {}).get(entry["problem"], {})
+    verdict = final.get("sanitize", {}).get(entry["best"] or "", {})
+    rows.append({"problem": entry["problem"], "search_best": entry.get("search_best"),
+                 "final_best": entry["best"], "final_error": entry.get("final_error"),
+                 "speedups": entry.get("final_speedups"), "sanitize": verdict.get("reason"),
+                 "sanitize_problems": verdict.get("problem"), "bundled": entry["best"] in bundled})
+kept = [r for r in rows if (r["final_best"] or "").endswith("evenk") and r["sanitize"] == "ok"]
+summary = {"shapes": rows, "bundle": sorted(bundled), "evenk_kept": len(kept),
+           "evenk_bundled": sum(name.endswith("evenk") for name in bundled)}
+(out / "evenk-check.json").write_text(json.dumps(summary, indent=1))
+print(json.dumps(summary, indent=1))
+print(f"shapes whose final best is an evenk kernel that passed the sanitizer: {len(kept)} of "
+      f"{len(rows)}; evenk kernels in the bundle: {summary['evenk_bundled']}")
+sys.exit(0 if kept and summary["evenk_bundled"] else 1)
+PY
 fi
 # PACK_OUT=1: everything under $OUT but the kernel pack travels back as one results.tar.xz (the
 # device returns at most 8 files)

@@ -105,13 +105,11 @@ class ProblemResult:
         ok = [r for r in self.records if r.status == CandidateStatus.OK and baseline in r.baselines]
         return max(ok, key=lambda r: r.speedups()[baseline], default=None)
 
-    def best_speedups(self) -> dict[str, float]:
-        """Per baseline, the best speedup of any measured candidate."""
-        out: dict[str, float] = {}
-        for record in self.records:
-            for baseline, speedup in record.speedups().items():
-                out[baseline] = max(out.get(baseline, 0.0), speedup)
-        return out
+    def best_speedups(self, baseline: str) -> dict[str, float]:
+        """The speedups over every baseline of one candidate, the best over ``baseline``: each
+        baseline's own best could be a different kernel, a shape no one kernel reaches."""
+        best = self.best(baseline)
+        return best.speedups() if best is not None else {}
 
     def best_so_far(self, baseline: str) -> list[float]:
         """Best speedup over ``baseline`` after each candidate (0 before any success)."""
@@ -127,7 +125,7 @@ class Progress:
     problem: Problem
     done: int  # candidates of this problem
     budget: int
-    best: Mapping[str, float]  # best speedup per baseline for this problem
+    best: Mapping[str, float]  # the best candidate's speedup over each baseline
     failed: int
     campaign_done: int
     campaign_total: int
@@ -344,7 +342,7 @@ class Campaign:
                 problem=problem,
                 done=len(history),
                 budget=self.settings.budget,
-                best=result.best_speedups(),
+                best=result.best_speedups(self.settings.baseline),
                 failed=sum(r.status != CandidateStatus.OK for r in history),
                 campaign_done=self.campaign_done,
                 campaign_total=total,
@@ -357,7 +355,8 @@ class Campaign:
 def campaign_report(
     results: Sequence[ProblemResult], settings: CampaignSettings, *, executor: str = ""
 ) -> dict[str, Any]:
-    """The results JSON: per problem, the best candidate per baseline and the counts."""
+    """The results JSON: per problem, the search's best candidate over the campaign's baseline
+    (its speedups over every baseline, all of that one candidate) and the counts."""
     problems = []
     for result in results:
         ok = [r for r in result.records if r.status == CandidateStatus.OK]
@@ -379,7 +378,7 @@ def campaign_report(
                 "verified_per_gpu_hour": len(ok) / (gpu / 3600) if gpu > 0 else None,
                 "best": best.name if best else None,
                 "best_knobs": dict(best.knobs) if best else None,
-                "best_speedups": result.best_speedups(),
+                "best_speedups": result.best_speedups(settings.baseline),
                 "best_so_far": result.best_so_far(settings.baseline),
                 "by_proposer": _by_proposer(result.records),
             }

@@ -5,10 +5,12 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 from engine.campaign.storage import SqliteStorage
-from engine.compilation.compile import source_hash
-from engine.execution.final import SavedFinals, kernel_id
+from engine.codegen import get_family
+from engine.compilation.source_kernel import SourceKernel
+from engine.execution.final import SavedFinals, sanitizer_passed
 from engine.problem import ProblemError
 from engine.publish.bundle import best_kernels, bundle_headline, write_bundle
 
@@ -41,15 +43,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def sanitized_in(finals: Path):
     """Whether a bundle kernel passed compute-sanitizer in the campaign's finals (the verdicts
-    engine.execution.final.SavedFinals keeps, by kernel name and source)."""
+    engine.execution.final.SavedFinals keeps, by kernel, source and the problems its config was
+    sanitized at)."""
 
     saved = SavedFinals(finals if finals.is_file() else None)
 
     def admissible(kernel) -> bool:
-        verdict = saved.sanitized(kernel_id(kernel.name, source_hash(kernel.source)))
-        return verdict is not None and bool(verdict.get("ok"))
+        return sanitizer_passed(saved, kernel.name, kernel_config(kernel), kernel.problem)
 
     return admissible
+
+
+def kernel_config(kernel) -> Any:
+    """The config a bundle kernel was rendered from: its family's, or its model-written source."""
+    layout = kernel.problem.layout
+    if kernel.family is None or kernel.knobs is None:
+        return SourceKernel(kernel.source, layout)
+    return get_family(kernel.family).from_knobs({**kernel.knobs, "layout": layout.value})
 
 
 def finals_path(db: Path) -> Path:

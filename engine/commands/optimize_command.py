@@ -7,17 +7,17 @@ run again). ``--replay FILE`` answers from recorded measurements instead of the 
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import math
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from engine.campaign.loop import (
     Campaign,
     CampaignSettings,
+    ProblemResult,
     Progress,
     campaign_report,
     compile_configs,
@@ -29,7 +29,12 @@ from engine.commands.common import torch_baselines
 from engine.config import VerifyWarm
 from engine.config import load as load_config
 from engine.execution.executor import LocalGpuExecutor, ReplayExecutor, ReplayTable
-from engine.execution.final import SavedFinals, final_measurements
+from engine.execution.final import (
+    SavedFinals,
+    final_choice,
+    final_measurements,
+    no_choice_reason,
+)
 from engine.llm.backends import BackendSpec, make_backend
 from engine.llm.evaluate import SourceCompiler
 from engine.llm.proposer import LLMProposer
@@ -155,8 +160,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--final-top",
         type=int,
         default=3,
-        help="GPU runs: re-measure each shape's top N in a fresh process in every protocol "
-        "(0: skip)",
+        help="GPU runs: re-measure each shape's top N in a fresh process in every protocol, "
+        "sanitized in rank order until N pass (at most 3N tried; 0: skip)",
     )
     parser.add_argument("--final-device-seconds", type=float, default=20.0)
     parser.add_argument(
@@ -167,7 +172,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--no-sanitize",
         action="store_true",
-        help="skip compute-sanitizer on the top kernels (by default one that fails is dropped)",
+        help="skip compute-sanitizer on the top kernels (by default one that fails is dropped "
+        "and the next in rank order tried)",
     )
     parser.set_defaults(func=run)
 
@@ -362,8 +368,10 @@ def run(args: argparse.Namespace) -> int:
     finally:
         storage.close()
     report = campaign_report(results, settings, executor=type(executor).__name__)
+    out = args.out or Path(db).with_name(f"{name}.json")
+    write_report(out, report)  # before the finals: what the search found is kept whatever follows
+    without_final: list[str] = []
     if isinstance(executor, LocalGpuExecutor) and args.final_top > 0:
-        sanitizer = functools.partial(sanitize_library, layout=layout)
         report["final"] = final_measurements(
             results,
             baseline=settings.baseline,
@@ -372,23 +380,78 @@ def run(args: argparse.Namespace) -> int:
                 configs, jobs=args.jobs, config=config, target_arch=executor.arch
             ),
             device_seconds=args.final_device_seconds,
-            sanitizer=None if args.no_sanitize else sanitizer,
+            sanitizer=None if args.no_sanitize else sanitize_library,
             progress=lambda msg: print(msg, flush=True),
             saved=SavedFinals(Path(db).with_suffix(".finals.json")),
             extra_baselines=torch_baselines(args.final_torch_baselines),
         )
+        without_final = with_final_choices(report, results, settings.baseline)
+        write_report(out, report)
         print_finals(report["final"], settings.baseline)
-    out = args.out or Path(db).with_name(f"{name}.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=1))
     for entry in report["problems"]:
-        speedups = entry["best_speedups"]
-        print(
-            f"{entry['problem']}: {entry['candidates']} candidates ({entry['stopped']}), "
-            f"best {speedups.get(settings.baseline, 0):.3f}x {settings.baseline}: {entry['best']}"
-        )
+        print(summary_line(entry, settings.baseline))
     print(f"results: {out}")
+    if without_final:
+        print(
+            f"error: {len(without_final)} of {len(report['problems'])} shapes have no final "
+            f"kernel: {', '.join(without_final)}",
+            file=sys.stderr,
+        )
+        return 1
     return 0
+
+
+def write_report(path: Path, report: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps(report, indent=1))
+    partial.replace(path)
+
+
+def with_final_choices(
+    report: dict[str, Any], results: Sequence[ProblemResult], baseline: str
+) -> list[str]:
+    """Makes each problem's ``best`` the finals' choice (engine.execution.final.final_choice),
+    the search's own kept as ``search_best``; a problem without a final gets ``best`` None and
+    the reason as ``final_error``. Returns the keys of the problems without a final."""
+    records = {r.problem.key: {c.name: c for c in r.records} for r in results}
+    finals = report.get("final", {})
+    missing = []
+    for entry in report["problems"]:
+        key = entry["problem"]
+        entry["search_best"] = entry["best"]
+        entry["search_best_speedups"] = entry["best_speedups"]
+        final = finals.get(key) or {"error": "not re-measured"}
+        choice = final_choice(final)
+        if choice is None:
+            reason = no_choice_reason(final)
+            entry.update(best=None, best_knobs=None, best_speedups={}, final_error=reason)
+            missing.append(key)
+            continue
+        kernel, protocol = choice
+        speedups = {
+            p: dict(summary["speedups"][kernel])
+            for p, summary in final["protocols"].items()
+            if kernel in summary.get("speedups", {})
+        }
+        record = records.get(key, {}).get(kernel)
+        entry.update(
+            best=kernel,
+            best_knobs=dict(record.knobs) if record is not None else None,
+            best_speedups=speedups[protocol],
+            best_from=f"final ({protocol})",
+            final_speedups=speedups,
+        )
+    return missing
+
+
+def summary_line(entry: dict[str, Any], baseline: str) -> str:
+    head = f"{entry['problem']}: {entry['candidates']} candidates ({entry['stopped']})"
+    if "final_error" in entry:
+        return f"{head}, no final: {entry['final_error']}"
+    speedup = entry["best_speedups"].get(baseline, 0.0)
+    source = entry.get("best_from", "search")
+    return f"{head}, best {speedup:.3f}x {baseline} ({source}): {entry['best']}"
 
 
 def llm_proposer(args: argparse.Namespace, compile_family, cublaslt_kernels=None):
@@ -430,23 +493,27 @@ def pretrain(policy: Policy, tables: list[Path], *, baseline: str, steps: int) -
     print(f"policy: pretrained on {len(tasks)} recorded problems ({steps} steps)", flush=True)
 
 
-def sanitize_library(library: Path, *, layout: Layout):
-    """The sanitizers on ``library`` at their small unaligned problem, in the campaign's layout
-    (a TN kernel sanitized as NN is the same bytes under another label)."""
+def sanitize_library(library: Path, kernel: Any, problem: Problem):
+    """The sanitizers on ``library`` at the problems its config accepts and at the shape it
+    serves (engine.verify.sanitize.sanitize_problems), in the campaign's layout."""
 
-    return sanitize.sanitize(library, sanitize.sanitize_problem(layout), timeout=60)
+    return sanitize.sanitize(library, sanitize.sanitize_problems(kernel, problem), timeout=60)
 
 
 def print_finals(finals: dict, baseline: str) -> None:
+    """Each shape's final: the kernel it chose and that kernel's speedup in every protocol."""
     for key, final in finals.items():
-        if "error" in final:
-            print(f"{key}: final re-measurement failed: {final['error']}")
+        choice = final_choice(final)
+        if choice is None:
+            print(f"{key}: no final: {no_choice_reason(final)}")
             continue
-        parts = []
-        for protocol, summary in final["protocols"].items():
-            best = max((s.get(baseline, 0.0) for s in summary["speedups"].values()), default=0.0)
-            parts.append(f"{protocol} {best:.3f}x")
-        print(f"{key}: final best vs {baseline}: {', '.join(parts)}")
+        kernel, _ = choice
+        parts = [
+            f"{protocol} {summary['speedups'][kernel].get(baseline, 0.0):.3f}x"
+            for protocol, summary in final["protocols"].items()
+            if kernel in summary.get("speedups", {})
+        ]
+        print(f"{key}: final {kernel} vs {baseline}: {', '.join(parts)}")
 
 
 def print_progress(p: Progress) -> None:

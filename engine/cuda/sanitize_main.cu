@@ -2,7 +2,11 @@
 // on one problem, so that compute-sanitizer (memcheck, racecheck, initcheck) can watch exactly
 // the candidate's own kernels -- no framework kernels, no JIT, one small process.
 //   usage: sanitize_main LIB.so M N K nn|tn
-// Exit status: 0 = the calls returned success, 2 = usage or setup error, 3 = the library failed.
+// Exit status: 0 = the calls returned success, 2 = usage or setup error, 3 = the library failed
+// (an error after it had launched work, or with the device reporting an error), 4 = the library
+// refused the problem: its first call returned an error with nothing pending on the device, and
+// the same call made again under stream capture launches nothing (a kernel built for divisible
+// shapes, asked for another).
 #include <dlfcn.h>
 
 #include <cstdio>
@@ -20,6 +24,23 @@ __global__ void fill(__half* data, size_t count, unsigned seed) {
     unsigned x = unsigned(i) * 2654435761u ^ seed;
     data[i] = __float2half(float((x >> 9) & 0xff) / 256.0f - 0.5f);
   }
+}
+
+// Kernel launches, memsets and copies one more call puts on ``stream``, counted by capturing
+// the call into a graph instead of running it; -1 when the capture failed (the call did what a
+// capture does not allow).
+static long long captured_work(HgemmFn hgemm, const __half* a, const __half* b, __half* c, int m,
+                               int n, int k, void* workspace, cudaStream_t stream) {
+  if (cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed) != cudaSuccess) return -1;
+  hgemm(a, b, c, m, n, k, workspace, stream);
+  cudaGraph_t graph = nullptr;
+  const cudaError_t ended = cudaStreamEndCapture(stream, &graph);
+  size_t nodes = 0;
+  const bool counted = ended == cudaSuccess && graph != nullptr &&
+                       cudaGraphGetNodes(graph, nullptr, &nodes) == cudaSuccess;
+  if (graph != nullptr) cudaGraphDestroy(graph);
+  (void)cudaGetLastError();
+  return counted ? (long long)nodes : -1;
 }
 
 static bool ok(cudaError_t err, const char* what) {
@@ -66,10 +87,25 @@ int main(int argc, char** argv) {
   if (!ok(cudaStreamSynchronize(stream), "fill")) return 2;
   for (int call = 0; call < 2; ++call) {
     int status = hgemm(a, b, c, m, n, k, workspace, stream);
-    if (status != 0) {
-      std::fprintf(stderr, "gemmforge_hgemm returned %d on call %d\n", status, call);
-      return 3;
+    if (status == 0) continue;
+    const cudaError_t pending = cudaPeekAtLastError();
+    const cudaError_t synced = cudaStreamSynchronize(stream);
+    const bool clean = pending == cudaSuccess && synced == cudaSuccess;
+    const long long work = call == 0 && clean ? captured_work(hgemm, a, b, c, m, n, k, workspace,
+                                                              stream)
+                                              : -1;
+    if (work == 0) {
+      std::fprintf(stderr, "gemmforge_hgemm refused %dx%dx%d %s: returned %d before launching\n",
+                   m, n, k, argv[5], status);
+      return 4;
     }
+    const char* why = !clean    ? "the device reported an error"
+                      : call > 0  ? "after it had accepted the problem"
+                      : work > 0  ? "after launching work"
+                                  : "its launches could not be counted under stream capture";
+    std::fprintf(stderr, "gemmforge_hgemm returned %d on call %d: %s (%s)\n", status, call, why,
+                 cudaGetErrorString(synced != cudaSuccess ? synced : pending));
+    return 3;
   }
   if (!ok(cudaStreamSynchronize(stream), "synchronize after the calls")) return 3;
   std::printf("ok\n");

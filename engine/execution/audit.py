@@ -4,8 +4,9 @@ A candidate faster than cuBLASLt-autotune by more than AUDIT_OVER_AUTOTUNE, or w
 AUDIT_NEAR_FLOOR of the physical floor (engine.timing.physics), is more likely a cheat the checks
 missed than a better kernel ("if you beat cuDNN by >10 %, think again", VERIFY.md row 15). Before
 it can become a shape's best or enter a bundle it is verified again in full with a fresh secret
-seed (a new verifier process), run under compute-sanitizer (memcheck, racecheck, initcheck), and
-re-timed in a fresh process (engine.execution.final.remeasure: baselines beside it, the timed
+seed (a new verifier process), run under compute-sanitizer (memcheck, racecheck, initcheck) at
+the problems its config accepts (engine.verify.sanitize.sanitize_problems), and re-timed in a
+fresh process (engine.execution.final.remeasure: baselines beside it, the timed
 checks on). Its time is then the fresh process's; any failure rejects it with the reason.
 """
 
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.outcomes import Reason
-from engine.problem import Layout, Problem
+from engine.problem import Problem
 from engine.verify import sanitize, verifier
 
 AUDIT_OVER_AUTOTUNE = 1.3  # speedup over cuBLASLt-autotune that calls for an audit
@@ -27,7 +28,8 @@ AUDIT_DEVICE_SECONDS = 5.0  # the fresh process's device-protocol run
 AUDIT_SANITIZE_TIMEOUT = 60.0
 
 Verifier = Callable[[Path, Problem], Any]  # → engine.verify.verifier.VerifyResult
-Sanitizer = Callable[[Path, Layout], Any]  # → engine.verify.sanitize.SanitizeResult
+# library, its config (None: no validity rule known), the problem → its SanitizeResult
+Sanitizer = Callable[[Path, Any, Problem], Any]
 Remeasurer = Callable[[Problem, dict[str, Path]], dict[str, Any]]  # → a measure record
 
 
@@ -74,9 +76,9 @@ def default_verifier(library: Path, problem: Problem) -> Any:
     return verifier.verify(library, problem)  # a new process, a new secret seed
 
 
-def default_sanitizer(library: Path, layout: Layout) -> Any:
-    problem = sanitize.sanitize_problem(layout)
-    return sanitize.sanitize(library, problem, timeout=AUDIT_SANITIZE_TIMEOUT)
+def default_sanitizer(library: Path, config: Any, problem: Problem) -> Any:
+    problems = sanitize.sanitize_problems(config, problem)
+    return sanitize.sanitize(library, problems, timeout=AUDIT_SANITIZE_TIMEOUT)
 
 
 def default_remeasurer(problem: Problem, libraries: dict[str, Path]) -> dict[str, Any]:
@@ -92,11 +94,14 @@ def audit(
     problem: Problem,
     trigger: str,
     *,
+    config: Any = None,
     verifier: Verifier = default_verifier,
     sanitizer: Sanitizer = default_sanitizer,
     remeasurer: Remeasurer = default_remeasurer,
 ) -> AuditResult:
-    """Verify, sanitize, re-time (in that order, stopping at the first failure)."""
+    """Verify, sanitize, re-time (in that order, stopping at the first failure). ``config``:
+    the candidate's (a family config, or a model-written SourceKernel), which says where it may
+    be sanitized; None sanitizes it as a kernel without a validity rule."""
     steps: dict[str, Any] = {}
 
     def failed(reason: str, message: str) -> AuditResult:
@@ -111,11 +116,13 @@ def audit(
     if not verdict.ok:
         return failed(verdict.reason, f"verified again: {verdict.message}")
     try:
-        sanitized = sanitizer(library, problem.layout)
-    except RuntimeError as exc:  # engine.verify.sanitize.SanitizeSetupError: no tool, no harness
+        sanitized = sanitizer(library, config, problem)
+    except RuntimeError as exc:  # a sanitizer that raises for its setup
         steps["sanitize"] = {"error": str(exc)}
         return failed("sanitize_setup", f"compute-sanitizer could not run: {exc}")
     steps["sanitize"] = sanitized.to_dict()
+    if sanitized.reason in sanitize.SETUP_REASONS:  # no tool, no harness
+        return failed("sanitize_setup", f"compute-sanitizer could not run: {sanitized.message}")
     if not sanitized.ok:
         return failed(f"sanitize_{sanitized.reason}", f"compute-sanitizer: {sanitized.message}")
     record = remeasurer(problem, {name: library})

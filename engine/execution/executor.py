@@ -261,7 +261,13 @@ class LocalGpuExecutor:
         if not trigger or candidate.library is None:
             return outcome
         with phases("audit"):
-            result = self.auditor(candidate.name, Path(candidate.library), problem, trigger)
+            result = self.auditor(
+                candidate.name,
+                Path(candidate.library),
+                problem,
+                trigger,
+                config=candidate.config,
+            )
         phases.info["audited"] = phases.info.get("audited", 0) + 1
         timings = {**outcome.timings, "audit": result.to_dict()}
         if not result.ok:

@@ -4,7 +4,8 @@ longer runs, in every protocol (device, CUDA-L2's offline and server modes).
 The search ranks candidates by short device-protocol runs inside a long-lived process; the
 numbers a campaign reports come from here instead: a new process (no state left over from the
 search; a few problems in turn per process), the top-k and every baseline interleaved, device
-runs up to ``device_seconds``.
+runs up to ``device_seconds``. The top-k are the best verified kernels that pass compute-sanitizer,
+tried in rank order (at most GIVE_UP_FACTOR × k); a problem left without one gets the reason.
 """
 
 from __future__ import annotations
@@ -16,11 +17,12 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import wait as futures_wait
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from engine.codegen import KernelConfig, get_family
-from engine.compilation.compile import CompileResult
+from engine.compilation.compile import CompileResult, source_hash
 from engine.compilation.source_kernel import SourceKernel, default_builder
 from engine.config import load as load_config
 from engine.isolation import processes, sandbox
@@ -29,6 +31,7 @@ from engine.problem import Layout, Problem
 from engine.timing import cublaslt_kernels
 from engine.timing.baseline_names import TORCH_TUNED
 from engine.timing.ratios import quartiles
+from engine.verify import sanitize
 
 FINAL_PROTOCOLS = ("device", "offline", "server")
 FINAL_TIMEOUT = 600.0
@@ -261,7 +264,9 @@ def torch_tuning(record: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-Sanitizer = Callable[[Path], Any]  # library → a result with .ok and .to_dict()
+Sanitizer = Callable[[Path, Any, Problem], Any]  # library, its config, the problem it serves
+# → a result with .ok and .to_dict() (engine.verify.sanitize.SanitizeResult)
+GIVE_UP_FACTOR = 3  # a shape's finals try at most this many kernels per kernel they re-measure
 
 
 def kernel_id(name: str, source_hash: str) -> str:
@@ -270,10 +275,22 @@ def kernel_id(name: str, source_hash: str) -> str:
     return f"{name}@{source_hash[:16]}"
 
 
+def final_settings(
+    protocols: Sequence[str], device_seconds: float, extra_baselines: Sequence[str]
+) -> dict[str, Any]:
+    """What a final summary was measured with: a saved one is reused only under the same."""
+    return {
+        "protocols": list(protocols),
+        "device_seconds": device_seconds,
+        "extra_baselines": list(extra_baselines),
+    }
+
+
 class SavedFinals:
     """The finals measured so far, in a JSON file (beside the campaign's database), so that a
-    campaign cut during its finals resumes them: each sanitizer verdict (by kernel) and each
-    shape's final summary (for the top kernels it was measured with) is written as it comes.
+    campaign cut during its finals resumes them: each sanitizer verdict (by kernel and by
+    engine.verify.sanitize.verdict_key: the problems it ran, the harness) and each shape's final
+    summary (for the top kernels and the settings it was measured with) is written as it comes.
     Kernels are named by :func:`kernel_id`. Without a path nothing is kept."""
 
     def __init__(self, path: Path | None) -> None:
@@ -283,24 +300,43 @@ class SavedFinals:
             loaded = json.loads(path.read_text())
             self.data = {"sanitize": loaded.get("sanitize", {}), "finals": loaded.get("finals", {})}
 
-    def sanitized(self, kernel: str) -> dict[str, Any] | None:
-        return self.data["sanitize"].get(kernel)
+    def sanitized(self, kernel: str, at: str) -> dict[str, Any] | None:
+        """The verdict on ``kernel`` under the verdict key ``at``; a verdict kept under another
+        key (other problems, an older harness) is not this one."""
+        return self.data["sanitize"].get(f"{kernel} {at}")
 
-    def add_sanitized(self, kernel: str, verdict: dict[str, Any]) -> None:
-        self.data["sanitize"][kernel] = verdict
+    def passed(self, kernel: str, at: str) -> bool:
+        verdict = self.sanitized(kernel, at)
+        return verdict is not None and bool(verdict.get("ok"))
+
+    def add_sanitized(self, kernel: str, at: str, verdict: dict[str, Any]) -> None:
+        if verdict.get("reason") in sanitize.SETUP_REASONS:
+            return  # the environment failed, not the kernel: sanitized again next time
+        self.data["sanitize"][f"{kernel} {at}"] = verdict
         self._save()
 
-    def final(self, key: str, kernels: Sequence[str]) -> dict[str, Any] | None:
-        """The shape's saved summary, if it was measured with these very top kernels."""
+    def final(
+        self, key: str, kernels: Sequence[str], settings: dict[str, Any]
+    ) -> dict[str, Any] | None:
+        """The shape's saved summary, if it was measured with these very top kernels and
+        ``settings`` (:func:`final_settings`)."""
         entry = self.data["finals"].get(key)
         if entry is None or sorted(entry["kernels"]) != sorted(kernels):
             return None
+        if entry.get("settings") != settings:
+            return None
         return entry["summary"]
 
-    def add_final(self, key: str, kernels: Sequence[str], summary: dict[str, Any]) -> None:
+    def add_final(
+        self, key: str, kernels: Sequence[str], summary: dict[str, Any], settings: dict[str, Any]
+    ) -> None:
         if "error" in summary:
             return  # measured again next time
-        self.data["finals"][key] = {"kernels": sorted(kernels), "summary": summary}
+        self.data["finals"][key] = {
+            "kernels": sorted(kernels),
+            "settings": settings,
+            "summary": summary,
+        }
         self._save()
 
     def _save(self) -> None:
@@ -309,6 +345,171 @@ class SavedFinals:
         partial = self.path.with_name(self.path.name + ".partial")
         partial.write_text(json.dumps(self.data))
         partial.replace(self.path)  # atomic: a crash leaves the previous file whole
+
+
+def sanitizer_passed(saved: SavedFinals, name: str, config: Any, problem: Problem) -> bool:
+    """Whether ``saved`` holds a passing verdict on kernel ``name`` as ``config`` renders it
+    (a family config, or a model-written SourceKernel), sanitized for ``problem``."""
+    kernel = kernel_id(name, source_hash(config.render()))
+    return saved.passed(kernel, sanitize.verdict_key(config, problem))
+
+
+@dataclass
+class ShapePick:
+    """One shape's way to its final kernels: its verified candidates in rank order (at most
+    GIVE_UP_FACTOR times the kernels wanted), tried a few at a time until enough pass."""
+
+    problem: Problem
+    ranked: list[CandidateRecord]
+    chosen: list[str] = field(default_factory=list)  # built and passed, in rank order
+    tried: int = 0
+    verdicts: dict[str, dict[str, Any]] = field(default_factory=dict)  # kernel → its verdict
+    unbuilt: dict[str, str] = field(default_factory=dict)  # kernel → why it did not build
+
+    def next_batch(self, wanted: int) -> list[CandidateRecord]:
+        """The next untried kernels, as many as are still missing."""
+        batch = self.ranked[self.tried : self.tried + max(0, wanted - len(self.chosen))]
+        self.tried += len(batch)
+        return batch
+
+    def failure(self) -> str:
+        """Why no kernel of this shape reaches its final."""
+        if not self.ranked:
+            return "no verified kernel to re-measure"
+        failed: dict[str, int] = {}
+        for verdict in self.verdicts.values():
+            reason = str(verdict.get("reason", "failed"))
+            failed[reason] = failed.get(reason, 0) + 1
+        parts = [f"{reason}: {count}" for reason, count in sorted(failed.items())]
+        if self.unbuilt:
+            parts.append(f"did not build: {len(self.unbuilt)}")
+        return (
+            f"no kernel passed: the {self.tried} best verified kernels tried in rank order "
+            f"({', '.join(parts)})"
+        )
+
+
+def pick_kernels(
+    results: Sequence[Any],
+    *,
+    baseline: str,
+    top: int,
+    compile: Callable[[list[KernelConfig]], list[CompileResult]],
+    sanitizer: Sanitizer | None,
+    saved: SavedFinals,
+    sanitize_jobs: int = 8,
+    progress: Callable[[str], None] = lambda _msg: None,
+) -> tuple[dict[str, ShapePick], dict[str, CompileResult]]:
+    """Per problem key, the kernels its final re-measures: its verified candidates in rank
+    order, built and (with ``sanitizer``) sanitized at the problems their configs accept
+    (engine.verify.sanitize.sanitize_problems), a round at a time, until ``top`` passed or
+    GIVE_UP_FACTOR × ``top`` were tried. Verdicts come from ``saved`` where it has them under
+    the same key, and go to it. Also returns every build, by kernel name."""
+    picks = {
+        r.problem.key: ShapePick(r.problem, top_records(r.records, baseline, GIVE_UP_FACTOR * top))
+        for r in results
+    }
+    built: dict[str, CompileResult] = {}
+    configs: dict[str, Any] = {}
+    while batches := {k: b for k, p in picks.items() if (b := p.next_batch(top))}:
+        new = {r.name: r for batch in batches.values() for r in batch if r.name not in built}
+        configs.update({name: config_of(record) for name, record in new.items()})
+        built.update(build_kernels({n: configs[n] for n in new}, compile))
+        verdicts: dict[tuple[str, str], dict[str, Any]] = {}
+        if sanitizer is not None:
+            jobs = [
+                (key, r.name) for key, batch in batches.items() for r in batch if built[r.name].ok
+            ]
+            verdicts = sanitize_kernels(
+                jobs, picks, built, configs, sanitizer, saved, sanitize_jobs, progress
+            )
+        for key, batch in batches.items():
+            pick = picks[key]
+            for record in batch:
+                if not built[record.name].ok:
+                    pick.unbuilt[record.name] = built[record.name].error or "build failed"
+                    continue
+                verdict = verdicts.get((key, record.name))
+                if verdict is not None:
+                    pick.verdicts[record.name] = verdict
+                if verdict is None or verdict.get("ok"):
+                    pick.chosen.append(record.name)
+    return picks, built
+
+
+def build_kernels(
+    kernels: dict[str, Any], compile: Callable[[list[KernelConfig]], list[CompileResult]]
+) -> dict[str, CompileResult]:
+    """Kernel name → its build: family configs through ``compile``, model-written sources as
+    the campaign built them (:func:`compile_sources`)."""
+    family = [n for n, k in kernels.items() if k.FAMILY != "llm"]
+    written = [n for n, k in kernels.items() if k.FAMILY == "llm"]
+    out: dict[str, CompileResult] = {}
+    if family:
+        out.update(zip(family, compile([kernels[n] for n in family]), strict=True))
+    if written:
+        out.update(zip(written, compile_sources([kernels[n] for n in written]), strict=True))
+    return out
+
+
+def sanitize_kernels(
+    jobs: Sequence[tuple[str, str]],
+    picks: dict[str, ShapePick],
+    built: dict[str, CompileResult],
+    configs: dict[str, Any],
+    sanitizer: Sanitizer,
+    saved: SavedFinals,
+    sanitize_jobs: int,
+    progress: Callable[[str], None],
+) -> dict[tuple[str, str], dict[str, Any]]:
+    """(problem key, kernel) → the kernel's verdict at that problem: saved, or run now."""
+    keys: dict[tuple[str, str], tuple[str, str]] = {}  # job → (kernel id, verdict key)
+    for key, name in jobs:
+        at = sanitize.verdict_key(configs[name], picks[key].problem)
+        keys[(key, name)] = (kernel_id(name, built[name].source_hash), at)
+    verdicts = {job: v for job, ids in keys.items() if (v := saved.sanitized(*ids)) is not None}
+    todo: dict[tuple[str, str], tuple[str, str]] = {}  # one run per kernel and verdict key
+    for job, ids in keys.items():
+        if job not in verdicts:
+            todo.setdefault(ids, job)
+    progress(f"sanitizing {len(todo)} kernels ({len(verdicts)} sanitized before)")
+
+    def run(job: tuple[str, str]) -> dict[str, Any]:
+        key, name = job
+        library = built[name].library
+        assert library is not None
+        return sanitizer(library, configs[name], picks[key].problem).to_dict()
+
+    with ThreadPoolExecutor(max(1, sanitize_jobs)) as pool:
+        for ids, verdict in zip(todo, pool.map(run, todo.values()), strict=True):
+            saved.add_sanitized(*ids, verdict)
+            for job, job_ids in keys.items():
+                if job_ids == ids:
+                    verdicts[job] = verdict
+    return verdicts
+
+
+def final_choice(final: dict[str, Any]) -> tuple[str, str] | None:
+    """(kernel, protocol): the kernel a final chose, the fastest in its device protocol (else
+    in its first protocol that timed one) of those neither rejected while timed nor under the
+    physical floor; None when it has none (an error, every kernel rejected)."""
+    protocols = final.get("protocols") or {}
+    for protocol in sorted(protocols, key=lambda p: p != "device"):
+        summary = protocols[protocol]
+        rejected = set(summary.get("rejected_while_timed", ()))
+        timed = {
+            n: summary["seconds"][n]
+            for n in summary.get("speedups", {})
+            if n not in rejected and summary["seconds"].get(n)
+        }
+        if timed:
+            return min(timed, key=timed.__getitem__), protocol
+    return None
+
+
+def no_choice_reason(final: dict[str, Any]) -> str:
+    """Why a final chose no kernel (:func:`final_choice` is None)."""
+    return str(final.get("error") or "every kernel re-measured was rejected while timed")
 
 
 def final_measurements(
@@ -326,50 +527,43 @@ def final_measurements(
     batch: int = FINAL_BATCH,
     extra_baselines: Sequence[str] = TORCH_TUNED,
 ) -> dict[str, Any]:
-    """{problem key: final summary} for every problem with a verified family candidate.
+    """{problem key: final summary} for every problem: its top ``top`` kernels re-measured, or
+    ``{"error": why}`` when none could be (no verified kernel, none that built and passed).
 
-    With ``sanitizer``, a top kernel that fails compute-sanitizer is left out (it cannot become
-    the shape's best) and its verdict is kept under ``sanitize``. ``saved``: what an earlier,
-    interrupted run measured (reused, not measured again) and where each new result goes.
+    With ``sanitizer``, the kernels are sanitized in rank order until ``top`` pass
+    (:func:`pick_kernels`): one that fails cannot become the shape's best, and every verdict is
+    kept under ``sanitize``. ``saved``: what an earlier, interrupted run measured (reused, not
+    measured again, where its kernels and settings are these) and where each new result goes.
     Problems are re-measured ``batch`` at a time per child process (:func:`remeasure_batch`)."""
     saved = saved or SavedFinals(None)
-    chosen = {r.problem.key: top_records(r.records, baseline, top) for r in results}
-    configs = {rec.name: config_of(rec) for recs in chosen.values() for rec in recs}
-    family = [n for n, c in configs.items() if c.FAMILY != "llm"]
-    written = [n for n, c in configs.items() if c.FAMILY == "llm"]
-    built = dict(zip(family, compile([configs[n] for n in family]), strict=True)) if family else {}
-    if written:
-        built.update(zip(written, compile_sources([configs[n] for n in written]), strict=True))
+    picks, built = pick_kernels(
+        results,
+        baseline=baseline,
+        top=top,
+        compile=compile,
+        sanitizer=sanitizer,
+        saved=saved,
+        sanitize_jobs=sanitize_jobs,
+        progress=progress,
+    )
+    settings = final_settings(protocols, device_seconds, extra_baselines)
     ids = {n: kernel_id(n, b.source_hash) for n, b in built.items()}
-    verdicts: dict[str, dict[str, Any]] = {}
-    if sanitizer is not None:
-        libraries = {n: b.library for n, b in built.items() if b.ok}
-        verdicts = {n: v for n in libraries if (v := saved.sanitized(ids[n])) is not None}
-        todo = {n: lib for n, lib in libraries.items() if n not in verdicts}
-        progress(f"sanitizing {len(todo)} top kernels ({len(verdicts)} sanitized before)")
-        with ThreadPoolExecutor(sanitize_jobs) as pool:
-            for name, verdict in zip(todo, pool.map(sanitizer, todo.values()), strict=True):
-                verdicts[name] = verdict.to_dict()
-                saved.add_sanitized(ids[name], verdicts[name])
     finals: dict[str, Any] = {}
     pending: list[tuple[Problem, dict[str, Path], dict[str, Any]]] = []
     for result in results:
         key = result.problem.key
-        libraries = {
-            r.name: built[r.name].library
-            for r in chosen[key]
-            if built[r.name].ok and (r.name not in verdicts or verdicts[r.name]["ok"])
-        }
-        sanitized = {r.name: verdicts[r.name] for r in chosen[key] if r.name in verdicts}
+        pick = picks[key]
+        libraries = {n: built[n].library for n in pick.chosen if built[n].library is not None}
         if not libraries:
-            if sanitized:
-                finals[key] = {"error": "no top kernel passed", "sanitize": sanitized}
+            finals[key] = {"error": pick.failure(), "sanitize": pick.verdicts}
+            if pick.unbuilt:
+                finals[key]["unbuilt"] = pick.unbuilt
             continue
-        earlier = saved.final(key, [ids[n] for n in libraries])
+        earlier = saved.final(key, [ids[n] for n in libraries], settings)
         if earlier is not None:
             finals[key] = earlier
             continue
-        pending.append((result.problem, libraries, sanitized))
+        pending.append((result.problem, libraries, pick.verdicts))
     for start in range(0, len(pending), batch):
         chunk = pending[start : start + batch]
         progress(
@@ -382,7 +576,9 @@ def final_measurements(
         def keep(index: int, record: dict[str, Any], chunk=chunk, last=last) -> None:
             problem, libraries, sanitized = chunk[index]
             finals[problem.key] = {**final_summary(record), "sanitize": sanitized}
-            saved.add_final(problem.key, [ids[n] for n in libraries], finals[problem.key])
+            saved.add_final(
+                problem.key, [ids[n] for n in libraries], finals[problem.key], settings
+            )
             now = time.monotonic()
             outcome = "failed" if "error" in record else "re-measured"
             progress(f"{problem}: {outcome} ({now - last[0]:.1f} s)")

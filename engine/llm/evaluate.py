@@ -7,7 +7,7 @@ campaign loop handles it unchanged. :class:`SourceCompiler` is a campaign compil
 by engine.compilation.static_checks before nvcc, built against the shared CUDA runtime and its
 library's imports are checked after; a gate rejection comes back as a :class:`GatedCompileResult`
 whose ``rejected_by`` names the static reason. :class:`ChainEvaluator` runs the whole chain for one
-source (the GRPO reward), with any engine.campaign executor (LocalGpuExecutor on the GPU,
+source (the GRPO reward), with any engine.execution executor (LocalGpuExecutor on the GPU,
 ReplayExecutor or a fake in tests).
 """
 

@@ -4,6 +4,7 @@ after Ctrl-C resumes without running any candidate twice."""
 from __future__ import annotations
 
 import json
+import zlib
 from pathlib import Path
 
 import pytest
@@ -110,3 +111,145 @@ def test_optimize_takes_the_llm_proposer_only_for_gpu_runs_with_a_model(tmp_path
     no_replay = base[: base.index("--replay")] + base[base.index("--replay") + 2 :]
     with pytest.raises(SystemExit, match="needs --llm-model"):
         cli.main(no_replay)
+
+
+# ---- the finals: what optimize prints, writes and exits with ---------------------------------
+
+
+class FakeGpuExecutor:
+    """Stands in for LocalGpuExecutor: every candidate verified, its time from its name."""
+
+    needs_libraries = False
+    arch = "sm_90"
+    mps = "off"
+
+    def __init__(self, **_kwargs):
+        pass
+
+    def execute(self, problem, batch):
+        from engine.execution.executor import Outcome
+        from engine.outcomes import CandidateStatus
+
+        baselines = {"cublaslt_autotune": 1e-5, "torch": 1.2e-5}
+        return [
+            Outcome(
+                c.name,
+                CandidateStatus.OK,
+                seconds=(9 + zlib.crc32(c.name.encode()) % 1000 / 100) * 1e-6,
+                baselines=baselines,
+            )
+            for c in batch
+        ]
+
+
+def final_of(kernels: dict[str, float]) -> dict:
+    """A final summary timing ``kernels`` (name → seconds) beside cuBLASLt-autotune at 10 us."""
+    protocol = {
+        "seconds": dict(kernels),
+        "speedups": {n: {"cublaslt_autotune": 1e-5 / t} for n, t in kernels.items()},
+        "rejected_while_timed": [],
+        "best_baselines": {"cublaslt_autotune": {"seconds": 1e-5}},
+    }
+    return {"protocols": {"device": protocol}, "environment": {}, "sanitize": {}}
+
+
+def gpu_argv(tmp_path: Path) -> list[str]:
+    return [
+        "optimize",
+        "--shapes",
+        "1024x1024x1024,2048x2048x1024",
+        "--layout",
+        "nn",
+        "--budget",
+        "4",
+        "--batch",
+        "4",
+        "--proposers",
+        "random",
+        "--space",
+        "library",
+        "--families",
+        "sm80",
+        "--final-top",
+        "2",
+        "--db",
+        str(tmp_path / "c.sqlite"),
+        "--out",
+        str(tmp_path / "results.json"),
+    ]
+
+
+def test_optimize_writes_the_finals_choice_and_exits_non_zero_for_a_shape_without_one(
+    tmp_path, monkeypatch, capsys
+):
+    monkeypatch.setenv("ENGINE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(optimize, "LocalGpuExecutor", FakeGpuExecutor)
+    chosen = {}
+
+    def finals(results, **_kwargs):
+        # the search's results are on disk before the finals start
+        written = json.loads((tmp_path / "results.json").read_text())
+        assert [p["candidates"] for p in written["problems"]] == [4, 4]
+        first, second = results
+        slowest = max(first.records, key=lambda r: r.seconds)  # not the search's best
+        chosen[first.problem.key] = slowest.name
+        return {
+            first.problem.key: final_of({slowest.name: 8e-6, first.records[0].name: 9e-6}),
+            second.problem.key: {"error": "no kernel passed: the 4 best verified kernels tried"},
+        }
+
+    monkeypatch.setattr(optimize, "final_measurements", finals)
+    assert cli.main(gpu_argv(tmp_path)) == 1
+    captured = capsys.readouterr()
+    assert "1 of 2 shapes have no final kernel: 2048x2048x1024_nn" in captured.err
+    report = json.loads((tmp_path / "results.json").read_text())
+    first, second = report["problems"]
+    assert first["best"] == chosen["1024x1024x1024_nn"] != first["search_best"]
+    assert first["best_speedups"] == {"cublaslt_autotune": pytest.approx(1.25)}
+    assert first["best_from"] == "final (device)"
+    assert (second["best"], second["best_speedups"]) == (None, {})
+    assert second["final_error"].startswith("no kernel passed")
+    assert (
+        f"final {chosen['1024x1024x1024_nn']} vs cublaslt_autotune: device 1.250x" in captured.out
+    )
+    assert "2048x2048x1024_nn: 4 candidates (budget), no final: no kernel passed" in captured.out
+
+
+def test_optimize_keeps_the_search_results_when_the_finals_fail(tmp_path, monkeypatch):
+    monkeypatch.setenv("ENGINE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(optimize, "LocalGpuExecutor", FakeGpuExecutor)
+
+    def broken(results, **_kwargs):
+        raise RuntimeError("the finals crashed")
+
+    monkeypatch.setattr(optimize, "final_measurements", broken)
+    with pytest.raises(RuntimeError, match="the finals crashed"):
+        cli.main(gpu_argv(tmp_path))
+    report = json.loads((tmp_path / "results.json").read_text())
+    assert [p["candidates"] for p in report["problems"]] == [4, 4]
+    assert all(p["best"] for p in report["problems"])
+
+
+def test_the_best_speedups_of_a_shape_are_one_candidates():
+    from engine.campaign.loop import ProblemResult
+    from engine.outcomes import CandidateRecord
+    from engine.problem import Problem
+
+    def record(name, seconds, baselines):
+        return CandidateRecord(
+            name=name,
+            family="sm80",
+            knobs={},
+            proposer="rl",
+            status="ok",
+            reward=0.0,
+            seconds=seconds,
+            baselines=baselines,
+        )
+
+    # a beats cuBLASLt-autotune by more, b beats torch by more (its torch was slow that batch)
+    a = record("a", 1.0, {"cublaslt_autotune": 1.2, "torch": 1.1})
+    b = record("b", 1.0, {"cublaslt_autotune": 1.1, "torch": 1.5})
+    result = ProblemResult(Problem(64, 64, 64), [a, b], stopped="budget")
+    assert result.best_speedups("cublaslt_autotune") == a.speedups()
+    assert result.best_speedups("torch") == b.speedups()

@@ -66,8 +66,8 @@ def steps_log():
         calls.append("verify")
         return VerifyResult(True, "ok", "all checks passed")
 
-    def sanitizer(library, layout):
-        calls.append(f"sanitize {layout.value}")
+    def sanitizer(library, config, problem):
+        calls.append(f"sanitize {problem.layout.value}")
         return Sanitized(True)
 
     def remeasurer(problem, libraries):
@@ -95,7 +95,7 @@ def test_an_audit_stops_at_the_first_failing_step_with_its_reason():
     assert (result.ok, result.reason) == (False, "precision")
     assert calls == []
     calls, steps = steps_log()
-    steps["sanitizer"] = lambda library, layout: Sanitized(False, "racecheck", "2 hazards")
+    steps["sanitizer"] = lambda library, config, problem: Sanitized(False, "racecheck", "2 hazards")
     result = audit.audit("fast", LIBRARY, PROBLEM, "2x", **steps)
     assert (result.ok, result.reason) == (False, "sanitize_racecheck")
     assert "remeasure ['fast']" not in calls
@@ -135,7 +135,7 @@ def executor_with(monkeypatch, seconds: float, auditor) -> LocalGpuExecutor:
 def test_the_executor_takes_an_audited_candidates_time_from_its_fresh_process(monkeypatch):
     audited = []
 
-    def auditor(name, library, problem, trigger):
+    def auditor(name, library, problem, trigger, config=None):
         audited.append((name, trigger[:5]))
         return audit.AuditResult(True, "ok", "", trigger, {}, 9e-5, {"cublaslt_autotune": 1e-4})
 
@@ -147,7 +147,7 @@ def test_the_executor_takes_an_audited_candidates_time_from_its_fresh_process(mo
 
 
 def test_the_executor_rejects_a_candidate_that_fails_its_audit(monkeypatch):
-    def auditor(name, library, problem, trigger):
+    def auditor(name, library, problem, trigger, config=None):
         return audit.AuditResult(False, "sanitize_memcheck", "audit: 3 errors", trigger)
 
     executor = executor_with(monkeypatch, 5e-5, auditor)
@@ -156,7 +156,7 @@ def test_the_executor_rejects_a_candidate_that_fails_its_audit(monkeypatch):
 
 
 def test_the_executor_leaves_an_unremarkable_candidate_unaudited(monkeypatch):
-    def auditor(*_args):
+    def auditor(*_args, **_kwargs):
         pytest.fail("audited a candidate slower than cuBLASLt-autotune")
 
     executor = executor_with(monkeypatch, 1.1e-4, auditor)
@@ -167,9 +167,50 @@ def test_the_executor_leaves_an_unremarkable_candidate_unaudited(monkeypatch):
 def test_a_candidate_that_cannot_be_sanitized_fails_its_audit():
     _, steps = steps_log()
 
-    def no_tool(library, layout):
+    def no_tool(library, config, problem):
         raise RuntimeError("compute-sanitizer not found")
 
     steps["sanitizer"] = no_tool
     result = audit.audit("fast", LIBRARY, PROBLEM, "2x", **steps)
     assert (result.ok, result.reason) == (False, "sanitize_setup")
+
+
+def test_a_missing_compute_sanitizer_fails_the_audit_as_setup():
+    _, steps = steps_log()
+    missing = Sanitized(False, "sanitizer_missing", "compute-sanitizer not found")
+    steps["sanitizer"] = lambda library, config, problem: missing
+    result = audit.audit("fast", LIBRARY, PROBLEM, "2x", **steps)
+    assert (result.ok, result.reason) == (False, "sanitize_setup")
+    assert "compute-sanitizer not found" in result.message
+
+
+def test_the_audit_sanitizes_at_the_problems_the_candidates_config_accepts(monkeypatch):
+    from engine.codegen import TritonConfig
+    from engine.verify import sanitize
+
+    seen = []
+
+    def fake(library, problems, **_):
+        seen.append(problems)
+        return Sanitized(True)
+
+    monkeypatch.setattr(sanitize, "sanitize", fake)
+    config = TritonConfig(layout=Layout.NN, tile_k=64, even_k=True)
+    audit.default_sanitizer(LIBRARY, config, PROBLEM)
+    assert seen == [sanitize.sanitize_problems(config, PROBLEM)]
+    assert all(p.k % 64 == 0 for p in seen[0])
+
+
+def test_the_executor_gives_the_audit_the_candidates_config(monkeypatch):
+    configs = []
+
+    def auditor(name, library, problem, trigger, config=None):
+        configs.append(config)
+        return audit.AuditResult(True, "ok", "", trigger, {}, 9e-5, {"cublaslt_autotune": 1e-4})
+
+    from engine.codegen import TritonConfig
+
+    config = TritonConfig(layout=Layout.NN, tile_k=64, even_k=True)
+    executor = executor_with(monkeypatch, 5e-5, auditor)
+    executor.execute(PROBLEM, [CompiledCandidate("fast", config, LIBRARY)])
+    assert configs == [config]

@@ -4,10 +4,12 @@ stage and in the gpu-marked test here)."""
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -26,11 +28,14 @@ from tests.engine.process_fakes import killed_for_memory
 PROBLEM = Problem(1024, 1024, 1024, Layout.NN)
 
 
+CONFIG_INDEX: dict[str, int] = {}  # record name → its library config: distinct per name
+
+
 def record(
     name: str, seconds: float | None, status: str = CandidateStatus.OK, **kw
 ) -> CandidateRecord:
     space = SearchSpace.library(PROBLEM, families=("sm90",))
-    config = space.configs[hash(name) % len(space.configs)]
+    config = space.configs[CONFIG_INDEX.setdefault(name, len(CONFIG_INDEX)) % len(space.configs)]
     return CandidateRecord(
         name=name,
         family=config.FAMILY,
@@ -93,52 +98,207 @@ def test_the_gpu_executor_verifies_a_batch_in_parallel_and_records_each_rejectio
     assert all(o.status == CandidateStatus.REJECTED for o in outcomes)
 
 
-def test_a_top_kernel_that_fails_the_sanitizer_cannot_be_the_final_best(monkeypatch, tmp_path):
-    from engine.campaign.loop import ProblemResult
+def fake_compile(tmp_path: Path):
+    """compile for the finals: every config "builds" to a library named after it."""
     from engine.compilation.compile import CompileResult
-    from engine.execution import final
-
-    records = [record("fast", 8.0), record("middle", 9.0), record("slow", 30.0)]
-    result = ProblemResult(PROBLEM, records, stopped="budget")
 
     def compile_(configs):
         return [
-            CompileResult(True, tmp_path / f"{i}.so", "h", ("sm_90a",), "", "", 1.0, True)
-            for i, _ in enumerate(configs)
+            CompileResult(True, tmp_path / f"{c.name}.so", c.name, ("sm_90a",), "", "", 1.0, True)
+            for c in configs
         ]
 
-    class Verdict:
-        def __init__(self, ok):
-            self.ok = ok
+    return compile_
 
-        def to_dict(self):
-            return {"ok": self.ok}
 
-    measured = {}
+@dataclass(frozen=True)
+class Verdict:
+    ok: bool
+    reason: str = "ok"
 
+    def to_dict(self):
+        return {"ok": self.ok, "reason": self.reason}
+
+
+def judged_by_name(records, passing: set[str], seen: list[str] | None = None):
+    """A sanitizer that passes the kernels of the records named in ``passing``."""
+    names = {config_of(r).name: r.name for r in records}
+
+    def sanitizer(library, config, problem):
+        name = names[config.name]
+        if seen is not None:
+            seen.append(name)
+        return Verdict(True) if name in passing else Verdict(False, "memcheck")
+
+    return sanitizer
+
+
+def measuring(measured: dict):
     def fake_remeasure(jobs, *, on_record, **_kwargs):
         for index, (problem, libraries) in enumerate(jobs):
             measured[problem.key] = sorted(libraries)
             on_record(index, {"error": "not on a GPU"})
         return [{"error": "not on a GPU"} for _ in jobs]
 
-    monkeypatch.setattr(final, "remeasure_batch", fake_remeasure)
+    return fake_remeasure
+
+
+def test_a_top_kernel_that_fails_the_sanitizer_cannot_be_the_final_best(monkeypatch, tmp_path):
+    from engine.campaign.loop import ProblemResult
+    from engine.execution import final
+
+    records = [record("fast", 8.0), record("middle", 9.0), record("slow", 30.0)]
+    result = ProblemResult(PROBLEM, records, stopped="budget")
+    measured: dict = {}
+    monkeypatch.setattr(final, "remeasure_batch", measuring(measured))
     finals = final.final_measurements(
         [result],
         baseline="cublaslt_autotune",
         top=2,
-        compile=compile_,
-        sanitizer=lambda library: Verdict(library.name != "0.so"),  # "fast" fails
+        compile=fake_compile(tmp_path),
+        sanitizer=judged_by_name(records, {"middle", "slow"}),
     )
-    assert measured[PROBLEM.key] == ["middle"]
-    assert finals[PROBLEM.key]["sanitize"] == {"fast": {"ok": False}, "middle": {"ok": True}}
+    assert measured[PROBLEM.key] == ["middle", "slow"]  # the next in rank order took its place
+    assert finals[PROBLEM.key]["sanitize"] == {
+        "fast": {"ok": False, "reason": "memcheck"},
+        "middle": {"ok": True, "reason": "ok"},
+        "slow": {"ok": True, "reason": "ok"},
+    }
+
+
+def test_finals_sanitize_in_rank_order_until_enough_pass_and_give_up_at_three_times(
+    monkeypatch, tmp_path
+):
+    from engine.campaign.loop import ProblemResult
+    from engine.execution import final
+
+    records = [record(f"k{i}", 8.0 + i) for i in range(9)]
+    result = ProblemResult(PROBLEM, records, stopped="budget")
+    measured: dict = {}
+    monkeypatch.setattr(final, "remeasure_batch", measuring(measured))
+    seen: list[str] = []
+    run = {"baseline": "cublaslt_autotune", "top": 2, "compile": fake_compile(tmp_path)}
+    passing = judged_by_name(records, {"k1", "k4", "k5"}, seen)
+    final.final_measurements([result], **run, sanitizer=passing)
+    assert seen == ["k0", "k1", "k2", "k3", "k4"]  # rank order, a round a time, until 2 passed
+    assert measured[PROBLEM.key] == ["k1", "k4"]
+
+    seen.clear()
+    failing = judged_by_name(records, set(), seen)
+    finals = final.final_measurements([result], **run, sanitizer=failing)
+    assert seen == ["k0", "k1", "k2", "k3", "k4", "k5"]  # 3 x 2 tried, then it gives up
+    error = finals[PROBLEM.key]["error"]
+    assert error.startswith("no kernel passed: the 6 best verified kernels tried in rank order")
+    assert "memcheck: 6" in error
+    assert len(finals[PROBLEM.key]["sanitize"]) == 6
+
+
+def test_a_shape_without_a_verified_kernel_ends_with_a_reason(monkeypatch, tmp_path):
+    from engine.campaign.loop import ProblemResult
+    from engine.execution import final
+
+    other = Problem(2048, 2048, 2048, Layout.NN)
+    results = [
+        ProblemResult(PROBLEM, [record("a", 8.0)], stopped="budget"),
+        ProblemResult(other, [record("bad", None, CandidateStatus.REJECTED)], stopped="budget"),
+    ]
+    measured: dict = {}
+    monkeypatch.setattr(final, "remeasure_batch", measuring(measured))
+    finals = final.final_measurements(
+        results, baseline="cublaslt_autotune", top=1, compile=fake_compile(tmp_path)
+    )
+    assert list(measured) == [PROBLEM.key]
+    assert finals[other.key] == {"error": "no verified kernel to re-measure", "sanitize": {}}
+
+
+def test_a_missing_compute_sanitizer_is_each_kernels_verdict_and_is_not_kept(
+    monkeypatch, tmp_path
+):
+    from engine.campaign.loop import ProblemResult
+    from engine.commands import optimize_command as optimize
+    from engine.execution import final
+    from engine.verify import sanitize
+
+    monkeypatch.setattr(sanitize, "compute_sanitizer_path", lambda config=None: None)
+    records = [record("a", 8.0), record("b", 9.0)]
+    measured: dict = {}
+    monkeypatch.setattr(final, "remeasure_batch", measuring(measured))
+    path = tmp_path / "campaign.finals.json"
+    finals = final.final_measurements(
+        [ProblemResult(PROBLEM, records, stopped="budget")],
+        baseline="cublaslt_autotune",
+        top=1,
+        compile=fake_compile(tmp_path),
+        sanitizer=optimize.sanitize_library,
+        saved=final.SavedFinals(path),
+    )
+    reasons = {name: v["reason"] for name, v in finals[PROBLEM.key]["sanitize"].items()}
+    assert reasons == {"a": "sanitizer_missing", "b": "sanitizer_missing"}
+    assert "sanitizer_missing: 2" in finals[PROBLEM.key]["error"]
+    assert measured == {}
+    assert final.SavedFinals(path).data["sanitize"] == {}  # tried again once the tool is there
+
+
+def test_a_verdict_kept_under_another_key_is_not_reused(monkeypatch, tmp_path):
+    """The false call_failed verdicts of the fixed-problem sanitizer were kept by kernel alone:
+    a verdict is reused only for the same problems and the same harness."""
+    from engine.campaign.loop import ProblemResult
+    from engine.execution import final
+    from engine.verify import sanitize
+
+    records = [record("evenk", 8.0)]
+    config = config_of(records[0])
+    kernel = final.kernel_id("evenk", config.name)  # fake_compile's source hash: the name
+    path = tmp_path / "campaign.finals.json"
+    path.write_text(json.dumps({"sanitize": {kernel: {"ok": False, "reason": "call_failed"}}}))
+    monkeypatch.setattr(final, "remeasure_batch", measuring({}))
+    seen: list[str] = []
+    run = {
+        "baseline": "cublaslt_autotune",
+        "top": 1,
+        "compile": fake_compile(tmp_path),
+        "sanitizer": judged_by_name(records, {"evenk"}, seen),
+    }
+    results = [ProblemResult(PROBLEM, records, stopped="budget")]
+    final.final_measurements(results, **run, saved=final.SavedFinals(path))
+    assert seen == ["evenk"]
+    at = sanitize.verdict_key(config, PROBLEM)
+    assert final.SavedFinals(path).passed(kernel, at)
+    final.final_measurements(results, **run, saved=final.SavedFinals(path))
+    assert seen == ["evenk"]  # the same key: kept
+    harness = tmp_path / "sanitize_main.cu"
+    harness.write_text("// a new harness")
+    monkeypatch.setattr(sanitize, "HARNESS_FILES", (harness,))
+    final.final_measurements(results, **run, saved=final.SavedFinals(path))
+    assert seen == ["evenk", "evenk"]  # a new harness: sanitized again
+
+
+def test_the_finals_choice_is_the_fastest_kernel_not_rejected_in_the_device_protocol():
+    def protocol(seconds, rejected=()):
+        return {
+            "seconds": seconds,
+            "speedups": {n: {"cublaslt_autotune": 1e-5 / t} for n, t in seconds.items()},
+            "rejected_while_timed": list(rejected),
+        }
+
+    final = {
+        "protocols": {
+            "offline": protocol({"a": 1e-6, "b": 2e-6}),
+            "device": protocol({"a": 1e-6, "b": 2e-6, "c": 3e-6}, rejected=["a"]),
+        }
+    }
+    from engine.execution.final import final_choice
+
+    assert final_choice(final) == ("b", "device")
+    assert final_choice({"error": "GPU fault"}) is None
+    everything_rejected = {"protocols": {"device": protocol({"a": 1e-6}, rejected=["a"])}}
+    assert final_choice(everything_rejected) is None
 
 
 def test_finals_cut_short_resume_without_measuring_a_shape_or_sanitizing_a_kernel_twice(
     monkeypatch, tmp_path
 ):
     from engine.campaign.loop import ProblemResult
-    from engine.compilation.compile import CompileResult
     from engine.execution import final
 
     other = Problem(2048, 2048, 2048, Layout.NN)
@@ -147,23 +307,12 @@ def test_finals_cut_short_resume_without_measuring_a_shape_or_sanitizing_a_kerne
         ProblemResult(other, [record("c", 8.0)], stopped="budget"),
     ]
 
-    def compile_(configs):
-        return [
-            CompileResult(True, tmp_path / f"{c.name}.so", "h", ("sm_90a",), "", "", 1.0, True)
-            for c in configs
-        ]
-
-    class Verdict:
-        ok = True
-
-        def to_dict(self):
-            return {"ok": True}
-
+    compile_ = fake_compile(tmp_path)
     sanitized, measured, cut = [], [], [True]
 
-    def sanitizer(library):
+    def sanitizer(library, config, problem):
         sanitized.append(library.stem)
-        return Verdict()
+        return Verdict(True)
 
     def remeasure_batch(jobs, *, on_record, **_kwargs):
         records = []
@@ -191,15 +340,28 @@ def test_finals_cut_short_resume_without_measuring_a_shape_or_sanitizing_a_kerne
 
 
 def test_a_saved_final_is_not_reused_for_other_top_kernels(tmp_path):
-    from engine.execution.final import SavedFinals
+    from engine.execution.final import SavedFinals, final_settings
+
+    settings = final_settings(("device",), 20.0, ())
+    saved = SavedFinals(tmp_path / "f.json")
+    saved.add_final("k", ["a", "b"], {"protocols": {}}, settings)
+    again = SavedFinals(tmp_path / "f.json")
+    assert again.final("k", ["b", "a"], settings) == {"protocols": {}}
+    assert again.final("k", ["a", "c"], settings) is None
+    saved.add_final("e", ["a"], {"error": "GPU fault"}, settings)
+    assert SavedFinals(tmp_path / "f.json").final("e", ["a"], settings) is None  # retried
+
+
+def test_a_saved_final_is_reused_only_under_the_same_settings(tmp_path):
+    from engine.execution.final import SavedFinals, final_settings
 
     saved = SavedFinals(tmp_path / "f.json")
-    saved.add_final("k", ["a", "b"], {"protocols": {}})
+    saved.add_final("k", ["a"], {"protocols": {}}, final_settings(("device",), 20.0, ()))
     again = SavedFinals(tmp_path / "f.json")
-    assert again.final("k", ["b", "a"]) == {"protocols": {}}
-    assert again.final("k", ["a", "c"]) is None
-    saved.add_final("e", ["a"], {"error": "GPU fault"})
-    assert SavedFinals(tmp_path / "f.json").final("e", ["a"]) is None  # failures are retried
+    assert again.final("k", ["a"], final_settings(("device",), 20.0, ())) is not None
+    assert again.final("k", ["a"], final_settings(("device",), 3.0, ())) is None
+    assert again.final("k", ["a"], final_settings(("device",), 20.0, ("tunableop",))) is None
+    assert again.final("k", ["a"], final_settings(("device", "offline"), 20.0, ())) is None
 
 
 # ---- the re-measurement child runs in the candidate sandbox ------------------------
@@ -425,7 +587,6 @@ def test_one_child_re_measures_several_problems_on_the_gpu():
 
 def test_the_finals_report_each_shape_as_it_is_measured(monkeypatch, tmp_path):
     from engine.campaign.loop import ProblemResult
-    from engine.compilation.compile import CompileResult
     from engine.execution import final
 
     other = Problem(2048, 2048, 2048, Layout.NN)
@@ -434,11 +595,7 @@ def test_the_finals_report_each_shape_as_it_is_measured(monkeypatch, tmp_path):
         ProblemResult(other, [record("c", 8.0)], stopped="budget"),
     ]
 
-    def compile_(configs):
-        return [
-            CompileResult(True, tmp_path / f"{c.name}.so", "h", ("sm_90a",), "", "", 1.0, True)
-            for c in configs
-        ]
+    compile_ = fake_compile(tmp_path)
 
     def remeasure_batch(jobs, *, on_record, **_kwargs):
         records = [{"protocols": {}, "environment": {}}, {"error": "GPU fault"}]
@@ -474,10 +631,6 @@ def test_a_top_kernel_whose_source_changed_is_sanitized_and_measured_again(monke
             for c in configs
         ]
 
-    class Verdict:
-        def to_dict(self):
-            return {"ok": True}
-
     sanitized, measured = [], []
 
     def remeasure_batch(jobs, *, on_record, **_kwargs):
@@ -490,7 +643,8 @@ def test_a_top_kernel_whose_source_changed_is_sanitized_and_measured_again(monke
         "baseline": "cublaslt_autotune",
         "top": 1,
         "compile": compile_,
-        "sanitizer": lambda library: sanitized.append(library.stem) or Verdict(),
+        "sanitizer": lambda library, config, problem: sanitized.append(library.stem)
+        or Verdict(True),
     }
     path = tmp_path / "campaign.finals.json"
     final.final_measurements(results, **run, saved=final.SavedFinals(path))
@@ -515,3 +669,20 @@ def test_final_summary_keeps_what_cublaslt_ran_beside_the_times():
         "cublaslt_autotune_nn": {"autotune": kernel, "heuristic": None}
     }
     assert "cublaslt_kernels" not in final_summary({"protocols": {}, "environment": {}})
+
+
+def test_a_bundle_finds_the_finals_verdict_by_the_configs_own_source_and_problems(tmp_path):
+    """engine bundle asks by config: a Triton kernel's bundled source (its cubin embedded) is
+    not the source the finals built, and the verdict key comes from the config and the shape."""
+    from engine.codegen import TritonConfig
+    from engine.compilation.compile import source_hash
+    from engine.execution.final import SavedFinals, kernel_id, sanitizer_passed
+    from engine.verify import sanitize
+
+    config = TritonConfig(layout=Layout.NN, tile_k=64, even_k=True)
+    saved = SavedFinals(tmp_path / "f.json")
+    kernel = kernel_id(config.name, source_hash(config.render()))
+    saved.add_sanitized(kernel, sanitize.verdict_key(config, PROBLEM), {"ok": True})
+    again = SavedFinals(tmp_path / "f.json")
+    assert sanitizer_passed(again, config.name, config, PROBLEM)
+    assert not sanitizer_passed(again, config.name, config, Problem(256, 256, 256, Layout.NN))

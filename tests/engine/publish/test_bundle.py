@@ -84,16 +84,19 @@ def test_it_picks_the_highest_reward_kernel_per_shape_when_asked(campaign_db):
 
 def sanitizer_verdicts(db: Path, verdicts: dict[str, bool]) -> None:
     """compute-sanitizer verdicts in the campaign's finals file, as engine optimize saves them."""
+    from engine.commands.bundle_command import kernel_config
     from engine.compilation.compile import source_hash
     from engine.execution.final import SavedFinals, kernel_id
+    from engine.verify.sanitize import verdict_key
 
     storage = SqliteStorage(db)
     records = {r.name: r for r in storage.candidates("recorded", PROBLEM.key)}
     storage.close()
     saved = SavedFinals(db.with_suffix(".finals.json"))
     for name, ok in verdicts.items():
-        source = kernel_from_record(PROBLEM, records[name]).source
-        saved.add_sanitized(kernel_id(name, source_hash(source)), {"ok": ok})
+        config = kernel_config(kernel_from_record(PROBLEM, records[name]))
+        at = verdict_key(config, PROBLEM)
+        saved.add_sanitized(kernel_id(name, source_hash(config.render())), at, {"ok": ok})
 
 
 def ranked_names(db: Path) -> list[str]:

@@ -1,13 +1,18 @@
-"""The compute-sanitizer gate: summary parsing, failure reasons, the harness build (nvcc), and
-on a GPU the reference kernel passing and an out-of-bounds cheat failing memcheck."""
+"""The compute-sanitizer gate: where each kernel is sanitized, summary parsing, failure reasons,
+a refused problem, a missing tool, the verdict key, the harness build (nvcc), and on a GPU the
+reference kernel passing, an out-of-bounds cheat failing memcheck and an evenk Triton kernel
+passing at the problems it accepts."""
 
 from __future__ import annotations
 
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
 
+from engine.codegen import Sm80Config, Sm90Config, TritonConfig
+from engine.compilation.source_kernel import SourceKernel
 from engine.problem import Layout, Problem
 from engine.verify import harness_kernels, sanitize
 
@@ -113,6 +118,230 @@ def test_a_campaigns_top_kernels_are_sanitized_in_its_own_layout(monkeypatch):
     from engine.commands import optimize_command as optimize
 
     seen = []
-    monkeypatch.setattr(sanitize, "sanitize", lambda library, problem, **_: seen.append(problem))
-    optimize.sanitize_library(Path("/x/k.so"), layout=Layout.TN)
-    assert seen == [Problem(264, 272, 1032, Layout.TN)]
+    monkeypatch.setattr(sanitize, "sanitize", lambda library, problems, **_: seen.extend(problems))
+    target = Problem(512, 512, 512, Layout.TN)
+    optimize.sanitize_library(Path("/x/k.so"), Sm90Config(layout=Layout.TN), target)
+    assert seen == [Problem(264, 280, 1032, Layout.TN), target]
+
+
+# ---- where a kernel is sanitized ----------------------------------------------------------
+
+TARGET = Problem(1024, 1024, 1024, Layout.NN)
+
+
+def test_an_evenk_triton_config_is_sanitized_where_k_is_whole_tiles_with_m_and_n_residues():
+    config = TritonConfig(layout=Layout.NN, tile_k=64, even_k=True)
+    assert not config.is_valid(sanitize.DEFAULT_PROBLEM)  # where it once failed as call_failed
+    small, target = sanitize.sanitize_problems(config, TARGET)
+    assert small == Problem(264, 280, 1024, Layout.NN)
+    assert (small.m % config.tile_m, small.n % config.tile_n, small.k % config.tile_k) == (8, 24, 0)
+    assert target == Problem(512, 512, 1024, Layout.NN)  # 2^30 multiply-adds, shrunk to 2^28
+    assert all(config.is_valid(p) for p in (small, target))
+
+
+def test_a_cutlass_config_is_sanitized_with_a_residue_in_every_dimension():
+    config = Sm90Config(layout=Layout.NN)
+    small, _target = sanitize.sanitize_problems(config, TARGET)
+    assert small == sanitize.DEFAULT_PROBLEM == Problem(264, 280, 1032, Layout.NN)
+    assert sanitize.residues(small, sanitize.tiles_of(config)) == 3
+    assert sanitize.residues(sanitize.DEFAULT_PROBLEM, (192, 320, 48)) == 3  # the odd tiles too
+
+
+def test_a_split_k_config_gets_a_k_with_a_tile_for_every_split():
+    config = TritonConfig(layout=Layout.NN, tile_k=256, splits=16)
+    small = sanitize.small_problem(config, Layout.NN)
+    assert small == Problem(264, 280, 4104, Layout.NN)  # 17 K tiles, the last one partial
+    assert config.is_valid(small)
+
+
+def test_a_small_target_is_sanitized_as_it_is():
+    config = Sm80Config(layout=Layout.TN)
+    target = Problem(100, 136, 2056, Layout.TN)
+    assert sanitize.sanitize_problems(config, target)[-1] == target
+
+
+def test_a_large_target_is_shrunk_in_whole_tiles_keeping_its_residues():
+    config = Sm90Config(layout=Layout.NN, tile_m=128, tile_n=256, tile_k=64)
+    target = Problem(8200, 4104, 16392, Layout.NN)
+    shrunk = sanitize.shrunk_target(config, target)
+    assert shrunk is not None
+    assert shrunk.m * shrunk.n * shrunk.k <= sanitize.MAX_TARGET_MACS
+    assert (shrunk.m % 128, shrunk.n % 256, shrunk.k % 64) == (8200 % 128, 4104 % 256, 16392 % 64)
+    assert config.is_valid(shrunk)
+
+
+def test_a_model_written_kernel_is_sanitized_at_the_default_problem_and_its_target():
+    kernel = SourceKernel("// model-written", Layout.NN)
+    target = Problem(128, 256, 512, Layout.NN)
+    assert sanitize.sanitize_problems(kernel, target) == (sanitize.DEFAULT_PROBLEM, target)
+    assert sanitize.sanitize_problems(None, target) == (sanitize.DEFAULT_PROBLEM, target)
+
+
+def test_the_verdict_key_names_the_problems_and_the_harness(tmp_path, monkeypatch):
+    config = TritonConfig(layout=Layout.NN, tile_k=64, even_k=True)
+    key = sanitize.verdict_key(config, TARGET)
+    assert key.startswith("264x280x1024_nn+512x512x1024_nn@")
+    assert key != sanitize.verdict_key(config, Problem(256, 256, 256, Layout.NN))
+    harness = tmp_path / "sanitize_main.cu"
+    harness.write_text("// another harness")
+    monkeypatch.setattr(sanitize, "HARNESS_FILES", (harness,))
+    assert sanitize.verdict_key(config, TARGET) != key
+
+
+# ---- verdicts: refused problems, a missing tool -------------------------------------------
+
+
+def fake_sanitizer(tmp_path: Path, body: str) -> Path:
+    """A stand-in compute-sanitizer (Python): ``body`` sees the problem the harness was given
+    (``m``, ``n``, ``k``, the end of its argv) and ``summary(errors, status)`` prints the
+    tool's summary and exits."""
+    fake = tmp_path / "compute-sanitizer"
+    fake.write_text(
+        f"#!{sys.executable}\n"
+        "import sys\n"
+        "m, n, k = (int(x) for x in sys.argv[-4:-1])\n"
+        "def summary(errors=0, status=0):\n"
+        "    print(f'========= ERROR SUMMARY: {errors} errors')\n"
+        "    sys.exit(status)\n" + body
+    )
+    fake.chmod(0o755)
+    return fake
+
+
+@pytest.fixture
+def harness_stub(tmp_path, monkeypatch):
+    harness = tmp_path / "sanitize_main"
+    monkeypatch.setattr(sanitize, "build_harness", lambda config=None: harness)
+    return harness
+
+
+EVEN_K_ONLY = (
+    "if k % 64:\n"
+    "    print('gemmforge_hgemm refused: returned 1 before launching')\n"
+    f"    summary(0, {sanitize.REFUSED_EXIT})\n"
+    "summary(0, 0)\n"
+)
+
+
+def test_a_problem_refused_before_launch_is_neither_a_fault_nor_a_rejection(
+    tmp_path, monkeypatch, harness_stub
+):
+    monkeypatch.setenv("ENGINE_COMPUTE_SANITIZER", str(fake_sanitizer(tmp_path, EVEN_K_ONLY)))
+    refused, accepted = sanitize.DEFAULT_PROBLEM, Problem(264, 280, 1024, Layout.NN)
+    verdict = sanitize.sanitize(tmp_path / "lib.so", (refused, accepted))
+    assert (verdict.ok, verdict.reason) == (True, "ok"), verdict.to_dict()
+    assert verdict.refused == (refused.key,)
+    # the refused problem ran one tool, the accepted one all three
+    assert [(r.problem, r.tool) for r in verdict.reports] == [
+        (refused.key, "memcheck"),
+        *((accepted.key, tool) for tool in sanitize.TOOLS),
+    ]
+    assert verdict.to_dict()["reports"][0]["refused"] is True
+
+
+def test_a_kernel_that_refuses_every_problem_has_not_been_sanitized(
+    tmp_path, monkeypatch, harness_stub
+):
+    monkeypatch.setenv("ENGINE_COMPUTE_SANITIZER", str(fake_sanitizer(tmp_path, EVEN_K_ONLY)))
+    verdict = sanitize.sanitize(tmp_path / "lib.so", sanitize.DEFAULT_PROBLEM)
+    assert (verdict.ok, verdict.reason) == (False, "refused")
+    assert "nothing was sanitized" in verdict.message
+
+
+def test_a_call_that_fails_after_launching_is_still_a_rejection(
+    tmp_path, monkeypatch, harness_stub
+):
+    body = "print('gemmforge_hgemm returned 700 on call 0')\nsummary(0, 3)\n"
+    monkeypatch.setenv("ENGINE_COMPUTE_SANITIZER", str(fake_sanitizer(tmp_path, body)))
+    verdict = sanitize.sanitize(tmp_path / "lib.so", sanitize.DEFAULT_PROBLEM)
+    assert (verdict.ok, verdict.reason) == (False, "call_failed")
+    assert sanitize.DEFAULT_PROBLEM.key in verdict.message
+
+
+def test_a_finding_at_a_later_problem_rejects_the_kernel(tmp_path, monkeypatch, harness_stub):
+    body = f"summary(2, {sanitize.ERROR_EXIT}) if m == 512 else summary(0, 0)\n"
+    monkeypatch.setenv("ENGINE_COMPUTE_SANITIZER", str(fake_sanitizer(tmp_path, body)))
+    problems = (sanitize.DEFAULT_PROBLEM, Problem(512, 512, 1024, Layout.NN))
+    verdict = sanitize.sanitize(tmp_path / "lib.so", problems)
+    assert (verdict.ok, verdict.reason) == (False, "memcheck")
+    assert "512x512x1024_nn" in verdict.message
+
+
+def test_a_missing_compute_sanitizer_is_a_verdict_not_an_exception(tmp_path, monkeypatch):
+    monkeypatch.setattr(sanitize, "compute_sanitizer_path", lambda config=None: None)
+    verdict = sanitize.sanitize(tmp_path / "lib.so", sanitize.DEFAULT_PROBLEM)
+    assert (verdict.ok, verdict.reason) == (False, "sanitizer_missing")
+    assert verdict.reason in sanitize.SETUP_REASONS
+    assert "ENGINE_COMPUTE_SANITIZER" in verdict.message
+
+
+def test_a_harness_that_does_not_build_is_a_verdict_not_an_exception(tmp_path, monkeypatch):
+    monkeypatch.setenv("ENGINE_COMPUTE_SANITIZER", str(fake_sanitizer(tmp_path, "summary()\n")))
+
+    def broken(config=None):
+        raise sanitize.SanitizeSetupError("building the sanitizer harness failed: nvcc died")
+
+    monkeypatch.setattr(sanitize, "build_harness", broken)
+    verdict = sanitize.sanitize(tmp_path / "lib.so", sanitize.DEFAULT_PROBLEM)
+    assert (verdict.ok, verdict.reason) == (False, "harness_build")
+    assert verdict.reason in sanitize.SETUP_REASONS
+
+
+SANITIZE_KERNELS = Path(__file__).resolve().parents[2] / "fixtures" / "sanitize_kernels"
+
+
+@pytest.mark.nvcc
+def test_the_refusing_and_the_failing_fixtures_build():
+    if shutil.which("nvcc") is None:
+        pytest.skip("no nvcc on PATH")
+    paths = sorted(SANITIZE_KERNELS.glob("*.cu"))
+    assert [p.stem for p in paths] == ["fails_after_launch", "refuses_ragged_k"]
+    for built in harness_kernels.build(paths, Layout.NN):
+        assert built.ok, built.log[-2000:]
+
+
+@pytest.mark.gpu
+@pytest.mark.nvcc
+def test_the_harness_tells_a_refusal_before_launch_from_a_failure_after_it():
+    """Both libraries' first call returns an error with nothing pending on the device; only
+    the one that launched nothing refused (the harness counts launches under stream capture)."""
+    if not gpu_available():
+        pytest.skip("needs a CUDA GPU")
+    refuses, fails = (
+        harness_kernels.build_one(SANITIZE_KERNELS / f"{name}.cu", Layout.NN)
+        for name in ("refuses_ragged_k", "fails_after_launch")
+    )
+    assert refuses.ok, refuses.log[-2000:]
+    assert fails.ok, fails.log[-2000:]
+    accepted = Problem(264, 280, 1024, Layout.NN)
+    verdict = sanitize.sanitize(refuses.library, (sanitize.DEFAULT_PROBLEM, accepted))
+    assert verdict.ok, verdict.to_dict()
+    assert verdict.refused == (sanitize.DEFAULT_PROBLEM.key,)
+    assert "before launching" in verdict.reports[0].output_tail
+    verdict = sanitize.sanitize(fails.library, accepted, tools=("memcheck",))
+    assert (verdict.ok, verdict.reason) == (False, "call_failed"), verdict.to_dict()
+    assert "after launching work" in verdict.reports[0].output_tail
+
+
+@pytest.mark.gpu
+@pytest.mark.nvcc
+def test_an_evenk_triton_kernel_passes_at_the_problems_it_accepts_and_refuses_the_rest():
+    """The issue-40 kernel: Triton without K masks, which refuses K % tile_k != 0 before
+    launching. At the default problem (K = 1032) it refuses; at its own problems every tool
+    passes."""
+    if not gpu_available():
+        pytest.skip("needs a CUDA GPU")
+    from engine.compilation.compile import compile_configs
+    from engine.gpu import cuda_driver
+
+    config = TritonConfig(layout=Layout.NN, tile_m=64, tile_n=64, tile_k=64, even_k=True)
+    target = Problem(256, 272, 1024, Layout.NN)
+    [built] = compile_configs([config], target_arch=cuda_driver.local_arch())
+    assert built.ok, built.error
+    problems = sanitize.sanitize_problems(config, target)
+    verdict = sanitize.sanitize(built.library, (sanitize.DEFAULT_PROBLEM, *problems))
+    assert verdict.ok, verdict.to_dict()
+    assert verdict.refused == (sanitize.DEFAULT_PROBLEM.key,)
+    assert [r.problem for r in verdict.reports if r.tool == "racecheck"] == [
+        p.key for p in problems
+    ]
