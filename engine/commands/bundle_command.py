@@ -10,7 +10,7 @@ from engine.campaign.final import SavedFinals, kernel_id
 from engine.campaign.storage import SqliteStorage
 from engine.compilation.compile import source_hash
 from engine.problem import ProblemError
-from engine.publish.bundle import best_kernels, bundle_headline, write_bundle
+from engine.publish.bundle import BundleError, CampaignResults, build_bundle, final_rejections
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -57,33 +57,57 @@ def finals_path(db: Path) -> Path:
     return db.with_suffix(".finals.json")
 
 
+def rejected_in_finals(finals: Path) -> dict[str, dict[str, str]]:
+    """Problem key → kernel name → why, for the kernels the saved finals rejected while timed."""
+    saved = SavedFinals(finals if finals.is_file() else None)
+    return {
+        key: rejected
+        for key, entry in saved.data["finals"].items()
+        if (rejected := final_rejections(entry.get("summary") or {}))
+    }
+
+
+def campaign_results(storage: SqliteStorage, campaign: str, db: Path) -> CampaignResults:
+    """What the bundle is made from: the campaign's records and its finals' rejections."""
+    settings = storage.campaign_settings(campaign)
+    if settings is None:
+        raise SystemExit(f"error: no campaign named {campaign!r} in {db}")
+    try:
+        problems = tuple(storage.problems(campaign))
+    except ProblemError as exc:
+        raise SystemExit(f"error: bad problem in the database: {exc}") from None
+    return CampaignResults(
+        title=campaign,
+        problems=problems,
+        records={p.key: storage.candidates(campaign, p.key) for p in problems},
+        environment=settings.get("environment", {}),
+        rejected_in_finals=rejected_in_finals(finals_path(db)),
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     if not args.db.is_file():
         raise SystemExit(f"error: no such campaign database: {args.db}")
     storage = SqliteStorage(args.db)
     try:
-        settings = storage.campaign_settings(args.campaign)
-        if settings is None:
-            raise SystemExit(f"error: no campaign named {args.campaign!r} in {args.db}")
-        try:
-            problems = storage.problems(args.campaign)
-        except ProblemError as exc:
-            raise SystemExit(f"error: bad problem in the database: {exc}") from None
-        admissible = None if args.allow_unsanitized else sanitized_in(finals_path(args.db))
-        kernels = best_kernels(
-            storage,
-            args.campaign,
-            problems,
+        results = campaign_results(storage, args.campaign, args.db)
+    finally:
+        storage.close()
+    admissible = None if args.allow_unsanitized else sanitized_in(finals_path(args.db))
+    try:
+        contents = build_bundle(
+            results,
+            args.out,
             include_slower=args.include_slower,
             admissible=admissible,
             dynamic_m=not args.exact_m,
         )
-        summary = bundle_headline(storage, args.campaign, problems, admissible)
-        environment = settings.get("environment", {})
-    finally:
-        storage.close()
-    write_bundle(kernels, args.out, environment=environment, title=args.campaign, headline=summary)
+    except BundleError as exc:
+        raise SystemExit(f"error: {exc}") from None
     print(
-        f"wrote {args.out}: {len(kernels)} of {len(problems)} shapes have a kernel", file=sys.stderr
+        f"wrote {args.out}: {len(contents.kernels)} of {len(results.problems)} shapes have a "
+        f"kernel; {len(contents.left_out)} shape(s) passed over a better-ranked kernel "
+        "(README.md says why)",
+        file=sys.stderr,
     )
     return 0

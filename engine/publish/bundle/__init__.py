@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 import zipfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -19,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 from engine import abi
-from engine.campaign.storage import SqliteStorage
 from engine.codegen import get_family
 from engine.compilation import compile as compile_module
 from engine.compilation import triton_aot
@@ -83,52 +83,174 @@ def record_session(record: CandidateRecord) -> Session | None:
     return Session("search", "device", kernel, baseline_timings(dict(record.baselines)))
 
 
-def shape_choices(
-    storage: SqliteStorage,
-    campaign: str,
-    problems: Sequence[Problem],
-    admissible: Callable[[BundleKernel], bool] | None = None,
-) -> dict[str, tuple[Choice, CandidateRecord]]:
-    """Problem key → its kernel and that kernel's record: the best same-session ratio over
-    cuBLASLt-autotune (engine.timing.ratios.rank) of the kernels that pass ``admissible`` (their
-    compute-sanitizer verdict, in the CLI); shapes with none are left out."""
-    out: dict[str, tuple[Choice, CandidateRecord]] = {}
-    for problem in problems:
-        records = {
-            r.name: r
-            for r in storage.candidates(campaign, problem.key)
-            if r.status == CandidateStatus.OK and r.seconds
-        }
-        sessions = [(n, n, [s]) for n, r in records.items() if (s := record_session(r))]
-        for choice in rank(sessions):
-            record = records[choice.kernel]
-            if admissible is None or admissible(kernel_from_record(problem, record)):
-                out[problem.key] = (choice, record)
-                break
+@dataclass(frozen=True)
+class CampaignResults:
+    """What a bundle is made from, wherever the campaign is kept (the engine's SQLite file and
+    finals, engine.commands.bundle_command; the dashboard's database, webapp.campaigns.artifacts):
+    its problems, each problem's candidate records, the environment they were measured in, and
+    the kernels the finals rejected (problem key → kernel name → why)."""
+
+    title: str
+    problems: tuple[Problem, ...]
+    records: Mapping[str, Sequence[CandidateRecord]]
+    environment: Mapping[str, Any] = field(default_factory=dict)
+    rejected_in_finals: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+
+    def candidates(self, problem: Problem) -> Sequence[CandidateRecord]:
+        return self.records.get(problem.key, ())
+
+
+@dataclass(frozen=True)
+class LeftOut:
+    """A shape's better-ranked kernel the bundle does not ship, and why (with how many more of
+    that shape's kernels ranked above the one chosen were left out too)."""
+
+    problem: Problem
+    kernel: str
+    why: str
+    more: int = 0
+
+
+@dataclass(frozen=True)
+class BundleContents:
+    """What :func:`build_bundle` puts in a zip."""
+
+    kernels: list[BundleKernel]
+    left_out: list[LeftOut]
+    headline: Headline
+
+
+def final_rejections(section: Mapping[str, Any]) -> dict[str, str]:
+    """Kernel name → why, for each kernel a shape's final (engine.campaign.final.final_summary)
+    rejected while timed, in any protocol: ``"device: unwritten: 8 of 9 checked timed calls
+    failed; ..."``."""
+    out: dict[str, str] = {}
+    protocols = section.get("protocols")
+    for protocol, result in (protocols if isinstance(protocols, Mapping) else {}).items():
+        if not isinstance(result, Mapping):
+            continue
+        reasons = result.get("rejections")
+        reasons = reasons if isinstance(reasons, Mapping) else {}
+        for name in result.get("rejected_while_timed") or ():
+            why = reasons.get(name)
+            detail = (
+                f"{why.get('reason', '')}: {why.get('message', '')}"
+                if isinstance(why, Mapping)
+                else "rejected while timed"
+            )
+            out.setdefault(str(name), f"{protocol}: {detail}")
     return out
 
 
-def best_kernels(
-    storage: SqliteStorage,
-    campaign: str,
-    problems: Sequence[Problem],
+Admissible = Callable[[BundleKernel], bool]
+NOT_SANITIZED = "no passing compute-sanitizer verdict"
+
+
+def shape_choices(
+    results: CampaignResults, admissible: Admissible | None = None
+) -> tuple[dict[str, tuple[Choice, CandidateRecord]], list[LeftOut]]:
+    """Problem key → its kernel and that kernel's record: the best same-session ratio over
+    cuBLASLt-autotune (engine.timing.ratios.rank) of the kernels the finals did not reject, that
+    can be bundled and that pass ``admissible`` (their compute-sanitizer verdict); shapes with
+    none are left out. Also, per shape, the first better-ranked kernel left out and why."""
+    out: dict[str, tuple[Choice, CandidateRecord]] = {}
+    left_out: list[LeftOut] = []
+    for problem in results.problems:
+        records = {
+            r.name: r
+            for r in results.candidates(problem)
+            if r.status == CandidateStatus.OK and r.seconds
+        }
+        rejected = results.rejected_in_finals.get(problem.key, {})
+        sessions = [(n, n, [s]) for n, r in records.items() if (s := record_session(r))]
+        skipped: list[tuple[str, str]] = []
+        for choice in rank(sessions):
+            record = records[choice.kernel]
+            why = exclusion(problem, record, rejected, admissible)
+            if why is None:
+                out[problem.key] = (choice, record)
+                break
+            skipped.append((record.name, why))
+        if skipped:
+            name, why = skipped[0]
+            left_out.append(LeftOut(problem, name, why, more=len(skipped) - 1))
+    return out, left_out
+
+
+def exclusion(
+    problem: Problem,
+    record: CandidateRecord,
+    rejected_in_finals: Mapping[str, str],
+    admissible: Admissible | None,
+) -> str | None:
+    """Why ``record`` cannot be the shape's bundled kernel (None: it can)."""
+    if record.name in rejected_in_finals:
+        return f"rejected in the finals: {rejected_in_finals[record.name]}"
+    try:
+        kernel = kernel_from_record(problem, record)
+    except BundleError as exc:
+        return str(exc)
+    if admissible is not None and not admissible(kernel):
+        return NOT_SANITIZED
+    return None
+
+
+def bundle_contents(
+    results: CampaignResults,
     *,
     over: str = "torch",
     include_slower: bool = False,
-    admissible: Callable[[BundleKernel], bool] | None = None,
+    admissible: Admissible | None = None,
     dynamic_m: bool = True,
-) -> list[BundleKernel]:
+) -> BundleContents:
     """Per problem, its chosen kernel (shape_choices: the best admissible one), kept only when
     it is faster than the ``over`` baseline beyond the noise (the op falls back to torch.matmul
     otherwise) unless ``include_slower``. With ``dynamic_m`` each kernel also serves a range of
-    M around its own (m_ranges)."""
-    chosen = shape_choices(storage, campaign, problems, admissible)
+    M around its own (m_ranges). The headline covers every shape, bundled or not."""
+    chosen, left_out = shape_choices(results, admissible)
+    problems = results.problems
     kernels = [
         kernel_from_record(p, chosen[p.key][1])
         for p in problems
         if p.key in chosen and (include_slower or is_faster(chosen[p.key][0].ratios().get(over)))
     ]
-    return m_ranges(storage, campaign, problems, kernels) if dynamic_m else kernels
+    if dynamic_m:
+        kernels = m_ranges(results, kernels)
+    bests = [
+        ShapeBest(p.key, float(p.flops), chosen[p.key][0]) for p in problems if p.key in chosen
+    ]
+    summary = headline(bests, without=len(problems) - len(bests))
+    return BundleContents(kernels, left_out, summary)
+
+
+def build_bundle(
+    results: CampaignResults,
+    out: Path,
+    *,
+    include_slower: bool = False,
+    admissible: Admissible | None = None,
+    dynamic_m: bool = True,
+) -> BundleContents:
+    """The bundle zip of a campaign, as `engine bundle` and the dashboard's bundle.zip make it:
+    :func:`bundle_contents` written by :func:`write_bundle`."""
+    contents = bundle_contents(
+        results, include_slower=include_slower, admissible=admissible, dynamic_m=dynamic_m
+    )
+    write_bundle(
+        contents.kernels,
+        out,
+        environment=dict(results.environment),
+        title=results.title,
+        headline=contents.headline,
+        left_out=contents.left_out,
+        sanitized=admissible is not None,
+    )
+    return contents
+
+
+def best_kernels(results: CampaignResults, **options: Any) -> list[BundleKernel]:
+    """The kernels :func:`bundle_contents` bundles."""
+    return bundle_contents(results, **options).kernels
 
 
 def measured_ratios(records: Iterable[CandidateRecord], over: str = "torch") -> dict[str, float]:
@@ -152,25 +274,20 @@ def serves(kernel: BundleKernel, m: int) -> bool:
     return bool(config.is_valid(other))
 
 
-def m_ranges(
-    storage: SqliteStorage,
-    campaign: str,
-    problems: Sequence[Problem],
-    kernels: Sequence[BundleKernel],
-) -> list[BundleKernel]:
+def m_ranges(results: CampaignResults, kernels: Sequence[BundleKernel]) -> list[BundleKernel]:
     """``kernels`` with the range of M each serves: per (N, K, layout) the measured problems are
     the points (their choice: the bundled kernel, or torch.matmul where none is bundled) and
     engine.publish.bundle.buckets draws the boundaries. A kernel whose range shrinks to nothing
     is kept at its own M."""
     by_key = {k.problem.key: k for k in kernels}
     groups: dict[tuple[int, int, str], list[Problem]] = {}
-    for p in problems:
+    for p in results.problems:
         groups.setdefault((p.n, p.k, p.layout.value), []).append(p)
     ranged: dict[str, BundleKernel] = {}
     for group in groups.values():
         points = []
         for p in group:
-            ratios = measured_ratios(storage.candidates(campaign, p.key))
+            ratios = measured_ratios(results.candidates(p))
             kernel = by_key.get(p.key)
             if ratios or kernel is not None:
                 points.append(Point(p.m, kernel.name if kernel else None, ratios))
@@ -184,23 +301,10 @@ def m_ranges(
     return [ranged.get(k.problem.key, k) for k in kernels]
 
 
-def bundle_headline(
-    storage: SqliteStorage,
-    campaign: str,
-    problems: Sequence[Problem],
-    admissible: Callable[[BundleKernel], bool] | None = None,
-) -> Headline:
-    """The campaign headline over every shape, bundled or not (the README opens with it)."""
-    chosen = shape_choices(storage, campaign, problems, admissible)
-    bests = [
-        ShapeBest(p.key, float(p.flops), chosen[p.key][0]) for p in problems if p.key in chosen
-    ]
-    return headline(bests, without=len(problems) - len(bests))
-
-
 def kernel_from_record(problem: Problem, record: CandidateRecord) -> BundleKernel:
+    """The record's kernel with the source it was measured with (a Triton kernel's cubin is
+    embedded when the zip is written: bundled_source)."""
     if record.source is not None:  # model-written (engine.llm): its source as measured
-
         return BundleKernel(
             problem=problem,
             name=record.name,
@@ -217,7 +321,7 @@ def kernel_from_record(problem: Problem, record: CandidateRecord) -> BundleKerne
     return BundleKernel(
         problem=problem,
         name=config.name,
-        source=bundled_source(config.render(), tuple(config.archs)),
+        source=config.render(),
         archs=tuple(config.archs),
         speedups=record.speedups(),
         seconds=record.seconds,
@@ -291,6 +395,12 @@ def results_csv(kernels: Sequence[BundleKernel]) -> str:
     return out.getvalue()
 
 
+def bundle_folder(title: str) -> str:
+    """The zip's top folder: ``gemmforge-<title>``, ASCII letters, digits, '.', '_' and '-'."""
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", title).strip("-.")[:60].strip("-.")
+    return f"gemmforge-{slug or 'bundle'}"
+
+
 def write_bundle(
     kernels: Sequence[BundleKernel],
     out: Path,
@@ -298,25 +408,77 @@ def write_bundle(
     environment: dict[str, Any],
     title: str,
     headline: Headline | None = None,
+    left_out: Sequence[LeftOut] = (),
+    sanitized: bool = False,
 ) -> Path:
-    """Writes the zip; kernels with the same name are stored once."""
+    """Writes the zip, everything under one top folder (bundle_folder); kernels with the same
+    name are stored once, a Triton kernel with its cubin embedded (bundled_source).
+    ``sanitized``: every kernel passed compute-sanitizer (the README says so)."""
     names = [k.name for k in kernels]
     keys = [k.problem.key for k in kernels]
     if len(set(keys)) != len(keys):
         raise BundleError("two kernels for the same problem")
     data = manifest(kernels, environment)
+    folder = bundle_folder(title)
+    package = f"{folder}/{ROOT}"
+    text = readme(title, kernels, environment, len(set(names)), headline, left_out, sanitized)
     out.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as zf:
         for path in sorted(PACKAGE_DIR.glob("*.py")):
-            zf.write(path, f"{ROOT}/{path.name}")
-        zf.writestr(f"{ROOT}/include/gemmforge_abi.h", abi.HEADER.read_text())
+            zf.write(path, f"{package}/{path.name}")
+        zf.writestr(f"{package}/include/gemmforge_abi.h", abi.HEADER.read_text())
         for kernel in {k.name: k for k in kernels}.values():
-            zf.writestr(f"{ROOT}/kernels/{kernel.name}.cu", kernel.source)
-        zf.writestr(f"{ROOT}/kernels.json", json.dumps(data, indent=1))
-        zf.writestr("results.json", json.dumps(data, indent=1))
-        zf.writestr("results.csv", results_csv(kernels))
-        zf.writestr("README.md", readme(title, kernels, environment, len(set(names)), headline))
+            shipped = bundled_source(kernel.source, kernel.archs)
+            zf.writestr(f"{package}/kernels/{kernel.name}.cu", shipped)
+        zf.writestr(f"{package}/kernels.json", json.dumps(data, indent=1))
+        zf.writestr(f"{folder}/results.json", json.dumps(data, indent=1))
+        zf.writestr(f"{folder}/results.csv", results_csv(kernels))
+        zf.writestr(f"{folder}/README.md", text)
     return out
+
+
+def package_member(zf: zipfile.ZipFile, name: str) -> str:
+    """The zip member ``<top folder>/gemmforge_bundle/<name>``."""
+    for member in zf.namelist():
+        _, _, rest = member.partition("/")
+        if rest == f"{ROOT}/{name}":
+            return member
+    raise BundleError(f"not a gemmforge bundle: no {ROOT}/{name}")
+
+
+def read_manifest(path: Path) -> dict[str, Any]:
+    """A bundle zip's kernels.json (the dispatch table)."""
+    with zipfile.ZipFile(path) as zf:
+        return json.loads(zf.read(package_member(zf, "kernels.json")))
+
+
+def unpack(path: Path, target: Path) -> Path:
+    """Extracts a bundle zip into ``target``; returns its top folder (the one to cd into)."""
+    with zipfile.ZipFile(path) as zf:
+        member = package_member(zf, "kernels.json")
+        zf.extractall(target)
+    return target / member.partition("/")[0]
+
+
+def left_out_lines(left_out: Sequence[LeftOut]) -> str:
+    """The README's account of the better-ranked kernels a bundle does not ship."""
+    if not left_out:
+        return ""
+    rows = "\n".join(
+        f"| {x.problem.key} | `{x.kernel}` | {x.why}"
+        + (f" (and {x.more} more ranked above the one chosen)" if x.more else "")
+        + " |"
+        for x in left_out
+    )
+    return f"""## Left out
+A shape's best-ranked kernel is bundled only when it passed compute-sanitizer in the campaign's
+finals and the finals did not reject it; these were passed over (the shape then takes its best
+kernel that qualifies, or falls back to torch.matmul):
+
+| shape | kernel | why |
+|---|---|---|
+{rows}
+"""
 
 
 def readme(
@@ -325,10 +487,18 @@ def readme(
     environment: dict[str, Any],
     unique: int,
     headline: Headline | None = None,
+    left_out: Sequence[LeftOut] = (),
+    sanitized: bool = False,
 ) -> str:
     gpu = environment.get("gpu_name", "unknown GPU")
     block = "\n".join(headline.markdown(BASELINE_LABELS)) if headline else ""
     summary = f"## The campaign at a glance\n\n{block}\n" if block else ""
+    checked = (
+        "Every kernel here passed compute-sanitizer (memcheck, racecheck, initcheck) "
+        "in the campaign's finals.\n"
+        if sanitized
+        else "These kernels were bundled without requiring a compute-sanitizer verdict.\n"
+    )
     rows = "\n".join(
         f"| {k.problem.shape} | {k.m_lo or k.problem.m}..{k.m_hi or k.problem.m} | "
         f"{k.problem.layout.value} | `{k.name}` | "
@@ -343,11 +513,11 @@ torch.matmul: by default a shape is bundled only when its kernel was faster than
 beyond the measured noise, both timed in the same session. Each kernel serves the range of M
 listed (between measured Ms: the measured crossover, else the nearer one on a log scale);
 another M, dtype, stride or GPU architecture falls back to torch.matmul.
-
+{checked}
 {summary}
 ## Use
 ```sh
-unzip this.zip && cd <folder>            # the folder holding gemmforge_bundle/
+unzip this.zip && cd {bundle_folder(title)}
 pip install nvidia-cutlass               # CUTLASS headers for the build (or set CUTLASS_INCLUDE)
 python -m gemmforge_bundle.build         # needs nvcc; builds gemmforge_bundle/lib/*.so once
 python -m gemmforge_bundle.verify        # re-checks correctness and speed on your GPU
@@ -367,5 +537,6 @@ synchronise: they work under torch.compile and CUDA-graph capture (call each sha
 |---|---|---|---|---|
 {rows}
 
+{left_out_lines(left_out)}
 `results.json` and `results.csv` hold the numbers and the environment they were measured in.
 """
