@@ -10,7 +10,13 @@ from engine.campaign.final import SavedFinals, kernel_id
 from engine.campaign.storage import SqliteStorage
 from engine.compilation.compile import source_hash
 from engine.problem import ProblemError
-from engine.publish.bundle import BundleError, CampaignResults, build_bundle, final_rejections
+from engine.publish.bundle import (
+    BundleError,
+    CampaignResults,
+    build_bundle,
+    final_rejections,
+    final_sessions,
+)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -57,18 +63,15 @@ def finals_path(db: Path) -> Path:
     return db.with_suffix(".finals.json")
 
 
-def rejected_in_finals(finals: Path) -> dict[str, dict[str, str]]:
-    """Problem key → kernel name → why, for the kernels the saved finals rejected while timed."""
+def saved_finals(finals: Path) -> dict[str, dict]:
+    """Problem key → the shape's final summary (engine.campaign.final.final_summary), as
+    ``engine optimize`` saved it beside the campaign's database."""
     saved = SavedFinals(finals if finals.is_file() else None)
-    return {
-        key: rejected
-        for key, entry in saved.data["finals"].items()
-        if (rejected := final_rejections(entry.get("summary") or {}))
-    }
+    return {key: entry.get("summary") or {} for key, entry in saved.data["finals"].items()}
 
 
 def campaign_results(storage: SqliteStorage, campaign: str, db: Path) -> CampaignResults:
-    """What the bundle is made from: the campaign's records and its finals' rejections."""
+    """What the bundle is made from: the campaign's records and its saved finals."""
     settings = storage.campaign_settings(campaign)
     if settings is None:
         raise SystemExit(f"error: no campaign named {campaign!r} in {db}")
@@ -76,12 +79,14 @@ def campaign_results(storage: SqliteStorage, campaign: str, db: Path) -> Campaig
         problems = tuple(storage.problems(campaign))
     except ProblemError as exc:
         raise SystemExit(f"error: bad problem in the database: {exc}") from None
+    finals = saved_finals(finals_path(db))
     return CampaignResults(
         title=campaign,
         problems=problems,
         records={p.key: storage.candidates(campaign, p.key) for p in problems},
         environment=settings.get("environment", {}),
-        rejected_in_finals=rejected_in_finals(finals_path(db)),
+        rejected_in_finals={k: final_rejections(f) for k, f in finals.items()},
+        final_sessions={k: final_sessions(f) for k, f in finals.items()},
     )
 
 

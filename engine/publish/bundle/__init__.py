@@ -28,7 +28,8 @@ from engine.llm.evaluate import SourceKernel
 from engine.outcomes import CandidateRecord, CandidateStatus
 from engine.problem import Problem
 from engine.publish.bundle.buckets import Point, buckets
-from engine.timing.baseline_names import BASELINE_LABELS
+from engine.timing.baseline_names import BASELINE_LABELS, BASELINES
+from engine.timing.baselines import best_of_layouts
 from engine.timing.ratios import (
     FASTER,
     Choice,
@@ -37,15 +38,18 @@ from engine.timing.ratios import (
     Session,
     ShapeBest,
     Timing,
+    baseline_runner,
     baseline_timings,
     headline,
     rank,
+    with_quartiles,
 )
 
 PACKAGE_DIR = Path(__file__).resolve().parent / "package" / "gemmforge_bundle"
 ROOT = "gemmforge_bundle"
 # Bundled kernels are built without ptxas's verbose report
 NVCC_FLAGS = tuple(f for f in BASE_FLAGS if f not in ("-Xptxas", "-v"))
+BASELINE_RUNNERS = frozenset(f"{b}_{layout}" for b in BASELINES for layout in ("nn", "tn"))
 
 
 class BundleError(ValueError):
@@ -87,14 +91,18 @@ def record_session(record: CandidateRecord) -> Session | None:
 class CampaignResults:
     """What a bundle is made from, wherever the campaign is kept (the engine's SQLite file and
     finals, engine.commands.bundle_command; the dashboard's database, webapp.campaigns.artifacts):
-    its problems, each problem's candidate records, the environment they were measured in, and
-    the kernels the finals rejected (problem key → kernel name → why)."""
+    its problems, each problem's candidate records, the environment they were measured in, the
+    kernels the finals rejected (problem key → kernel name → why) and the finals' sessions: a
+    shape's kernel is chosen, and its numbers shown, from its final where the shape had one,
+    as the dashboard and `engine report` do (engine.timing.ratios.rank)."""
 
     title: str
     problems: tuple[Problem, ...]
     records: Mapping[str, Sequence[CandidateRecord]]
     environment: Mapping[str, Any] = field(default_factory=dict)
     rejected_in_finals: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    # problem key → kernel name → its final re-measurement's session (device protocol)
+    final_sessions: Mapping[str, Mapping[str, Session]] = field(default_factory=dict)
 
     def candidates(self, problem: Problem) -> Sequence[CandidateRecord]:
         return self.records.get(problem.key, ())
@@ -162,7 +170,11 @@ def shape_choices(
             if r.status == CandidateStatus.OK and r.seconds
         }
         rejected = results.rejected_in_finals.get(problem.key, {})
-        sessions = [(n, n, [s]) for n, r in records.items() if (s := record_session(r))]
+        finals = results.final_sessions.get(problem.key, {})
+        sessions = [
+            (n, n, [s for s in (record_session(r), finals.get(n)) if s is not None])
+            for n, r in records.items()
+        ]
         skipped: list[tuple[str, str]] = []
         for choice in rank(sessions):
             record = records[choice.kernel]
@@ -210,7 +222,7 @@ def bundle_contents(
     chosen, left_out = shape_choices(results, admissible)
     problems = results.problems
     kernels = [
-        kernel_from_record(p, chosen[p.key][1])
+        shown_from(chosen[p.key][0], kernel_from_record(p, chosen[p.key][1]))
         for p in problems
         if p.key in chosen and (include_slower or is_faster(chosen[p.key][0].ratios().get(over)))
     ]
@@ -221,6 +233,43 @@ def bundle_contents(
     ]
     summary = headline(bests, without=len(problems) - len(bests))
     return BundleContents(kernels, left_out, summary)
+
+
+def shown_from(choice: Choice, kernel: BundleKernel) -> BundleKernel:
+    """``kernel`` with the time and speedups of the session it was chosen by."""
+    session = choice.session
+    return replace(
+        kernel,
+        speedups={b: r.value for b, r in choice.ratios().items()},
+        seconds=session.kernel.seconds,
+        session=session.name,
+    )
+
+
+def final_sessions(section: Mapping[str, Any], protocol: str = "device") -> dict[str, Session]:
+    """Kernel name → its session in a shape's final (engine.campaign.final.final_summary): its
+    time beside the best-of-layout baselines timed with it, with the quartiles the final kept.
+    Kernels the final rejected have none."""
+    protocols = section.get("protocols")
+    result = protocols.get(protocol) if isinstance(protocols, Mapping) else None
+    if not isinstance(result, Mapping):
+        return {}
+    seconds = dict(result.get("seconds") or {})
+    kept = dict(result.get("quartiles") or {})
+    baselines = {
+        b: with_quartiles(v["seconds"], baseline_runner(b, v), kept)
+        for b, v in best_of_layouts(seconds).items()
+    }
+    timed = baseline_timings(baselines)
+    rejected = set(result.get("rejected_while_timed") or ())
+    out = {}
+    for name, value in seconds.items():
+        if name in BASELINE_RUNNERS or name in rejected:
+            continue
+        kernel = Timing.of({"seconds": value, **(kept.get(name) or {})})
+        if kernel is not None:
+            out[name] = Session("final", protocol, kernel, timed)
+    return out
 
 
 def build_bundle(
