@@ -10,7 +10,9 @@ environment.
 from __future__ import annotations
 
 import csv
+import functools
 import io
+import itertools
 import json
 import re
 import zipfile
@@ -157,10 +159,8 @@ NOT_SANITIZED = "no passing compute-sanitizer verdict"
 def shape_choices(
     results: CampaignResults, admissible: Admissible | None = None
 ) -> tuple[dict[str, tuple[Choice, CandidateRecord]], list[LeftOut]]:
-    """Problem key → its kernel and that kernel's record: the best same-session ratio over
-    cuBLASLt-autotune (engine.timing.ratios.rank) of the kernels the finals did not reject, that
-    can be bundled and that pass ``admissible`` (their compute-sanitizer verdict); shapes with
-    none are left out. Also, per shape, the first better-ranked kernel left out and why."""
+    """Problem key → its kernel and that kernel's record (shape_choice); shapes with none are
+    left out. Also, per shape, the first better-ranked kernel passed over and why."""
     out: dict[str, tuple[Choice, CandidateRecord]] = {}
     left_out: list[LeftOut] = []
     for problem in results.problems:
@@ -169,24 +169,51 @@ def shape_choices(
             for r in results.candidates(problem)
             if r.status == CandidateStatus.OK and r.seconds
         }
-        rejected = results.rejected_in_finals.get(problem.key, {})
-        finals = results.final_sessions.get(problem.key, {})
-        sessions = [
+        choice, passed_over = shape_choice(problem, records, results, admissible)
+        if choice is not None:
+            out[problem.key] = (choice, records[choice.kernel])
+        if passed_over is not None:
+            left_out.append(passed_over)
+    return out, left_out
+
+
+def shape_choice(
+    problem: Problem,
+    records: Mapping[str, CandidateRecord],
+    results: CampaignResults,
+    admissible: Admissible | None,
+) -> tuple[Choice | None, LeftOut | None]:
+    """The shape's kernel: the best same-session ratio over cuBLASLt-autotune
+    (engine.timing.ratios.rank, the finals' sessions first where the shape had them) of the
+    kernels the finals did not reject, that can be bundled and that pass ``admissible`` (their
+    compute-sanitizer verdict). And the first kernel passed over: ranked above the choice, or
+    ranked above it by the search and never in the finals (its sanitizer verdict failed)."""
+    rejected = results.rejected_in_finals.get(problem.key, {})
+    finals = results.final_sessions.get(problem.key, {})
+
+    @functools.cache
+    def why(name: str) -> str | None:
+        return exclusion(problem, records[name], rejected, admissible)
+
+    ranked = rank(
+        [
             (n, n, [s for s in (record_session(r), finals.get(n)) if s is not None])
             for n, r in records.items()
         ]
-        skipped: list[tuple[str, str]] = []
-        for choice in rank(sessions):
-            record = records[choice.kernel]
-            why = exclusion(problem, record, rejected, admissible)
-            if why is None:
-                out[problem.key] = (choice, record)
-                break
-            skipped.append((record.name, why))
-        if skipped:
-            name, why = skipped[0]
-            left_out.append(LeftOut(problem, name, why, more=len(skipped) - 1))
-    return out, left_out
+    )
+    choice = next((c for c in ranked if why(c.kernel) is None), None)
+    chosen = choice.kernel if choice is not None else None
+    searched = rank([(n, n, [s]) for n, r in records.items() if (s := record_session(r))])
+    above = [
+        c.kernel
+        for order in (ranked, searched)
+        for c in itertools.takewhile(lambda c: c.kernel != chosen, order)
+    ]
+    skipped = [(n, reason) for n in dict.fromkeys(above) if (reason := why(n)) is not None]
+    if not skipped:
+        return choice, None
+    name, reason = skipped[0]
+    return choice, LeftOut(problem, name, reason, more=len(skipped) - 1)
 
 
 def exclusion(
