@@ -70,6 +70,11 @@ def saved_finals(finals: Path) -> dict[str, dict]:
     return {key: entry.get("summary") or {} for key, entry in saved.data["finals"].items()}
 
 
+def finals_environment(finals: dict[str, dict]) -> dict:
+    """The GPU environment the finals measured in (a campaign's settings may not record one)."""
+    return next((f["environment"] for f in finals.values() if f.get("environment")), {})
+
+
 def campaign_results(storage: SqliteStorage, campaign: str, db: Path) -> CampaignResults:
     """What the bundle is made from: the campaign's records and its saved finals."""
     settings = storage.campaign_settings(campaign)
@@ -84,7 +89,7 @@ def campaign_results(storage: SqliteStorage, campaign: str, db: Path) -> Campaig
         title=campaign,
         problems=problems,
         records={p.key: storage.candidates(campaign, p.key) for p in problems},
-        environment=settings.get("environment", {}),
+        environment=settings.get("environment") or finals_environment(finals),
         rejected_in_finals={k: final_rejections(f) for k, f in finals.items()},
         final_sessions={k: final_sessions(f) for k, f in finals.items()},
     )

@@ -329,3 +329,21 @@ def test_the_dashboards_triton_bundle_loads_and_runs_on_the_gpu(client, alice, t
         )
         assert done.returncode == 0, (argv, done.stdout[-3000:], done.stderr[-3000:])
     assert done.stdout.startswith("ok")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["tn-16shapes-1c5e2593", "nn-64shapes-2bacba6c"])
+def test_the_recorded_grid64_bundle_is_the_same_from_the_dashboard_and_engine_bundle(
+    client, db, tmp_path, name
+):
+    """What `bin/run` loads (the H200 grid64 campaign, finals and sanitizer verdicts included):
+    the dashboard's zip holds what `engine bundle` writes from the same files."""
+    from tests.webapp.test_import_campaign_database import GRID64
+
+    call_command("import_results", str(GRID64))
+    cli_zip = tmp_path / "cli.zip"
+    argv = ["bundle", name, "--db", str(GRID64), "--out", str(cli_zip), "--include-slower"]
+    assert engine_main(argv) == 0
+    web = contents(download(client, Campaign.objects.get(name=name)))
+    assert web == contents(zipfile.ZipFile(cli_zip))
+    assert web[f"gemmforge-{name}/gemmforge_bundle/kernels.json"]["kernels"]

@@ -31,7 +31,6 @@ from engine.outcomes import CandidateRecord, CandidateStatus
 from engine.problem import Problem
 from engine.publish.bundle.buckets import Point, buckets
 from engine.timing.baseline_names import BASELINE_LABELS, BASELINES
-from engine.timing.baselines import best_of_layouts
 from engine.timing.ratios import (
     FASTER,
     Choice,
@@ -277,6 +276,8 @@ def final_sessions(section: Mapping[str, Any], protocol: str = "device") -> dict
     """Kernel name → its session in a shape's final (engine.campaign.final.final_summary): its
     time beside the best-of-layout baselines timed with it, with the quartiles the final kept.
     Kernels the final rejected have none."""
+    from engine.timing.baselines import best_of_layouts  # imports torch
+
     protocols = section.get("protocols")
     result = protocols.get(protocol) if isinstance(protocols, Mapping) else None
     if not isinstance(result, Mapping):
