@@ -16,6 +16,7 @@ from engine.publish.bundle import (
     build_bundle,
     final_rejections,
     final_sessions,
+    has_timed_kernel,
 )
 
 
@@ -103,6 +104,11 @@ def run(args: argparse.Namespace) -> int:
         results = campaign_results(storage, args.campaign, args.db)
     finally:
         storage.close()
+    if not has_timed_kernel(results):
+        raise SystemExit(
+            f"error: no bundle: no shape of {args.campaign!r} has a verified kernel timed beside "
+            "the baselines yet"
+        )
     admissible = None if args.allow_unsanitized else sanitized_in(finals_path(args.db))
     try:
         contents = build_bundle(

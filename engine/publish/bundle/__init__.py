@@ -155,6 +155,16 @@ Admissible = Callable[[BundleKernel], bool]
 NOT_SANITIZED = "no passing compute-sanitizer verdict"
 
 
+def has_timed_kernel(results: CampaignResults) -> bool:
+    """Whether any shape has a verified kernel timed beside the baselines (a bundle of a campaign
+    without one would say nothing: it is not made)."""
+    return any(
+        record_session(r) is not None and r.status == CandidateStatus.OK and r.baselines
+        for p in results.problems
+        for r in results.candidates(p)
+    )
+
+
 def shape_choices(
     results: CampaignResults, admissible: Admissible | None = None
 ) -> tuple[dict[str, tuple[Choice, CandidateRecord]], list[LeftOut]]:

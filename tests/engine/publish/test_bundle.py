@@ -168,6 +168,18 @@ def test_the_zip_has_one_top_folder_the_readme_says_to_cd_into(campaign_db, tmp_
     assert (unpack(out, tmp_path / "x") / "gemmforge_bundle" / "kernels.json").is_file()
 
 
+def test_the_cli_makes_no_bundle_of_a_campaign_with_nothing_timed(tmp_path):
+    db = tmp_path / "empty.sqlite"
+    storage = SqliteStorage(db)
+    storage.open_campaign("empty", {})
+    storage.add_problem("empty", PROBLEM)
+    storage.close()
+    out = tmp_path / "x.zip"
+    with pytest.raises(SystemExit, match="no bundle: no shape of 'empty' has a verified kernel"):
+        main(["bundle", "empty", "--db", str(db), "--out", str(out)])
+    assert not out.exists()
+
+
 def test_the_cli_rejects_an_unknown_campaign(campaign_db, tmp_path):
     with pytest.raises(SystemExit, match="no campaign named"):
         main(["bundle", "nope", "--db", str(campaign_db), "--out", str(tmp_path / "x.zip")])
