@@ -45,7 +45,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -55,7 +54,6 @@ if str(REPO) not in sys.path:  # run as `python3 bench/bundle_check.py` from any
     sys.path.insert(0, str(REPO))
 
 REPORT = "bundle_check.json"
-MANIFEST = "gemmforge_bundle/kernels.json"
 TAIL = 4000
 MAX_SETS = 512
 MAX_SET_BYTES = 8 << 30
@@ -115,8 +113,9 @@ def choose_campaign(db: Path, given: str | None) -> dict[str, Any]:
 
 
 def bundle_kernels(path: Path) -> list[dict[str, Any]]:
-    with zipfile.ZipFile(path) as zf:
-        return json.loads(zf.read(MANIFEST))["kernels"]
+    from engine.publish.bundle import read_manifest
+
+    return read_manifest(path)["kernels"]
 
 
 def write_zip(db: Path, campaign: str, out: Path, *, include_slower: bool) -> str | None:
@@ -492,9 +491,9 @@ def check(args: argparse.Namespace) -> dict[str, Any]:
         return report
     log(f"bundle {report['bundle']['mode']}: {len(report['bundle']['kernels'])} kernel(s)")
     with tempfile.TemporaryDirectory(prefix="gemmforge-bundle-check-") as tmp:
-        root = Path(tmp)
-        with zipfile.ZipFile(report["bundle"]["zip"]) as zf:
-            zf.extractall(root)
+        from engine.publish.bundle import unpack
+
+        root = unpack(Path(report["bundle"]["zip"]), Path(tmp))
         python = sys.executable
         stages = {
             "build": [python, "-m", "gemmforge_bundle.build", "--jobs", str(args.jobs)],

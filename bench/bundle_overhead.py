@@ -35,7 +35,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -88,8 +87,11 @@ def bundle_zip(args: argparse.Namespace) -> Path:
     return out
 
 
-def unpack_and_build(path: Path, root: Path, jobs: int, timeout: int, out: Path) -> None:
-    zipfile.ZipFile(path).extractall(root)
+def unpack_and_build(path: Path, target: Path, jobs: int, timeout: int, out: Path) -> Path:
+    """Unpacks and builds the bundle; returns its folder (the one holding gemmforge_bundle)."""
+    from engine.publish.bundle import unpack
+
+    root = unpack(path, target)
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])),
@@ -107,6 +109,7 @@ def unpack_and_build(path: Path, root: Path, jobs: int, timeout: int, out: Path)
     if done.returncode != 0:
         raise SystemExit(f"error: the bundle did not build: see {logfile.name}")
     sys.path.insert(0, str(root))
+    return root
 
 
 # -- timing ----------------------------------------------------------------------------------
@@ -300,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     path = bundle_zip(args)
     root = Path(tempfile.mkdtemp(prefix="gemmforge-bundle-"))
-    unpack_and_build(path, root, args.jobs, args.timeout, args.out)
+    root = unpack_and_build(path, root, args.jobs, args.timeout, args.out)
     import gemmforge_bundle
 
     ms = [int(m) for m in args.ms.split(",") if m.strip()]

@@ -13,9 +13,10 @@ from engine.commands.common import (
     problem_from_args,
     torch_baselines,
 )
+from engine.problem import Problem
 from engine.timing import floor_model
 from engine.timing.baseline_names import TORCH_TUNED
-from engine.timing.tables import format_table
+from engine.timing.tables import format_table, rejected_runners
 from engine.verify.verifier import verify
 
 PROTOCOL_CHOICES = ("device", "offline", "server", "graph")
@@ -57,13 +58,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Measures each shape in turn; the JSON holds every shape measured so far, whatever stops
+    the run. Exits 1 when the kernel is rejected, by the verifier or while timed."""
+    problems = [problem_from_args(shape, args.layout) for shape in args.shape]
+    records: list[dict] = []
+    try:
+        return measure_shapes(args, problems, records)
+    finally:
+        write_records(args.json, records)
+        print(f"wrote {args.json} ({len(records)} of {len(problems)} shapes)", file=sys.stderr)
+
+
+def measure_shapes(args: argparse.Namespace, problems: list[Problem], records: list[dict]) -> int:
+    """Appends each shape's record to ``records`` as it is measured; returns the exit status."""
     from engine.timing.measure import measure
 
     extra = torch_baselines(args.torch_baselines)
-    problems = [problem_from_args(shape, args.layout) for shape in args.shape]
     model = floor_model.calibrate() if args.predict else None
     protocols = tuple(args.protocol or ("device", "offline"))
-    records = []
+    rejected: list[str] = []
     for problem in problems:
         candidates = {}
         if args.kernel:
@@ -89,7 +102,20 @@ def run(args: argparse.Namespace) -> int:
         if model is not None:
             record["prediction"] = {**prediction, "model": model.to_dict()}
         records.append(record)
+        write_records(args.json, records)
         print(format_table(record))
-    args.json.write_text(json.dumps(records, indent=1, default=str))
-    print(f"wrote {args.json}")
-    return 0
+        rejected += [
+            f"{name} at {problem}: {mark}"
+            for name, mark in rejected_runners(record, candidates).items()
+        ]
+    for line in rejected:
+        print(f"error: {line}", file=sys.stderr)
+    return 1 if rejected else 0
+
+
+def write_records(path: Path, records: list[dict]) -> None:
+    """The records as JSON, replacing ``path`` whole (a run stopped mid-write leaves the
+    previous shapes' file)."""
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps(records, indent=1, default=str))
+    partial.replace(path)

@@ -12,7 +12,14 @@ from engine.codegen import get_family
 from engine.compilation.source_kernel import SourceKernel
 from engine.execution.final import SavedFinals, sanitizer_passed
 from engine.problem import ProblemError
-from engine.publish.bundle import best_kernels, bundle_headline, write_bundle
+from engine.publish.bundle import (
+    BundleError,
+    CampaignResults,
+    build_bundle,
+    final_rejections,
+    final_sessions,
+    has_timed_kernel,
+)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -67,33 +74,66 @@ def finals_path(db: Path) -> Path:
     return db.with_suffix(".finals.json")
 
 
+def saved_finals(finals: Path) -> dict[str, dict]:
+    """Problem key → the shape's final summary (engine.execution.final.final_summary), as
+    ``engine optimize`` saved it beside the campaign's database."""
+    saved = SavedFinals(finals if finals.is_file() else None)
+    return {key: entry.get("summary") or {} for key, entry in saved.data["finals"].items()}
+
+
+def finals_environment(finals: dict[str, dict]) -> dict:
+    """The GPU environment the finals measured in (a campaign's settings may not record one)."""
+    return next((f["environment"] for f in finals.values() if f.get("environment")), {})
+
+
+def campaign_results(storage: SqliteStorage, campaign: str, db: Path) -> CampaignResults:
+    """What the bundle is made from: the campaign's records and its saved finals."""
+    settings = storage.campaign_settings(campaign)
+    if settings is None:
+        raise SystemExit(f"error: no campaign named {campaign!r} in {db}")
+    try:
+        problems = tuple(storage.problems(campaign))
+    except ProblemError as exc:
+        raise SystemExit(f"error: bad problem in the database: {exc}") from None
+    finals = saved_finals(finals_path(db))
+    return CampaignResults(
+        title=campaign,
+        problems=problems,
+        records={p.key: storage.candidates(campaign, p.key) for p in problems},
+        environment=settings.get("environment") or finals_environment(finals),
+        rejected_in_finals={k: final_rejections(f) for k, f in finals.items()},
+        final_sessions={k: final_sessions(f) for k, f in finals.items()},
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     if not args.db.is_file():
         raise SystemExit(f"error: no such campaign database: {args.db}")
     storage = SqliteStorage(args.db)
     try:
-        settings = storage.campaign_settings(args.campaign)
-        if settings is None:
-            raise SystemExit(f"error: no campaign named {args.campaign!r} in {args.db}")
-        try:
-            problems = storage.problems(args.campaign)
-        except ProblemError as exc:
-            raise SystemExit(f"error: bad problem in the database: {exc}") from None
-        admissible = None if args.allow_unsanitized else sanitized_in(finals_path(args.db))
-        kernels = best_kernels(
-            storage,
-            args.campaign,
-            problems,
+        results = campaign_results(storage, args.campaign, args.db)
+    finally:
+        storage.close()
+    if not has_timed_kernel(results):
+        raise SystemExit(
+            f"error: no bundle: no shape of {args.campaign!r} has a verified kernel timed beside "
+            "the baselines yet"
+        )
+    admissible = None if args.allow_unsanitized else sanitized_in(finals_path(args.db))
+    try:
+        contents = build_bundle(
+            results,
+            args.out,
             include_slower=args.include_slower,
             admissible=admissible,
             dynamic_m=not args.exact_m,
         )
-        summary = bundle_headline(storage, args.campaign, problems, admissible)
-        environment = settings.get("environment", {})
-    finally:
-        storage.close()
-    write_bundle(kernels, args.out, environment=environment, title=args.campaign, headline=summary)
+    except BundleError as exc:
+        raise SystemExit(f"error: {exc}") from None
     print(
-        f"wrote {args.out}: {len(kernels)} of {len(problems)} shapes have a kernel", file=sys.stderr
+        f"wrote {args.out}: {len(contents.kernels)} of {len(results.problems)} shapes have a "
+        f"kernel; {len(contents.left_out)} shape(s) passed over a better-ranked kernel "
+        "(README.md says why)",
+        file=sys.stderr,
     )
     return 0

@@ -160,14 +160,38 @@ def bundle(client, campaign, query=""):
     return response, zipfile.ZipFile(io.BytesIO(data))
 
 
+def member(zf: zipfile.ZipFile, name: str) -> str:
+    """The zip's ``<top folder>/<name>`` (every bundle has one top folder)."""
+    [top] = {n.split("/", 1)[0] for n in zf.namelist()}
+    return f"{top}/{name}"
+
+
+def manifest_kernels(zf: zipfile.ZipFile) -> list[dict]:
+    return json.loads(zf.read(member(zf, "gemmforge_bundle/kernels.json")))["kernels"]
+
+
+def sanitize_all(campaign) -> None:
+    """A passing compute-sanitizer verdict on every verified candidate, as imported finals
+    leave it (webapp.campaigns.database_imports.import_final_verdicts)."""
+    for candidate in Candidate.objects.filter(
+        problem__campaign=campaign, status=Candidate.Status.DONE
+    ):
+        candidate.verification_result = {
+            **(candidate.verification_result or {}),
+            "sanitize": {"ok": True, "reason": "ok"},
+        }
+        candidate.save(update_fields=["verification_result"])
+
+
 def test_the_bundle_holds_only_kernels_faster_than_torch_by_default(client, recorded_campaign):
+    sanitize_all(recorded_campaign)
     # in the recorded H200 run no kernel beats torch.matmul: an empty dispatch table
     response, zf = bundle(client, recorded_campaign)
     name = f"gemmforge-campaign-{recorded_campaign.id}-"
     assert name in response["Content-Disposition"]
     assert "-bundle.zip" in response["Content-Disposition"]
-    assert json.loads(zf.read("gemmforge_bundle/kernels.json"))["kernels"] == []
-    assert "fall back to" in zf.read("README.md").decode()
+    assert manifest_kernels(zf) == []
+    assert "fall back to" in zf.read(member(zf, "README.md")).decode()
     # make one shape's best kernel twice as fast: it alone is bundled
     problem = recorded_campaign.problems.get(m=4096, n=4096, k=4096, layout="nn")
     best = artifacts.best_verified(problem=problem)
@@ -176,25 +200,46 @@ def test_the_bundle_holds_only_kernels_faster_than_torch_by_default(client, reco
     best.save()
     problem_refresh_best(problem=problem)
     _, zf = bundle(client, recorded_campaign)
-    [kernel] = json.loads(zf.read("gemmforge_bundle/kernels.json"))["kernels"]
+    [kernel] = manifest_kernels(zf)
     assert (kernel["m"], kernel["layout"]) == (4096, "nn")
     assert kernel["speedups"]["torch"] > 1
-    assert f"gemmforge_bundle/kernels/{kernel['name']}.cu" in zf.namelist()
-    assert json.loads(zf.read("results.json"))["environment"]["gpu_name"]
+    assert member(zf, f"gemmforge_bundle/kernels/{kernel['name']}.cu") in zf.namelist()
+    assert json.loads(zf.read(member(zf, "results.json")))["environment"]["gpu_name"]
 
 
 def test_the_slower_variant_bundles_every_shapes_best(client, recorded_campaign):
+    sanitize_all(recorded_campaign)
     response, zf = bundle(client, recorded_campaign, "?slower=1")
     assert "-bundle-all.zip" in response["Content-Disposition"]
-    kernels = json.loads(zf.read("gemmforge_bundle/kernels.json"))["kernels"]
+    kernels = manifest_kernels(zf)
     assert len(kernels) == Problem.objects.filter(campaign=recorded_campaign).count()
 
 
-def test_the_campaign_page_offers_both_bundles_and_explains_the_fallback(client, queued_campaign):
-    page = client.get(reverse("campaign-detail", args=[queued_campaign.id])).content.decode()
-    url = reverse("campaign-bundle", args=[queued_campaign.id])
+def test_without_sanitizer_verdicts_nothing_is_bundled_and_the_readme_says_why(
+    client, recorded_campaign
+):
+    _, zf = bundle(client, recorded_campaign, "?slower=1")
+    assert manifest_kernels(zf) == []
+    readme = zf.read(member(zf, "README.md")).decode()
+    assert "no passing compute-sanitizer verdict" in readme
+    assert (
+        readme.count("no passing compute-sanitizer verdict") == recorded_campaign.problems.count()
+    )
+
+
+def test_the_campaign_page_offers_both_bundles_and_explains_the_fallback(client, recorded_campaign):
+    page = client.get(reverse("campaign-detail", args=[recorded_campaign.id])).content.decode()
+    url = reverse("campaign-bundle", args=[recorded_campaign.id])
     assert f'href="{url}"' in page
     assert f'href="{url}?slower=1"' in page
     assert "fall back to torch.matmul" in page
-    _, zf = bundle(client, queued_campaign)  # nothing measured yet: still a valid bundle
-    assert json.loads(zf.read("gemmforge_bundle/kernels.json"))["kernels"] == []
+    assert "passed compute-sanitizer" in page
+
+
+def test_a_campaign_with_no_data_offers_no_bundle_and_says_why(client, queued_campaign):
+    page = client.get(reverse("campaign-detail", args=[queued_campaign.id])).content.decode()
+    url = reverse("campaign-bundle", args=[queued_campaign.id])
+    assert f'href="{url}"' not in page
+    assert f"No kernel bundle: {artifacts.NO_BUNDLE}" in page
+    response = client.get(url)
+    assert response.status_code == 404

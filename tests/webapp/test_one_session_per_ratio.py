@@ -91,6 +91,7 @@ def campaign(tmp_path, alice) -> tuple[Campaign, Path]:
                     }
                 },
                 "environment": ENVIRONMENT,
+                "sanitize": {config.name: {"ok": True, "reason": "ok"}},
             }
         },
     }
@@ -151,8 +152,9 @@ def test_the_bundle_leaves_out_a_kernel_only_the_mixed_ratio_calls_faster(client
     row, _ = campaign
     response = client.get(reverse("campaign-bundle", args=[row.id]))
     data = zipfile.ZipFile(io.BytesIO(b"".join(response.streaming_content)))
-    assert json.loads(data.read("gemmforge_bundle/kernels.json"))["kernels"] == []
-    readme = data.read("README.md").decode()
+    manifest = json.loads(data.read("gemmforge-sessions/gemmforge_bundle/kernels.json"))
+    assert manifest["kernels"] == []
+    readme = data.read("gemmforge-sessions/README.md").decode()
     assert f"| torch.matmul | {SHOWN:.3f} | 0 | 0 | 1 |" in readme
 
 

@@ -1,12 +1,16 @@
 """What the candidate page and the downloads make from stored records: the compile report (ptxas
 resources per kernel), a shape's best kernel source, and the campaign's kernel bundle.
 
-engine.publish.bundle imports torch, so it is imported only when a bundle is built.
+The bundle is engine.publish.bundle.build_bundle's, as `engine bundle` makes it, over the
+campaign's records and the verdicts its imported finals left (webapp.campaigns.database_imports).
 """
 
 from __future__ import annotations
 
+import math
 import tempfile
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import IO, Any
 
@@ -14,8 +18,12 @@ from django.utils.text import slugify
 
 from engine.codegen import get_family
 from engine.compilation.compile import KernelResources, parse_ptxas
-from engine.publish.bundle import BundleKernel, is_faster, write_bundle
+from engine.compilation.source_kernel import FAMILY as LLM_FAMILY
+from engine.outcomes import CandidateRecord, CandidateStatus
+from engine.publish.bundle import BundleKernel, CampaignResults, build_bundle
+from engine.timing.ratios import Session
 from webapp.campaigns.models import Campaign, Candidate, Problem
+from webapp.campaigns.storage import record_from_row
 
 RESOURCE_COLUMNS = ("registers", "shared_bytes", "stack_bytes", "spill_stores_bytes")
 
@@ -118,37 +126,84 @@ def bundle_file_name(*, campaign: Campaign, include_slower: bool) -> str:
     return f"gemmforge-campaign-{campaign.id}-{slug}-bundle{suffix}.zip"
 
 
-def bundle_kernels(
-    *, campaign: Campaign, include_slower: bool = False, over: str = "torch"
-) -> list[Any]:
-    """A BundleKernel per problem from its chosen kernel; by default only those faster than
-    ``over`` (torch.matmul) in the session their numbers come from, a tie not being faster: the
-    bundle's ops fall back to torch.matmul for the rest."""
-    from webapp.campaigns.ratios import choice_of
-
-    kernels = []
-    for problem in campaign.problems.order_by("id"):
-        choice = choice_of(problem.best or {})
-        best = best_verified(problem=problem)
-        if choice is None or best is None:
+def bundle_records(*, problem: Problem, protocol: str) -> list[CandidateRecord]:
+    """The shape's candidates as the engine's records (what `engine bundle` reads from its
+    database): a recorded candidate's own record (engine.outcomes), a model-written one with its
+    source; an imported sweep's, which has none, made from its search timing in ``protocol``."""
+    records = []
+    for row in Candidate.objects.filter(problem=problem).order_by("id"):
+        if row.outcome is not None:
+            record = record_from_row(row, None)
+            if row.family == LLM_FAMILY and row.source:
+                record = replace(record, source=row.source)
+            records.append(record)
             continue
-        found = choice.ratios()
-        if not include_slower and not is_faster(found.get(over)):
-            continue
-        best.problem = problem
-        config = family_config(best, problem)
-        kernels.append(
-            BundleKernel(
-                problem=problem.as_engine(),
-                name=config.name,
-                source=best.source or config.render(),
-                archs=tuple(config.archs),
-                speedups={b: r.value for b, r in found.items()},
-                seconds=choice.session.kernel.seconds,
-                session=choice.session.name,
+        timing = (row.timings or {}).get(protocol) or {}
+        ok = row.status == Candidate.Status.DONE and timing.get("median_s")
+        records.append(
+            CandidateRecord(
+                name=row.name,
+                family=row.family,
+                knobs=row.config or {},
+                proposer=row.proposer,
+                status=CandidateStatus.OK if ok else CandidateStatus.REJECTED,
+                reward=row.reward if row.reward is not None else -math.inf,
+                seconds=timing.get("median_s") if ok else None,
+                baselines=dict(timing.get("baselines") or {}) if ok else {},
             )
         )
-    return kernels
+    return records
+
+
+def campaign_results(*, campaign: Campaign) -> CampaignResults:
+    """The campaign as engine.publish.bundle.build_bundle reads it: its records, and what its
+    imported finals left on the candidates (webapp.campaigns.database_imports): the final
+    sessions and the kernels the finals rejected."""
+    from webapp.campaigns.ratios import HEADLINE_PROTOCOL, candidate_sessions
+
+    problems = list(campaign.problems.order_by("id"))
+    keys = {p.id: p.as_engine().key for p in problems}
+    rejected: dict[str, dict[str, str]] = {}
+    finals: dict[str, dict[str, Session]] = {}
+    rows = Candidate.objects.filter(problem__campaign=campaign).values_list(
+        "problem_id", "name", "verification_result", "timings"
+    )
+    for problem_id, name, verification, timings in rows:
+        key = keys[problem_id]
+        why = (verification or {}).get("final_rejection")
+        if isinstance(why, str):
+            rejected.setdefault(key, {})[name] = why
+        for session in candidate_sessions(timings or {}, HEADLINE_PROTOCOL):
+            if session.name == "final":
+                finals.setdefault(key, {})[name] = session
+    return CampaignResults(
+        title=campaign.name,
+        problems=tuple(p.as_engine() for p in problems),
+        records={
+            keys[p.id]: bundle_records(problem=p, protocol=campaign.reward_protocol)
+            for p in problems
+        },
+        environment=bundle_environment(campaign=campaign),
+        rejected_in_finals=rejected,
+        final_sessions=finals,
+    )
+
+
+def sanitized_verdicts(*, campaign: Campaign) -> Callable[[BundleKernel], bool]:
+    """Whether a bundle kernel passed compute-sanitizer in the campaign's imported finals."""
+    rows = Candidate.objects.filter(
+        problem__campaign=campaign, verification_result__sanitize__ok=True
+    ).select_related("problem")
+    passed = {(row.problem.as_engine().key, row.name) for row in rows.only("name", "problem")}
+    return lambda kernel: (kernel.problem.key, kernel.name) in passed
+
+
+NO_BUNDLE = "no shape has a verified kernel timed beside the baselines yet"
+
+
+def bundle_unavailable(*, campaign: Campaign) -> str:
+    """Why the campaign offers no bundle (NO_BUNDLE), or "" when it offers one."""
+    return "" if campaign.problems.exclude(best={}).exists() else NO_BUNDLE
 
 
 def bundle_environment(*, campaign: Campaign) -> dict[str, Any]:
@@ -168,17 +223,15 @@ def bundle_environment(*, campaign: Campaign) -> dict[str, Any]:
 
 
 def campaign_bundle(*, campaign: Campaign, include_slower: bool = False) -> IO[bytes]:
-    """The bundle zip in a temporary file (rewound; closed by whoever streams it)."""
-    from webapp.campaigns.ratios import campaign_headline
-
-    kernels = bundle_kernels(campaign=campaign, include_slower=include_slower)
+    """The bundle zip (engine.publish.bundle.build_bundle, as `engine bundle` makes it) in a
+    temporary file (rewound; closed by whoever streams it). Raises BundleError."""
     with tempfile.TemporaryDirectory(prefix="gemmforge-bundle-") as folder:
-        path = write_bundle(
-            kernels,
-            Path(folder) / "bundle.zip",
-            environment=bundle_environment(campaign=campaign),
-            title=campaign.name,
-            headline=campaign_headline(campaign=campaign),
+        path = Path(folder) / "bundle.zip"
+        build_bundle(
+            campaign_results(campaign=campaign),
+            path,
+            include_slower=include_slower,
+            admissible=sanitized_verdicts(campaign=campaign),
         )
         out = tempfile.TemporaryFile()  # noqa: SIM115 (the response streams and closes it)
         with path.open("rb") as zipped:

@@ -40,7 +40,7 @@ from engine.timing.baseline_names import tuned_label
 from engine.timing.baselines import best_of_layouts
 from engine.timing.ratios import baseline_runner, with_quartiles
 from webapp.campaigns.imports import BASELINES, environment_record, import_baselines
-from webapp.campaigns.models import Campaign, Candidate, Layout
+from webapp.campaigns.models import Campaign, Candidate, Layout, Problem
 from webapp.campaigns.ratios import problem_refresh_best
 from webapp.campaigns.storage import DjangoStorage
 
@@ -233,7 +233,9 @@ def import_final(*, campaign: Campaign, final: Mapping[str, Any]) -> int:
         problem = problems.get(key)
         if problem is None or not isinstance(section, Mapping):
             continue
+        import_final_verdicts(problem=problem, section=section)
         if not isinstance(section.get("environment"), Mapping):
+            problem_refresh_best(problem=problem)
             continue  # a baseline time means nothing without the GPU it was taken on
         environment = environment_record(dict(section["environment"]))
         for protocol, result in (section.get("protocols") or {}).items():
@@ -275,6 +277,45 @@ def import_final(*, campaign: Campaign, final: Mapping[str, Any]) -> int:
                 candidate.save(update_fields=["timings"])
         problem_refresh_best(problem=problem)
     return count
+
+
+def import_final_verdicts(*, problem: Problem, section: Mapping[str, Any]) -> None:
+    """What the final said of each top kernel it names, kept on the candidate's
+    ``verification_result``: its compute-sanitizer verdict (``sanitize``), its rejection while
+    timed (``final_rejection``) and the final's error (``final_error``: e.g. "no top kernel
+    passed"). A kernel that failed the sanitizer or was rejected is REJECTED, so it never
+    becomes the shape's best; the bundle reads the verdicts (webapp.campaigns.artifacts)."""
+    from engine.publish.bundle import final_rejections
+
+    sanitize = section.get("sanitize")
+    sanitize = (
+        {n: v for n, v in sanitize.items() if isinstance(v, Mapping)}
+        if isinstance(sanitize, Mapping)
+        else {}
+    )
+    rejected = final_rejections(section)
+    error = section.get("error")
+    for candidate in Candidate.objects.filter(problem=problem, name__in=[*sanitize, *rejected]):
+        verification = dict(candidate.verification_result or {})
+        verdict = sanitize.get(candidate.name)
+        why = ""
+        if verdict is not None:
+            verification["sanitize"] = dict(verdict)
+            if not verdict.get("ok"):
+                message = verdict.get("message")
+                why = f"compute-sanitizer: {verdict.get('reason', 'failed')}"
+                why += f": {message}" if message else ""
+        if candidate.name in rejected:
+            verification["final_rejection"] = rejected[candidate.name]
+            why = why or f"rejected in the finals: {rejected[candidate.name]}"
+        if isinstance(error, str) and error:
+            verification["final_error"] = error
+        candidate.verification_result = verification
+        fields = ["verification_result"]
+        if why:
+            candidate.status, candidate.failure_reason = Candidate.Status.REJECTED, why
+            fields += ["status", "failure_reason"]
+        candidate.save(update_fields=fields)
 
 
 def torch_baseline_labels(section: Mapping[str, Any]) -> dict[str, str]:

@@ -12,6 +12,7 @@ from pygments import highlight
 from pygments.formatters import HtmlFormatter
 from pygments.lexers import CppLexer
 
+from engine.publish.bundle import BundleError
 from webapp import ratelimit
 from webapp.campaigns import artifacts, diffs, exports, launch, live, ratios, selectors, services
 from webapp.campaigns.forms import MAX_SHAPES, CampaignForm, CandidateFilterForm, HeatmapForm
@@ -123,6 +124,7 @@ def campaign_detail(request, campaign_id: int):
                 ks=sorted({p.k for p in problems}), layouts=sorted({p.layout for p in problems})
             ),
             "can_control": request.user.is_authenticated and request.user.id == campaign.owner_id,
+            "no_bundle": "" if timed else artifacts.NO_BUNDLE,
             "live": campaign.status in live.ACTIVE,
             "proposers": selectors.campaign_proposers(campaign=campaign),
             "progress": {
@@ -390,8 +392,16 @@ def campaign_bundle(request, campaign_id: int):
     """The kernel bundle zip; ?slower=1 keeps kernels slower than torch.matmul too."""
     campaign = get_object_or_404(Campaign, id=campaign_id)
     include_slower = request.GET.get("slower") == "1"
+    if why := artifacts.bundle_unavailable(campaign=campaign):
+        raise Http404(f"no kernel bundle: {why}")
+    try:
+        zipped = artifacts.campaign_bundle(campaign=campaign, include_slower=include_slower)
+    except BundleError as exc:
+        return HttpResponse(
+            f"the bundle cannot be made: {exc}\n", status=409, content_type="text/plain"
+        )
     return FileResponse(
-        artifacts.campaign_bundle(campaign=campaign, include_slower=include_slower),
+        zipped,
         as_attachment=True,
         filename=artifacts.bundle_file_name(campaign=campaign, include_slower=include_slower),
         content_type="application/zip",

@@ -10,8 +10,11 @@ environment.
 from __future__ import annotations
 
 import csv
+import functools
 import io
+import itertools
 import json
+import re
 import zipfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -19,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 from engine import abi
-from engine.campaign.storage import SqliteStorage
 from engine.codegen import get_family, triton_blocks
 from engine.compilation import compile as compile_module
 from engine.compilation import triton_aot
@@ -28,7 +30,7 @@ from engine.compilation.source_kernel import SourceKernel
 from engine.outcomes import CandidateRecord, CandidateStatus
 from engine.problem import Problem
 from engine.publish.bundle.buckets import Point, buckets
-from engine.timing.baseline_names import BASELINE_LABELS
+from engine.timing.baseline_names import BASELINE_LABELS, BASELINES
 from engine.timing.ratios import (
     FASTER,
     Choice,
@@ -37,15 +39,18 @@ from engine.timing.ratios import (
     Session,
     ShapeBest,
     Timing,
+    baseline_runner,
     baseline_timings,
     headline,
     rank,
+    with_quartiles,
 )
 
 PACKAGE_DIR = Path(__file__).resolve().parent / "package" / "gemmforge_bundle"
 ROOT = "gemmforge_bundle"
 # Bundled kernels are built without ptxas's verbose report
 NVCC_FLAGS = tuple(f for f in BASE_FLAGS if f not in ("-Xptxas", "-v"))
+BASELINE_RUNNERS = frozenset(f"{b}_{layout}" for b in BASELINES for layout in ("nn", "tn"))
 
 
 class BundleError(ValueError):
@@ -83,52 +88,256 @@ def record_session(record: CandidateRecord) -> Session | None:
     return Session("search", "device", kernel, baseline_timings(dict(record.baselines)))
 
 
-def shape_choices(
-    storage: SqliteStorage,
-    campaign: str,
-    problems: Sequence[Problem],
-    admissible: Callable[[BundleKernel], bool] | None = None,
-) -> dict[str, tuple[Choice, CandidateRecord]]:
-    """Problem key → its kernel and that kernel's record: the best same-session ratio over
-    cuBLASLt-autotune (engine.timing.ratios.rank) of the kernels that pass ``admissible`` (their
-    compute-sanitizer verdict, in the CLI); shapes with none are left out."""
-    out: dict[str, tuple[Choice, CandidateRecord]] = {}
-    for problem in problems:
-        records = {
-            r.name: r
-            for r in storage.candidates(campaign, problem.key)
-            if r.status == CandidateStatus.OK and r.seconds
-        }
-        sessions = [(n, n, [s]) for n, r in records.items() if (s := record_session(r))]
-        for choice in rank(sessions):
-            record = records[choice.kernel]
-            if admissible is None or admissible(kernel_from_record(problem, record)):
-                out[problem.key] = (choice, record)
-                break
+@dataclass(frozen=True)
+class CampaignResults:
+    """What a bundle is made from, wherever the campaign is kept (the engine's SQLite file and
+    finals, engine.commands.bundle_command; the dashboard's database, webapp.campaigns.artifacts):
+    its problems, each problem's candidate records, the environment they were measured in, the
+    kernels the finals rejected (problem key → kernel name → why) and the finals' sessions: a
+    shape's kernel is chosen, and its numbers shown, from its final where the shape had one,
+    as the dashboard and `engine report` do (engine.timing.ratios.rank)."""
+
+    title: str
+    problems: tuple[Problem, ...]
+    records: Mapping[str, Sequence[CandidateRecord]]
+    environment: Mapping[str, Any] = field(default_factory=dict)
+    rejected_in_finals: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    # problem key → kernel name → its final re-measurement's session (device protocol)
+    final_sessions: Mapping[str, Mapping[str, Session]] = field(default_factory=dict)
+
+    def candidates(self, problem: Problem) -> Sequence[CandidateRecord]:
+        return self.records.get(problem.key, ())
+
+
+@dataclass(frozen=True)
+class LeftOut:
+    """A shape's better-ranked kernel the bundle does not ship, and why (with how many more of
+    that shape's kernels ranked above the one chosen were left out too)."""
+
+    problem: Problem
+    kernel: str
+    why: str
+    more: int = 0
+
+
+@dataclass(frozen=True)
+class BundleContents:
+    """What :func:`build_bundle` puts in a zip."""
+
+    kernels: list[BundleKernel]
+    left_out: list[LeftOut]
+    headline: Headline
+
+
+def final_rejections(section: Mapping[str, Any]) -> dict[str, str]:
+    """Kernel name → why, for each kernel a shape's final (engine.execution.final.final_summary)
+    rejected while timed, in any protocol: ``"device: unwritten: 8 of 9 checked timed calls
+    failed; ..."``."""
+    out: dict[str, str] = {}
+    protocols = section.get("protocols")
+    for protocol, result in (protocols if isinstance(protocols, Mapping) else {}).items():
+        if not isinstance(result, Mapping):
+            continue
+        reasons = result.get("rejections")
+        reasons = reasons if isinstance(reasons, Mapping) else {}
+        for name in result.get("rejected_while_timed") or ():
+            why = reasons.get(name)
+            detail = (
+                f"{why.get('reason', '')}: {why.get('message', '')}"
+                if isinstance(why, Mapping)
+                else "rejected while timed"
+            )
+            out.setdefault(str(name), f"{protocol}: {detail}")
     return out
 
 
-def best_kernels(
-    storage: SqliteStorage,
-    campaign: str,
-    problems: Sequence[Problem],
+Admissible = Callable[[BundleKernel], bool]
+NOT_SANITIZED = "no passing compute-sanitizer verdict"
+
+
+def has_timed_kernel(results: CampaignResults) -> bool:
+    """Whether any shape has a verified kernel timed beside the baselines (a bundle of a campaign
+    without one would say nothing: it is not made)."""
+    return any(
+        record_session(r) is not None and r.status == CandidateStatus.OK and r.baselines
+        for p in results.problems
+        for r in results.candidates(p)
+    )
+
+
+def shape_choices(
+    results: CampaignResults, admissible: Admissible | None = None
+) -> tuple[dict[str, tuple[Choice, CandidateRecord]], list[LeftOut]]:
+    """Problem key → its kernel and that kernel's record (shape_choice); shapes with none are
+    left out. Also, per shape, the first better-ranked kernel passed over and why."""
+    out: dict[str, tuple[Choice, CandidateRecord]] = {}
+    left_out: list[LeftOut] = []
+    for problem in results.problems:
+        records = {
+            r.name: r
+            for r in results.candidates(problem)
+            if r.status == CandidateStatus.OK and r.seconds
+        }
+        choice, passed_over = shape_choice(problem, records, results, admissible)
+        if choice is not None:
+            out[problem.key] = (choice, records[choice.kernel])
+        if passed_over is not None:
+            left_out.append(passed_over)
+    return out, left_out
+
+
+def shape_choice(
+    problem: Problem,
+    records: Mapping[str, CandidateRecord],
+    results: CampaignResults,
+    admissible: Admissible | None,
+) -> tuple[Choice | None, LeftOut | None]:
+    """The shape's kernel: the best same-session ratio over cuBLASLt-autotune
+    (engine.timing.ratios.rank, the finals' sessions first where the shape had them) of the
+    kernels the finals did not reject, that can be bundled and that pass ``admissible`` (their
+    compute-sanitizer verdict). And the first kernel passed over: ranked above the choice, or
+    ranked above it by the search and never in the finals (its sanitizer verdict failed)."""
+    rejected = results.rejected_in_finals.get(problem.key, {})
+    finals = results.final_sessions.get(problem.key, {})
+
+    @functools.cache
+    def why(name: str) -> str | None:
+        return exclusion(problem, records[name], rejected, admissible)
+
+    ranked = rank(
+        [
+            (n, n, [s for s in (record_session(r), finals.get(n)) if s is not None])
+            for n, r in records.items()
+        ]
+    )
+    choice = next((c for c in ranked if why(c.kernel) is None), None)
+    chosen = choice.kernel if choice is not None else None
+    searched = rank([(n, n, [s]) for n, r in records.items() if (s := record_session(r))])
+    above = [
+        c.kernel
+        for order in (ranked, searched)
+        for c in itertools.takewhile(lambda c: c.kernel != chosen, order)
+    ]
+    skipped = [(n, reason) for n in dict.fromkeys(above) if (reason := why(n)) is not None]
+    if not skipped:
+        return choice, None
+    name, reason = skipped[0]
+    return choice, LeftOut(problem, name, reason, more=len(skipped) - 1)
+
+
+def exclusion(
+    problem: Problem,
+    record: CandidateRecord,
+    rejected_in_finals: Mapping[str, str],
+    admissible: Admissible | None,
+) -> str | None:
+    """Why ``record`` cannot be the shape's bundled kernel (None: it can)."""
+    if record.name in rejected_in_finals:
+        return f"rejected in the finals: {rejected_in_finals[record.name]}"
+    try:
+        kernel = kernel_from_record(problem, record)
+    except BundleError as exc:
+        return str(exc)
+    if admissible is not None and not admissible(kernel):
+        return NOT_SANITIZED
+    return None
+
+
+def bundle_contents(
+    results: CampaignResults,
     *,
     over: str = "torch",
     include_slower: bool = False,
-    admissible: Callable[[BundleKernel], bool] | None = None,
+    admissible: Admissible | None = None,
     dynamic_m: bool = True,
-) -> list[BundleKernel]:
+) -> BundleContents:
     """Per problem, its chosen kernel (shape_choices: the best admissible one), kept only when
     it is faster than the ``over`` baseline beyond the noise (the op falls back to torch.matmul
     otherwise) unless ``include_slower``. With ``dynamic_m`` each kernel also serves a range of
-    M around its own (m_ranges)."""
-    chosen = shape_choices(storage, campaign, problems, admissible)
+    M around its own (m_ranges). The headline covers every shape, bundled or not."""
+    chosen, left_out = shape_choices(results, admissible)
+    problems = results.problems
     kernels = [
-        kernel_from_record(p, chosen[p.key][1])
+        shown_from(chosen[p.key][0], kernel_from_record(p, chosen[p.key][1]))
         for p in problems
         if p.key in chosen and (include_slower or is_faster(chosen[p.key][0].ratios().get(over)))
     ]
-    return m_ranges(storage, campaign, problems, kernels) if dynamic_m else kernels
+    if dynamic_m:
+        kernels = m_ranges(results, kernels)
+    bests = [
+        ShapeBest(p.key, float(p.flops), chosen[p.key][0]) for p in problems if p.key in chosen
+    ]
+    summary = headline(bests, without=len(problems) - len(bests))
+    return BundleContents(kernels, left_out, summary)
+
+
+def shown_from(choice: Choice, kernel: BundleKernel) -> BundleKernel:
+    """``kernel`` with the time and speedups of the session it was chosen by."""
+    session = choice.session
+    return replace(
+        kernel,
+        speedups={b: r.value for b, r in choice.ratios().items()},
+        seconds=session.kernel.seconds,
+        session=session.name,
+    )
+
+
+def final_sessions(section: Mapping[str, Any], protocol: str = "device") -> dict[str, Session]:
+    """Kernel name → its session in a shape's final (engine.execution.final.final_summary): its
+    time beside the best-of-layout baselines timed with it, with the quartiles the final kept.
+    Kernels the final rejected have none."""
+    from engine.timing.baselines import best_of_layouts  # imports torch
+
+    protocols = section.get("protocols")
+    result = protocols.get(protocol) if isinstance(protocols, Mapping) else None
+    if not isinstance(result, Mapping):
+        return {}
+    seconds = dict(result.get("seconds") or {})
+    kept = dict(result.get("quartiles") or {})
+    baselines = {
+        b: with_quartiles(v["seconds"], baseline_runner(b, v), kept)
+        for b, v in best_of_layouts(seconds).items()
+    }
+    timed = baseline_timings(baselines)
+    rejected = set(result.get("rejected_while_timed") or ())
+    out = {}
+    for name, value in seconds.items():
+        if name in BASELINE_RUNNERS or name in rejected:
+            continue
+        kernel = Timing.of({"seconds": value, **(kept.get(name) or {})})
+        if kernel is not None:
+            out[name] = Session("final", protocol, kernel, timed)
+    return out
+
+
+def build_bundle(
+    results: CampaignResults,
+    out: Path,
+    *,
+    include_slower: bool = False,
+    admissible: Admissible | None = None,
+    dynamic_m: bool = True,
+) -> BundleContents:
+    """The bundle zip of a campaign, as `engine bundle` and the dashboard's bundle.zip make it:
+    :func:`bundle_contents` written by :func:`write_bundle`."""
+    contents = bundle_contents(
+        results, include_slower=include_slower, admissible=admissible, dynamic_m=dynamic_m
+    )
+    write_bundle(
+        contents.kernels,
+        out,
+        environment=dict(results.environment),
+        title=results.title,
+        headline=contents.headline,
+        left_out=contents.left_out,
+        sanitized=admissible is not None,
+    )
+    return contents
+
+
+def best_kernels(results: CampaignResults, **options: Any) -> list[BundleKernel]:
+    """The kernels :func:`bundle_contents` bundles."""
+    return bundle_contents(results, **options).kernels
 
 
 def measured_ratios(records: Iterable[CandidateRecord], over: str = "torch") -> dict[str, float]:
@@ -152,25 +361,20 @@ def serves(kernel: BundleKernel, m: int) -> bool:
     return bool(config.is_valid(other))
 
 
-def m_ranges(
-    storage: SqliteStorage,
-    campaign: str,
-    problems: Sequence[Problem],
-    kernels: Sequence[BundleKernel],
-) -> list[BundleKernel]:
+def m_ranges(results: CampaignResults, kernels: Sequence[BundleKernel]) -> list[BundleKernel]:
     """``kernels`` with the range of M each serves: per (N, K, layout) the measured problems are
     the points (their choice: the bundled kernel, or torch.matmul where none is bundled) and
     engine.publish.bundle.buckets draws the boundaries. A kernel whose range shrinks to nothing
     is kept at its own M."""
     by_key = {k.problem.key: k for k in kernels}
     groups: dict[tuple[int, int, str], list[Problem]] = {}
-    for p in problems:
+    for p in results.problems:
         groups.setdefault((p.n, p.k, p.layout.value), []).append(p)
     ranged: dict[str, BundleKernel] = {}
     for group in groups.values():
         points = []
         for p in group:
-            ratios = measured_ratios(storage.candidates(campaign, p.key))
+            ratios = measured_ratios(results.candidates(p))
             kernel = by_key.get(p.key)
             if ratios or kernel is not None:
                 points.append(Point(p.m, kernel.name if kernel else None, ratios))
@@ -184,23 +388,10 @@ def m_ranges(
     return [ranged.get(k.problem.key, k) for k in kernels]
 
 
-def bundle_headline(
-    storage: SqliteStorage,
-    campaign: str,
-    problems: Sequence[Problem],
-    admissible: Callable[[BundleKernel], bool] | None = None,
-) -> Headline:
-    """The campaign headline over every shape, bundled or not (the README opens with it)."""
-    chosen = shape_choices(storage, campaign, problems, admissible)
-    bests = [
-        ShapeBest(p.key, float(p.flops), chosen[p.key][0]) for p in problems if p.key in chosen
-    ]
-    return headline(bests, without=len(problems) - len(bests))
-
-
 def kernel_from_record(problem: Problem, record: CandidateRecord) -> BundleKernel:
+    """The record's kernel with the source it was measured with (a Triton kernel's cubin is
+    embedded when the zip is written: bundled_source)."""
     if record.source is not None:  # model-written (engine.llm): its source as measured
-
         return BundleKernel(
             problem=problem,
             name=record.name,
@@ -217,7 +408,7 @@ def kernel_from_record(problem: Problem, record: CandidateRecord) -> BundleKerne
     return BundleKernel(
         problem=problem,
         name=config.name,
-        source=bundled_source(config.render(), tuple(config.archs)),
+        source=config.render(),
         archs=tuple(config.archs),
         speedups=record.speedups(),
         seconds=record.seconds,
@@ -291,6 +482,12 @@ def results_csv(kernels: Sequence[BundleKernel]) -> str:
     return out.getvalue()
 
 
+def bundle_folder(title: str) -> str:
+    """The zip's top folder: ``gemmforge-<title>``, ASCII letters, digits, '.', '_' and '-'."""
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", title).strip("-.")[:60].strip("-.")
+    return f"gemmforge-{slug or 'bundle'}"
+
+
 def write_bundle(
     kernels: Sequence[BundleKernel],
     out: Path,
@@ -298,25 +495,77 @@ def write_bundle(
     environment: dict[str, Any],
     title: str,
     headline: Headline | None = None,
+    left_out: Sequence[LeftOut] = (),
+    sanitized: bool = False,
 ) -> Path:
-    """Writes the zip; kernels with the same name are stored once."""
+    """Writes the zip, everything under one top folder (bundle_folder); kernels with the same
+    name are stored once, a Triton kernel with its cubin embedded (bundled_source).
+    ``sanitized``: every kernel passed compute-sanitizer (the README says so)."""
     names = [k.name for k in kernels]
     keys = [k.problem.key for k in kernels]
     if len(set(keys)) != len(keys):
         raise BundleError("two kernels for the same problem")
     data = manifest(kernels, environment)
+    folder = bundle_folder(title)
+    package = f"{folder}/{ROOT}"
+    text = readme(title, kernels, environment, len(set(names)), headline, left_out, sanitized)
     out.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as zf:
         for path in sorted(PACKAGE_DIR.glob("*.py")):
-            zf.write(path, f"{ROOT}/{path.name}")
-        zf.writestr(f"{ROOT}/include/gemmforge_abi.h", abi.HEADER.read_text())
+            zf.write(path, f"{package}/{path.name}")
+        zf.writestr(f"{package}/include/gemmforge_abi.h", abi.HEADER.read_text())
         for kernel in {k.name: k for k in kernels}.values():
-            zf.writestr(f"{ROOT}/kernels/{kernel.name}.cu", kernel.source)
-        zf.writestr(f"{ROOT}/kernels.json", json.dumps(data, indent=1))
-        zf.writestr("results.json", json.dumps(data, indent=1))
-        zf.writestr("results.csv", results_csv(kernels))
-        zf.writestr("README.md", readme(title, kernels, environment, len(set(names)), headline))
+            shipped = bundled_source(kernel.source, kernel.archs)
+            zf.writestr(f"{package}/kernels/{kernel.name}.cu", shipped)
+        zf.writestr(f"{package}/kernels.json", json.dumps(data, indent=1))
+        zf.writestr(f"{folder}/results.json", json.dumps(data, indent=1))
+        zf.writestr(f"{folder}/results.csv", results_csv(kernels))
+        zf.writestr(f"{folder}/README.md", text)
     return out
+
+
+def package_member(zf: zipfile.ZipFile, name: str) -> str:
+    """The zip member ``<top folder>/gemmforge_bundle/<name>``."""
+    for member in zf.namelist():
+        _, _, rest = member.partition("/")
+        if rest == f"{ROOT}/{name}":
+            return member
+    raise BundleError(f"not a gemmforge bundle: no {ROOT}/{name}")
+
+
+def read_manifest(path: Path) -> dict[str, Any]:
+    """A bundle zip's kernels.json (the dispatch table)."""
+    with zipfile.ZipFile(path) as zf:
+        return json.loads(zf.read(package_member(zf, "kernels.json")))
+
+
+def unpack(path: Path, target: Path) -> Path:
+    """Extracts a bundle zip into ``target``; returns its top folder (the one to cd into)."""
+    with zipfile.ZipFile(path) as zf:
+        member = package_member(zf, "kernels.json")
+        zf.extractall(target)
+    return target / member.partition("/")[0]
+
+
+def left_out_lines(left_out: Sequence[LeftOut]) -> str:
+    """The README's account of the better-ranked kernels a bundle does not ship."""
+    if not left_out:
+        return ""
+    rows = "\n".join(
+        f"| {x.problem.key} | `{x.kernel}` | {x.why}"
+        + (f" (and {x.more} more ranked above the one chosen)" if x.more else "")
+        + " |"
+        for x in left_out
+    )
+    return f"""## Left out
+A shape's best-ranked kernel is bundled only when it passed compute-sanitizer in the campaign's
+finals and the finals did not reject it; these were passed over (the shape then takes its best
+kernel that qualifies, or falls back to torch.matmul):
+
+| shape | kernel | why |
+|---|---|---|
+{rows}
+"""
 
 
 def readme(
@@ -325,10 +574,18 @@ def readme(
     environment: dict[str, Any],
     unique: int,
     headline: Headline | None = None,
+    left_out: Sequence[LeftOut] = (),
+    sanitized: bool = False,
 ) -> str:
     gpu = environment.get("gpu_name", "unknown GPU")
     block = "\n".join(headline.markdown(BASELINE_LABELS)) if headline else ""
     summary = f"## The campaign at a glance\n\n{block}\n" if block else ""
+    checked = (
+        "Every kernel here passed compute-sanitizer (memcheck, racecheck, initcheck) "
+        "in the campaign's finals.\n"
+        if sanitized
+        else "These kernels were bundled without requiring a compute-sanitizer verdict.\n"
+    )
     rows = "\n".join(
         f"| {k.problem.shape} | {k.m_lo or k.problem.m}..{k.m_hi or k.problem.m} | "
         f"{k.problem.layout.value} | `{k.name}` | "
@@ -343,11 +600,11 @@ torch.matmul: by default a shape is bundled only when its kernel was faster than
 beyond the measured noise, both timed in the same session. Each kernel serves the range of M
 listed (between measured Ms: the measured crossover, else the nearer one on a log scale);
 another M, dtype, stride or GPU architecture falls back to torch.matmul.
-
+{checked}
 {summary}
 ## Use
 ```sh
-unzip this.zip && cd <folder>            # the folder holding gemmforge_bundle/
+unzip this.zip && cd {bundle_folder(title)}
 pip install nvidia-cutlass               # CUTLASS headers for the build (or set CUTLASS_INCLUDE)
 python -m gemmforge_bundle.build         # needs nvcc; builds gemmforge_bundle/lib/*.so once
 python -m gemmforge_bundle.verify        # re-checks correctness and speed on your GPU
@@ -367,5 +624,6 @@ synchronise: they work under torch.compile and CUDA-graph capture (call each sha
 |---|---|---|---|---|
 {rows}
 
+{left_out_lines(left_out)}
 `results.json` and `results.csv` hold the numbers and the environment they were measured in.
 """

@@ -10,7 +10,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import zipfile
 from pathlib import Path
 
 import pytest
@@ -134,21 +133,19 @@ RUN_BUNDLE = textwrap.dedent(
 
 
 def test_a_bundle_with_a_triton_kernel_runs_where_triton_cannot_be_imported(libraries, tmp_path):
-    from engine.publish.bundle import BundleKernel, bundled_source, write_bundle
+    from engine.publish.bundle import BundleKernel, unpack, write_bundle
 
     config = configs(Layout.NN)["splitk"]
     problem = Problem(200, 264, 3000)
     kernel = BundleKernel(
         problem=problem,
         name=config.name,
-        source=bundled_source(config.render(), config.archs),
+        source=config.render(),  # the zip embeds its cubin (engine.publish.bundle.bundled_source)
         archs=config.archs,
         speedups={"torch": 1.0},
     )
     bundle = write_bundle([kernel], tmp_path / "bundle.zip", environment={}, title="triton")
-    root = tmp_path / "unpacked"
-    with zipfile.ZipFile(bundle) as zf:
-        zf.extractall(root)
+    root = unpack(bundle, tmp_path / "unpacked")
     blocker = tmp_path / "no-triton" / "triton"
     blocker.mkdir(parents=True)
     (blocker / "__init__.py").write_text(BLOCK_TRITON)

@@ -14,9 +14,16 @@ import pytest
 
 from engine.campaign.storage import SqliteStorage
 from engine.cli import main
+from engine.commands.bundle_command import campaign_results
 from engine.outcomes import CandidateRecord
 from engine.problem import Problem
-from engine.publish.bundle import best_kernels, kernel_from_record, write_bundle
+from engine.publish.bundle import (
+    best_kernels,
+    kernel_from_record,
+    read_manifest,
+    unpack,
+    write_bundle,
+)
 
 RECORDED = (
     Path(__file__).resolve().parents[3]
@@ -51,8 +58,22 @@ def recorded_records(problem: Problem) -> tuple[list[CandidateRecord], dict]:
     return records, row["environment"]
 
 
+def results_of(db: Path, campaign: str = "recorded"):
+    """The campaign as `engine bundle` reads it (engine.publish.bundle.CampaignResults)."""
+    storage = SqliteStorage(db)
+    try:
+        return campaign_results(storage, campaign, db)
+    finally:
+        storage.close()
+
+
 @pytest.fixture
 def campaign_db(tmp_path: Path) -> Path:
+    return recorded_campaign(tmp_path)
+
+
+def recorded_campaign(tmp_path: Path) -> Path:
+    """An engine campaign database: the recorded 4096^3 TN candidates and an unmeasured shape."""
     db = tmp_path / "campaign.sqlite"
     records, environment = recorded_records(PROBLEM)
     storage = SqliteStorage(db)
@@ -65,16 +86,14 @@ def campaign_db(tmp_path: Path) -> Path:
 
 
 def test_it_bundles_nothing_that_does_not_beat_torch(campaign_db, tmp_path):
-    storage = SqliteStorage(campaign_db)
-    kernels = best_kernels(storage, "recorded", storage.problems("recorded"))
-    storage.close()
+    kernels = best_kernels(results_of(campaign_db))
     # measured on the H200: no sampled config beat torch.matmul at 4096^3 TN
     assert kernels == []
 
 
 def test_it_picks_the_highest_reward_kernel_per_shape_when_asked(campaign_db):
+    kernels = best_kernels(results_of(campaign_db), include_slower=True)
     storage = SqliteStorage(campaign_db)
-    kernels = best_kernels(storage, "recorded", storage.problems("recorded"), include_slower=True)
     best = max(storage.candidates("recorded", PROBLEM.key), key=lambda r: r.reward)
     storage.close()
     assert [k.problem for k in kernels] == [PROBLEM]
@@ -107,8 +126,7 @@ def ranked_names(db: Path) -> list[str]:
 
 
 def bundled_kernels(out: Path) -> list[str]:
-    manifest = json.loads(zipfile.ZipFile(out).read("gemmforge_bundle/kernels.json"))
-    return [k["name"] for k in manifest["kernels"]]
+    return [k["name"] for k in read_manifest(out)["kernels"]]
 
 
 def test_the_cli_bundles_only_kernels_that_passed_compute_sanitizer(campaign_db, tmp_path):
@@ -134,10 +152,35 @@ def test_the_cli_writes_a_zip_with_sources_manifest_results_and_readme(campaign_
         == 0
     )
     names = zipfile.ZipFile(out).namelist()
-    assert {"README.md", "results.csv", "results.json"} <= set(names)
-    assert "gemmforge_bundle/kernels.json" in names
-    assert "gemmforge_bundle/include/gemmforge_abi.h" in names
-    assert any(n.startswith("gemmforge_bundle/kernels/hgemm_sm") for n in names)
+    top = "gemmforge-recorded"
+    assert {f"{top}/README.md", f"{top}/results.csv", f"{top}/results.json"} <= set(names)
+    assert f"{top}/gemmforge_bundle/kernels.json" in names
+    assert f"{top}/gemmforge_bundle/include/gemmforge_abi.h" in names
+    assert any(n.startswith(f"{top}/gemmforge_bundle/kernels/hgemm_sm") for n in names)
+
+
+def test_the_zip_has_one_top_folder_the_readme_says_to_cd_into(campaign_db, tmp_path):
+    out = tmp_path / "bundle.zip"
+    assert main(["bundle", "recorded", "--db", str(campaign_db), "--out", str(out)]) == 0
+    names = zipfile.ZipFile(out).namelist()
+    tops = {n.split("/", 1)[0] for n in names}
+    assert tops == {"gemmforge-recorded"}
+    assert all("/" in n for n in names)
+    readme = zipfile.ZipFile(out).read("gemmforge-recorded/README.md").decode()
+    assert "unzip this.zip && cd gemmforge-recorded\n" in readme
+    assert (unpack(out, tmp_path / "x") / "gemmforge_bundle" / "kernels.json").is_file()
+
+
+def test_the_cli_makes_no_bundle_of_a_campaign_with_nothing_timed(tmp_path):
+    db = tmp_path / "empty.sqlite"
+    storage = SqliteStorage(db)
+    storage.open_campaign("empty", {})
+    storage.add_problem("empty", PROBLEM)
+    storage.close()
+    out = tmp_path / "x.zip"
+    with pytest.raises(SystemExit, match="no bundle: no shape of 'empty' has a verified kernel"):
+        main(["bundle", "empty", "--db", str(db), "--out", str(out)])
+    assert not out.exists()
 
 
 def test_the_cli_rejects_an_unknown_campaign(campaign_db, tmp_path):
@@ -161,13 +204,9 @@ def run_python(code: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 def unpacked(campaign_db: Path, tmp_path: Path) -> Path:
     out = tmp_path / "bundle.zip"
-    storage = SqliteStorage(campaign_db)
-    kernels = best_kernels(storage, "recorded", storage.problems("recorded"), include_slower=True)
-    storage.close()
+    kernels = best_kernels(results_of(campaign_db), include_slower=True)
     write_bundle(kernels, out, environment={"gpu_name": "NVIDIA H200"}, title="test")
-    target = tmp_path / "unpacked"
-    zipfile.ZipFile(out).extractall(target)
-    return target
+    return unpack(out, tmp_path / "unpacked")
 
 
 @pytest.mark.slow

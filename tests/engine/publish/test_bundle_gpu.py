@@ -6,14 +6,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import zipfile
 from pathlib import Path
 
 import pytest
 
 from engine.codegen import Sm90Config
 from engine.problem import Problem
-from engine.publish.bundle import BundleKernel, write_bundle
+from engine.publish.bundle import BundleKernel, unpack, write_bundle
 
 pytestmark = [pytest.mark.gpu, pytest.mark.nvcc, pytest.mark.slow]
 
@@ -68,8 +67,7 @@ def test_a_built_bundle_guards_dispatches_compiles_and_captures(tmp_path: Path):
         m_hi=511,
     )
     out = write_bundle([kernel], tmp_path / "b.zip", environment={}, title="gpu")
-    root = tmp_path / "unpacked"
-    zipfile.ZipFile(out).extractall(root)
+    root = unpack(out, tmp_path / "unpacked")
     # the unpacked bundle first; nvidia-cutlass may be on the caller's path, not site-packages
     pythonpath = os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))
     env = {**os.environ, "PYTHONPATH": pythonpath}

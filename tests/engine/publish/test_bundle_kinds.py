@@ -15,7 +15,15 @@ from engine.codegen.triton import TritonConfig
 from engine.compilation import triton_aot
 from engine.outcomes import CandidateRecord
 from engine.problem import Problem
-from engine.publish.bundle import BundleError, best_kernels, kernel_from_record, serves
+from engine.publish.bundle import (
+    BundleError,
+    CampaignResults,
+    best_kernels,
+    kernel_from_record,
+    serves,
+    unpack,
+    write_bundle,
+)
 
 PROBLEM = Problem.parse("256x4096x4096", "tn")
 
@@ -49,27 +57,37 @@ def test_a_cuda_family_kernel_bundles_with_its_archs_and_serves_any_m(family):
     assert serves(kernel, 8191)  # the families handle M residues
 
 
-def test_a_triton_kernel_bundles_with_its_cubin_header_inlined(monkeypatch, tmp_path: Path):
-    config = first_valid(TritonConfig, PROBLEM)
+def fake_triton_build(monkeypatch, tmp_path: Path, ok: bool = True) -> None:
+    """The Triton compile replaced: an entry holding a cubin header, or a failed build."""
     (tmp_path / triton_aot.HEADER_NAME).write_text("// the compiled cubin, as bytes\n")
-    built = types.SimpleNamespace(ok=True, entry=tmp_path, error=None)
+    built = types.SimpleNamespace(ok=ok, entry=tmp_path if ok else None, error="ptxas died")
     import engine.compilation.compile
 
     monkeypatch.setattr(engine.compilation.compile, "compile_source", lambda source, **_: built)
-    kernel = kernel_from_record(PROBLEM, record(config))
-    assert "// the compiled cubin, as bytes" in kernel.source
-    assert f'#include "{triton_aot.HEADER_NAME}"' not in kernel.source
-    assert not triton_blocks.is_triton_source(kernel.source)  # builds with nvcc alone
 
 
-def test_a_triton_kernel_that_does_not_build_is_a_bundle_error(monkeypatch):
+def test_a_triton_kernel_keeps_its_measured_source_and_ships_with_its_cubin_inlined(
+    monkeypatch, tmp_path: Path
+):
     config = first_valid(TritonConfig, PROBLEM)
-    failed = types.SimpleNamespace(ok=False, entry=None, error="ptxas died")
-    import engine.compilation.compile
+    fake_triton_build(monkeypatch, tmp_path)
+    kernel = kernel_from_record(PROBLEM, record(config))
+    # the source it was measured and sanitized with (its hash names its finals verdict)
+    assert kernel.source == config.render()
+    out = write_bundle([kernel], tmp_path / "b.zip", environment={}, title="t")
+    shipped = unpack(out, tmp_path / "u") / "gemmforge_bundle/kernels" / f"{config.name}.cu"
+    text = shipped.read_text()
+    assert "// the compiled cubin, as bytes" in text
+    assert f'#include "{triton_aot.HEADER_NAME}"' not in text
+    assert not triton_blocks.is_triton_source(text)  # builds with nvcc alone
 
-    monkeypatch.setattr(engine.compilation.compile, "compile_source", lambda source, **_: failed)
+
+def test_a_triton_kernel_that_does_not_build_is_a_bundle_error(monkeypatch, tmp_path: Path):
+    config = first_valid(TritonConfig, PROBLEM)
+    fake_triton_build(monkeypatch, tmp_path, ok=False)
+    kernel = kernel_from_record(PROBLEM, record(config))
     with pytest.raises(BundleError, match="ptxas died"):
-        kernel_from_record(PROBLEM, record(config))
+        write_bundle([kernel], tmp_path / "b.zip", environment={}, title="t")
 
 
 def test_a_model_written_kernel_bundles_its_source_and_serves_only_its_m():
@@ -98,9 +116,14 @@ def test_a_campaign_over_ms_bundles_kernels_with_their_m_ranges(tmp_path: Path):
     for p in problems:
         db.add_problem("m", p)
         db.record("m", p.key, [record(c, seconds=t) for c, t in ms[p.m]])
-    kernels = best_kernels(db, "m", db.problems("m"))
-    exact = best_kernels(db, "m", db.problems("m"), dynamic_m=False)
+    results = CampaignResults(
+        title="m",
+        problems=tuple(db.problems("m")),
+        records={p.key: db.candidates("m", p.key) for p in problems},
+    )
     db.close()
+    kernels = best_kernels(results)
+    exact = best_kernels(results, dynamic_m=False)
     # at 4096 nothing beats torch.matmul: that point is torch's
     assert [(k.problem.m, k.name) for k in kernels] == [(16, a.name), (256, b.name)]
     assert [(k.m_lo, k.m_hi) for k in exact] == [(None, None), (None, None)]

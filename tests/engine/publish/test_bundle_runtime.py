@@ -8,13 +8,12 @@ import json
 import os
 import subprocess
 import sys
-import zipfile
 from pathlib import Path
 
 import pytest
 
 from engine.problem import Problem
-from engine.publish.bundle import BundleKernel, write_bundle
+from engine.publish.bundle import BundleKernel, unpack, write_bundle
 
 
 def kernel(shape: str, layout: str, name: str, archs: tuple[str, ...], lo: int, hi: int):
@@ -40,8 +39,7 @@ KERNELS = [
 def root(tmp_path_factory) -> Path:
     tmp = tmp_path_factory.mktemp("bundle")
     out = write_bundle(KERNELS, tmp / "b.zip", environment={}, title="test")
-    zipfile.ZipFile(out).extractall(tmp / "unpacked")
-    return tmp / "unpacked"
+    return unpack(out, tmp / "unpacked")
 
 
 def run(code: str, root: Path) -> str:
