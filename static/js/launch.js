@@ -56,6 +56,16 @@
       count && budget > 0 ? duration(count * budget * perCandidate) : "—";
   }
 
+  // Before launch: say when no online worker serves the chosen pool's GPU queue.
+  const offline = JSON.parse(document.getElementById("offline-pools").textContent);
+  function warnOffline() {
+    const queue = offline[field("gpu_pool").value];
+    document.getElementById("no-worker").hidden = queue === undefined;
+    if (queue !== undefined) document.getElementById("no-worker-queue").textContent = queue;
+  }
+
+  form.addEventListener("change", warnOffline);
+  warnOffline();
   form.addEventListener("input", update);
   form.addEventListener("change", update);
   update();

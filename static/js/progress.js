@@ -29,7 +29,16 @@
     const status = document.getElementById("campaign-status");
     if (status) {
       status.textContent = data.status_label;
-      status.className = "status status-" + data.status;
+      status.className = "status status-" + (data.gpu_wait ? "waiting" : data.status);
+    }
+    const banner = document.getElementById("gpu-wait");
+    if (banner) {
+      banner.hidden = !data.gpu_wait;
+      if (data.gpu_wait) {
+        banner.querySelector('[data-gpu-wait="text"]').textContent = data.gpu_wait.text;
+        banner.querySelector('[data-gpu-wait="queues"]').textContent = data.gpu_wait.queues.join(", ");
+        banner.querySelector('[data-gpu-wait="commands"]').textContent = data.gpu_wait.commands.join("\n");
+      }
     }
     for (const p of data.problems) {
       const row = document.querySelector(`tr[data-problem="${p.problem}"]`);

@@ -394,11 +394,13 @@ def campaign_progress_data(*, campaign: Campaign) -> dict[str, Any]:
     labels = dict(Problem.Status.choices)
     waiting = live.campaign_waits(campaign=campaign)
     etas = live.campaign_eta_seconds(campaign=campaign)
+    gpu_wait = live.campaign_gpu_wait(campaign=campaign)
     h = ratios.headline_of((p["m"], p["n"], p["k"], p["layout"], p["best"]) for p in problems)
     return {
         "campaign": campaign.id,
         "status": campaign.status,
-        "status_label": campaign.get_status_display(),
+        "status_label": live.WAITING_LABEL if gpu_wait else campaign.get_status_display(),
+        "gpu_wait": gpu_wait.to_dict() if gpu_wait else None,
         "shapes": len(problems),
         "shapes_done": sum(p["status"] == Problem.Status.DONE for p in problems),
         "candidates": sum(p["candidate_count"] for p in problems),

@@ -14,7 +14,13 @@ from pygments.lexers import CppLexer
 
 from webapp import ratelimit
 from webapp.campaigns import artifacts, diffs, exports, launch, live, ratios, selectors, services
-from webapp.campaigns.forms import MAX_SHAPES, CampaignForm, CandidateFilterForm, HeatmapForm
+from webapp.campaigns.forms import (
+    MAX_SHAPES,
+    CampaignForm,
+    CandidateFilterForm,
+    HeatmapForm,
+    launch_queue,
+)
 from webapp.campaigns.models import Campaign, Candidate, Problem
 from webapp.workers.selectors import workers_online
 
@@ -27,9 +33,11 @@ def dashboard(request):
         request.GET.get("page")
     )
     headlines = ratios.campaign_headlines(campaign_ids=[c.id for c in page.object_list])
+    online = list(workers_online())
+    served = {str(q) for w in online if w.gpu_failed is None for q in w.queues}
     for campaign in page.object_list:
         campaign.headline = ratios.headline_context(headlines[campaign.id])
-    online = list(workers_online())
+        campaign.gpu_wait = live.campaign_gpu_wait(campaign=campaign, served=served)
     return render(
         request,
         "campaigns/dashboard.html",
@@ -44,7 +52,8 @@ def dashboard(request):
 @login_required
 @require_http_methods(["GET", "POST"])
 def campaign_new(request):
-    form = CampaignForm(request.POST or None, owner_id=request.user.pk)
+    served = live.served_queues()
+    form = CampaignForm(request.POST or None, owner_id=request.user.pk, served_queues=served)
     status, retry_after = 200, 0
     if request.method == "POST" and form.is_valid():
         # only an accepted launch counts against the rate limit (a form with errors does not)
@@ -62,6 +71,12 @@ def campaign_new(request):
             "presets": launch.presets_for_js(),
             "seconds_per_candidate": launch.GPU_SECONDS_PER_CANDIDATE,
             "max_shapes": MAX_SHAPES,
+            # pool → its queue, for the pools no online worker serves (launch.js warns)
+            "offline_pools": {
+                str(pool): launch_queue(str(pool))
+                for pool, _ in form.fields["gpu_pool"].choices
+                if launch_queue(str(pool)) not in served
+            },
         },
         status=status,
     )
@@ -97,6 +112,7 @@ def campaign_detail(request, campaign_id: int):
     problems = list(selectors.campaign_problems(campaign=campaign))
     waits = live.campaign_waits(campaign=campaign)
     etas = live.campaign_eta_seconds(campaign=campaign)
+    gpu_wait = live.campaign_gpu_wait(campaign=campaign)
     for problem in problems:
         row = selectors.shape_row(vars(problem))
         problem.row = row
@@ -110,6 +126,8 @@ def campaign_detail(request, campaign_id: int):
         "campaigns/detail.html",
         {
             "campaign": campaign,
+            "status_label": live.WAITING_LABEL if gpu_wait else campaign.get_status_display(),
+            "gpu_wait": gpu_wait,
             "problems": problems,
             "baselines": selectors.BASELINE_LABELS,
             "headline": ratios.headline_context(
