@@ -47,9 +47,8 @@
       row.querySelector('[data-field="candidates"]').textContent = p.candidates;
       const waiting = row.querySelector('[data-field="waiting"]');
       if (waiting) waiting.textContent = p.waiting || "—";
-      const keys = Object.keys(p.speedups);
-      for (const cell of row.querySelectorAll("[data-best-index]")) {
-        const key = keys[parseInt(cell.dataset.bestIndex, 10)];
+      for (const cell of row.querySelectorAll("td[data-baseline]")) {
+        const key = cell.dataset.baseline;
         speedup(cell, p.speedups[key], p.verdicts[key]);
       }
     }

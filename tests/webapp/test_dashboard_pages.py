@@ -1,10 +1,12 @@
 import csv
 import io
 import json
+import re
 
 import pytest
 from django.urls import reverse
 
+from engine.timing.baseline_names import BASELINES
 from webapp.campaigns.models import Campaign, Problem
 
 pytestmark = pytest.mark.django_db
@@ -51,6 +53,26 @@ def test_the_campaign_page_shows_shapes_environment_and_chart_canvases(client, r
     assert "vendor/chartjs/chart.umd.min.js" in page
 
 
+def test_the_shapes_table_puts_the_shape_and_the_reward_baseline_first(client, recorded_campaign):
+    page = client.get(reverse("campaign-detail", args=[recorded_campaign.id])).content.decode()
+    head = page[
+        page.index('<table id="shapes"') : page.index("</thead>", page.index('id="shapes"'))
+    ]
+    columns = re.findall(r"<th [^>]*>(?:<span[^>]*></span>)?([^<]+)</th>", head)
+    assert columns[:5] == [
+        "Shape",
+        "vs cuBLASLt (autotuned)",
+        "vs torch.matmul",
+        "vs cuBLAS",
+        "vs cuBLASLt (heuristic)",
+    ]
+    assert "Inductor" not in head
+    assert "TunableOp" not in head
+    first_row = page[page.index("<tr data-problem=") :].split("</tr>")[0]
+    assert first_row.count('data-baseline="') == 4
+    assert '<th scope="row" class="shape-cell">' in first_row  # sticky (site.css)
+
+
 def test_the_shape_page_sorts_filters_and_paginates(client, recorded_campaign):
     problem = problem_4096(recorded_campaign)
     url = reverse("problem-detail", args=[problem.id])
@@ -94,15 +116,17 @@ def test_unknown_ids_are_404(client, db):
 
 def test_the_speedups_endpoint_gives_each_shapes_best_per_baseline(client, recorded_campaign):
     data = client.get(reverse("api-campaign-speedups", args=[recorded_campaign.id])).json()
+    # the sweep timed the four NVIDIA baselines, not the torch-tuned two: those are left out of
+    # the legend, and the reward baseline comes first
     assert [b["key"] for b in data["baselines"]] == [
+        "cublaslt_autotune",
         "torch",
         "cublas",
         "cublaslt_heuristic",
-        "cublaslt_autotune",
-        "inductor_max_autotune",  # the engine's list (engine.timing.baseline_names), not a copy
-        "tunableop",
     ]
+    assert len({b["colour"] for b in data["baselines"]}) == 4
     assert len(data["shapes"]) == 16
+    assert set(data["shapes"][0]["speedups"]) == set(BASELINES)  # the engine's list, not a copy
     shape = next(
         s for s in data["shapes"] if s["shape"] == "8192x8192x8192" and s["layout"] == "nn"
     )

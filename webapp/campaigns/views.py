@@ -12,6 +12,7 @@ from pygments import highlight
 from pygments.formatters import HtmlFormatter
 from pygments.lexers import CppLexer
 
+from engine.problem import ALIGN_ELEMENTS, MAX_DIM, MAX_OPERAND_BYTES
 from webapp import ratelimit
 from webapp.campaigns import artifacts, diffs, exports, launch, live, ratios, selectors, services
 from webapp.campaigns.forms import (
@@ -71,6 +72,11 @@ def campaign_new(request):
             "presets": launch.presets_for_js(),
             "seconds_per_candidate": launch.GPU_SECONDS_PER_CANDIDATE,
             "max_shapes": MAX_SHAPES,
+            "limits": {
+                "max_dim": MAX_DIM,
+                "align": ALIGN_ELEMENTS,
+                "max_operand_bytes": MAX_OPERAND_BYTES,
+            },
             # pool → its queue, for the pools no online worker serves (launch.js warns)
             "offline_pools": {
                 str(pool): launch_queue(str(pool))
@@ -114,12 +120,13 @@ def campaign_detail(request, campaign_id: int):
     etas = live.campaign_eta_seconds(campaign=campaign)
     gpu_wait = live.campaign_gpu_wait(campaign=campaign)
     for problem in problems:
-        row = selectors.shape_row(vars(problem))
-        problem.row = row
-        speedups, verdicts = row["speedups"], row["verdicts"]
-        problem.cells = [(speedups[b], verdicts[b], None) for b in selectors.BASELINES]
+        problem.row = selectors.shape_row(vars(problem))
         problem.waiting = waits.get(problem.id, "")
         problem.eta_s = etas.get(problem.id)
+    shown = selectors.shown_baselines(p.row for p in problems)
+    for problem in problems:
+        speedups, verdicts = problem.row["speedups"], problem.row["verdicts"]
+        problem.cells = [(b, speedups[b], verdicts[b]) for b in shown]
     timed = any(p.best for p in problems)
     return render(
         request,
@@ -129,7 +136,7 @@ def campaign_detail(request, campaign_id: int):
             "status_label": live.WAITING_LABEL if gpu_wait else campaign.get_status_display(),
             "gpu_wait": gpu_wait,
             "problems": problems,
-            "baselines": selectors.BASELINE_LABELS,
+            "baselines": selectors.baseline_legend(shown),
             "headline": ratios.headline_context(
                 ratios.headline_of((p.m, p.n, p.k, p.layout, p.best) for p in problems)
             ),

@@ -77,14 +77,15 @@ def _value(value: Any) -> str:
     return "" if value is None else repr(float(value))
 
 
-def _cell(index: int, value: float | None, verdict: str | None) -> str:
-    """One ratio cell; numbers and a verdict from a fixed set only, so nothing to escape."""
+def _cell(baseline: str, value: float | None, verdict: str | None) -> str:
+    """One ratio cell; a baseline key, numbers and a verdict from fixed sets only, so nothing
+    to escape."""
     if value is None:
-        return f'<td class="num" data-best-index="{index}" data-value="">—</td>'
+        return f'<td class="num" data-baseline="{baseline}" data-value="">—</td>'
     css = CLASSES.get(verdict or "", "")
     tie = " ≈" if verdict == "tied" else ""
     return (
-        f'<td class="num" data-best-index="{index}" data-value="{float(value)!r}">'
+        f'<td class="num" data-baseline="{baseline}" data-value="{float(value)!r}">'
         f'<span class="{css}">×{value:.3f}{tie}</span></td>'
     )
 
@@ -110,15 +111,16 @@ def shape_rows(problems: Any, live: bool) -> str:
                 f'<td class="small" data-field="waiting">{escape(p.waiting or "—")}</td>'
                 f'<td class="num" data-value="{_value(p.eta_s)}">{duration(p.eta_s)}</td>'
             )
-        cells = "".join(_cell(i, value, verdict) for i, (value, verdict, _) in enumerate(p.cells))
+        cells = "".join(_cell(b, value, verdict) for b, value, verdict in p.cells)
         tflops = "—" if row["tflops"] is None else f"{row['tflops']:.1f}"
         rows.append(
-            f'<tr data-problem="{int(p.id)}"><td><a href="{_url("problem-detail", int(p.id))}">'
-            f"<code>{escape(p.shape)}</code></a></td><td>{escape(p.layout.upper())}</td>"
+            f'<tr data-problem="{int(p.id)}"><th scope="row" class="shape-cell">'
+            f'<a href="{_url("problem-detail", int(p.id))}"><code>{escape(p.shape)}</code></a> '
+            f'<span class="muted small">{escape(p.layout.upper())}</span></th>{cells}'
             f'<td data-field="status_label">{escape(p.get_status_display())}</td>'
             f'<td class="num" data-field="candidates">{int(p.candidate_count)}</td>{waits}'
             f'<td>{kernel}</td><td class="num" data-value="{_value(row["seconds"])}">'
             f"{microseconds(row['seconds'])}</td>"
-            f'<td class="num" data-value="{_value(row["tflops"])}">{tflops}</td>{cells}</tr>'
+            f'<td class="num" data-value="{_value(row["tflops"])}">{tflops}</td></tr>'
         )
     return mark_safe("\n".join(rows))  # numbers, fixed markup and escaped strings only
