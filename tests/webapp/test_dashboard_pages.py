@@ -6,8 +6,10 @@ import re
 import pytest
 from django.urls import reverse
 
+from engine.problem import Problem as EngineProblem
 from engine.timing.baseline_names import BASELINES
 from webapp.campaigns.models import Campaign, Problem
+from webapp.campaigns.services import campaign_create
 
 pytestmark = pytest.mark.django_db
 
@@ -153,6 +155,27 @@ def test_the_heatmap_endpoint_slices_by_k_layout_and_baseline(client, recorded_c
     assert data["baseline_label"] == "cuBLAS"
     assert client.get(url, {"k": "x"}).status_code == 400
     assert client.get(url, {"baseline": "mkl"}).status_code == 400
+
+
+def test_a_k_no_shape_has_answers_400_with_the_ks_there_are(client, recorded_campaign):
+    url = reverse("api-campaign-heatmap", args=[recorded_campaign.id])
+    response = client.get(url, {"k": 7})
+    assert response.status_code == 400
+    assert response.json()["errors"]["k"] == [
+        "no shape has K=7; its Ks: 64, 128, 256, 512, 1024, 2048, 4096, 8192"
+    ]
+
+
+def test_the_heatmap_opens_at_the_k_the_api_answers_for_by_default(client, alice):
+    shapes = ["64x64x64", "128x128x4096", "256x256x4096"]
+    campaign = campaign_create(
+        owner=alice, name="ks", layout="nn", problems=[EngineProblem.parse(s) for s in shapes]
+    )
+    default = client.get(reverse("api-campaign-heatmap", args=[campaign.id])).json()["k"]
+    assert default == 4096  # the K most shapes have, not the first
+    page = client.get(reverse("campaign-detail", args=[campaign.id])).content.decode()
+    select = page[page.index('<select name="k"') :].split("</select>")[0]
+    assert '<option value="4096" selected>' in select
 
 
 def test_the_history_endpoint_gives_speedups_and_a_best_so_far_curve(client, recorded_campaign):

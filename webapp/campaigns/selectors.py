@@ -238,6 +238,12 @@ def campaign_speedups_data(*, campaign: Campaign) -> dict[str, Any]:
     }
 
 
+def most_common_k(ks: list[int]) -> int | None:
+    """The heatmap's default K (the page's and the API's): the K most shapes have, the
+    smallest of those on a tie; None without shapes."""
+    return max(sorted(set(ks)), key=ks.count) if ks else None
+
+
 def campaign_heatmap_data(
     *, campaign: Campaign, k: int | None, baseline: str, layout: str | None
 ) -> dict[str, Any]:
@@ -247,7 +253,7 @@ def campaign_heatmap_data(
     ks = sorted({s["k"] for s in shapes})
     layouts = sorted({s["layout"] for s in shapes})
     if k not in ks:
-        k = max(ks, key=lambda value: sum(s["k"] == value for s in shapes)) if ks else None
+        k = most_common_k([s["k"] for s in shapes])
     if layout not in layouts:
         layout = layouts[0] if layouts else None
     cells = [shape_row(s) for s in shapes if s["k"] == k and s["layout"] == layout]

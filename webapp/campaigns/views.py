@@ -145,7 +145,9 @@ def campaign_detail(request, campaign_id: int):
             if timed
             else [],
             "heatmap_form": HeatmapForm(
-                ks=sorted({p.k for p in problems}), layouts=sorted({p.layout for p in problems})
+                ks=sorted({p.k for p in problems}),
+                layouts=sorted({p.layout for p in problems}),
+                initial={"k": selectors.most_common_k([p.k for p in problems])},
             ),
             "can_control": request.user.is_authenticated and request.user.id == campaign.owner_id,
             "live": campaign.status in live.ACTIVE,
@@ -319,6 +321,11 @@ def api_campaign_heatmap(request, campaign_id: int):
     form = HeatmapForm(request.GET)
     if not form.is_valid():
         return JsonResponse({"errors": form.errors}, status=400)
+    k = form.cleaned_data.get("k")
+    ks = sorted(set(campaign.problems.values_list("k", flat=True)))
+    if k is not None and k not in ks:
+        shown = ", ".join(map(str, ks)) or "none"
+        return JsonResponse({"errors": {"k": [f"no shape has K={k}; its Ks: {shown}"]}}, status=400)
     return JsonResponse(
         selectors.campaign_heatmap_data(
             campaign=campaign,
