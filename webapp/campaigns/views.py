@@ -14,7 +14,17 @@ from pygments.lexers import CppLexer
 
 from engine.problem import ALIGN_ELEMENTS, MAX_DIM, MAX_OPERAND_BYTES
 from webapp import ratelimit
-from webapp.campaigns import artifacts, diffs, exports, launch, live, ratios, selectors, services
+from webapp.campaigns import (
+    artifacts,
+    diffs,
+    exports,
+    failures,
+    launch,
+    live,
+    ratios,
+    selectors,
+    services,
+)
 from webapp.campaigns.forms import (
     MAX_SHAPES,
     CampaignForm,
@@ -26,6 +36,9 @@ from webapp.campaigns.models import Campaign, Candidate, Problem
 from webapp.workers.selectors import workers_online
 
 CAMPAIGNS_PER_PAGE = 20
+# CUDA-L2's offline and server protocols: host wall clock around each call, so their ratios
+# include the call path (launch, synchronisation), not only the kernels (README, "Results")
+HOST_TIMED = ("offline", "server")
 CANDIDATES_PER_PAGE = 50
 
 
@@ -199,6 +212,9 @@ def problem_detail(request, problem_id: int):
         session, found = ratios.shown_ratios(candidate.timings or {}, protocol)
         r = found.get(ratios.REWARD_BASELINE) if candidate.status == Candidate.Status.DONE else None
         candidate.session_name = session.name if session else ""
+        candidate.harness = failures.is_harness_failure(
+            status=candidate.status, reason="", message=candidate.failure_reason
+        )
         candidate.speedup = r
         candidate.tflops = (
             problem.as_engine().flops / candidate.median_s / 1e12 if candidate.median_s else None
@@ -246,12 +262,19 @@ def candidate_detail(request, candidate_id: int):
     )
     problem = candidate.problem
     flops = problem.as_engine().flops
+    by_protocol = {
+        protocol: ratios.candidate_sessions(candidate.timings, protocol)
+        for protocol in sorted(candidate.timings or {})
+    }
+    # a column per baseline some session timed beside this kernel, the reward baseline first
+    timed = {b for sessions in by_protocol.values() for s in sessions for b in s.baselines}
+    columns = [b for b in selectors.BASELINE_ORDER if b in timed]
     timings = []
-    for protocol in sorted(candidate.timings or {}):
+    for protocol, protocol_sessions in by_protocol.items():
         record = candidate.timings[protocol] or {}
-        shown = ratios.candidate_session(candidate.timings, protocol)
+        shown = ratios.preferred(protocol_sessions)
         sessions = []
-        for session in ratios.candidate_sessions(candidate.timings, protocol):
+        for session in protocol_sessions:
             found = session.ratios() if candidate.status == Candidate.Status.DONE else {}
             sessions.append(
                 {
@@ -259,14 +282,13 @@ def candidate_detail(request, candidate_id: int):
                     "shown": session == shown,
                     "seconds": session.kernel.seconds,
                     "tflops": flops / session.kernel.seconds / 1e12,
-                    "speedups": [
-                        (selectors.BASELINE_LABELS[b], found.get(b)) for b in selectors.BASELINES
-                    ],
+                    "speedups": [found.get(b) for b in columns],
                 }
             )
         timings.append(
             {
                 "protocol": protocol,
+                "host_timed": protocol in HOST_TIMED,
                 "sessions": sessions,
                 "details": {
                     k: v
@@ -277,6 +299,8 @@ def candidate_detail(request, candidate_id: int):
         )
     formatter = HtmlFormatter(linenos="table", cssclass="source")
     best = artifacts.best_verified(problem=problem)
+    verification = candidate.verification_result or {}
+    message = candidate.failure_reason or ""
     return render(
         request,
         "campaigns/candidate.html",
@@ -290,7 +314,18 @@ def candidate_detail(request, candidate_id: int):
             "source_css": formatter.get_style_defs(".source") if candidate.source else "",
             "config_json": json.dumps(candidate.config, indent=2, sort_keys=True),
             "compile_report": artifacts.compile_report(candidate.compile_result),
-            "verification": candidate.verification_result or {},
+            "verification": verification,
+            "baseline_columns": [selectors.BASELINE_LABELS[b] for b in columns],
+            # one failure message, folded after its first line; the verdict does not repeat it
+            "failure": failures.folded(message) if message else None,
+            "verdict_message": ""
+            if verification.get("message") == message
+            else verification.get("message", ""),
+            "harness_failure": failures.is_harness_failure(
+                status=candidate.status,
+                reason=str(verification.get("reason") or ""),
+                message=message,
+            ),
             "timings": timings,
             "diffs": diffs.candidate_diffs(candidate=candidate, best=best),
             "is_best": best is not None and best.id == candidate.id,

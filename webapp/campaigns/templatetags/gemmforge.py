@@ -15,9 +15,16 @@ register = template.Library()
 CLASSES = {"faster": "win", "tied": "tie", "slower": "loss"}
 
 
+HOST_TIMED = (
+    "host-timed: includes each call's launch and synchronisation overhead, so it is not a "
+    "kernel speed"
+)
+
+
 @register.filter
-def ratio(value: Any) -> str:
-    """×1.023 coloured by its verdict (a Ratio, or its dict); an em dash where there is none."""
+def ratio(value: Any, host_timed: bool = False) -> str:
+    """×1.023 coloured by its verdict (a Ratio, or its dict); an em dash where there is none.
+    A host-timed ratio (``host_timed``) is never coloured as a win or a loss."""
     if value is None:
         return "—"
     data = value.to_dict() if hasattr(value, "to_dict") else value
@@ -28,6 +35,11 @@ def ratio(value: Any) -> str:
     title = verdict
     if low is not None and high is not None:
         title += f" (interquartile interval {low:.3f}–{high:.3f})"
+    elif data.get("noise"):
+        title += f" ({data['noise']})"
+    if host_timed:
+        shown = f"{data['value']:.3f}"
+        return format_html('<span class="host-timed" title="{}">×{}</span>', HOST_TIMED, shown)
     return format_html(
         '<span class="{}" title="{}">×{}{}</span>',
         CLASSES.get(verdict, ""),
