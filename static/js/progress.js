@@ -7,7 +7,8 @@
   const FINAL = new Set(["done", "failed", "cancelled"]);
   const pollMs = parseInt(box.dataset.pollMs, 10) || 5000;
 
-  const CLASSES = { faster: "win", tied: "tie", slower: "loss" };
+  const CLASSES = { faster: "win", tied: "tie", slower: "loss", unmeasured: "unmeasured" };
+  const MARKS = { tied: " ≈", unmeasured: " ?" };
 
   // A same-session ratio the server computed, coloured by its verdict (≈: a tie).
   function speedup(cell, value, verdict) {
@@ -17,7 +18,7 @@
     }
     const span = document.createElement("span");
     span.className = CLASSES[verdict] || "";
-    span.textContent = "×" + value.toFixed(3) + (verdict === "tied" ? " ≈" : "");
+    span.textContent = "×" + value.toFixed(3) + (MARKS[verdict] || "");
     cell.dataset.value = String(value);
     cell.replaceChildren(span);
   }

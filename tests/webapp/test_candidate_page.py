@@ -77,7 +77,13 @@ def test_host_timed_ratios_say_so_and_are_not_coloured_as_wins(client, queued_ca
         problem=problem, name="k", family="sm90", source="", source_hash="0" * 64,
         proposer="rl", status=Candidate.Status.DONE,
         timings={
-            "device": {"median_s": 1.0e-4, "baselines": {"torch": 0.9e-4}},
+            "device": {
+                "median_s": 1.0e-4,
+                "p25": 0.99e-4,
+                "p75": 1.01e-4,
+                "baselines": {"torch": 0.9e-4},
+                "baseline_quartiles": {"torch": {"p25": 0.89e-4, "p75": 0.91e-4}},
+            },
             "offline": {"median_s": 1.0e-4, "baselines": {"torch": 1.45e-4}},
         },
     )  # fmt: skip

@@ -25,7 +25,7 @@ def recorded_headline():
     from engine.publish import report
 
     run = settings.BASE_DIR / "bench/results/2026-12-02-h200-families/families-run1.json"
-    return report.report_headline(report.load_results([run]))
+    return report.report_headline(report.load_results([run]), gpu=report.gpu_name([run]))
 
 
 def test_the_campaign_list_shows_progress_and_the_headline(client, recorded_campaign):

@@ -262,8 +262,9 @@ def candidate_detail(request, candidate_id: int):
     )
     problem = candidate.problem
     flops = problem.as_engine().flops
+    gpus = ratios.gpu_names()
     by_protocol = {
-        protocol: ratios.candidate_sessions(candidate.timings, protocol)
+        protocol: ratios.candidate_sessions(candidate.timings, protocol, gpus)
         for protocol in sorted(candidate.timings or {})
     }
     # a column per baseline some session timed beside this kernel, the reward baseline first

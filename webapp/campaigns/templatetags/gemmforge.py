@@ -12,7 +12,9 @@ from django.utils.safestring import mark_safe
 from django.utils.text import Truncator
 
 register = template.Library()
-CLASSES = {"faster": "win", "tied": "tie", "slower": "loss"}
+CLASSES = {"faster": "win", "tied": "tie", "slower": "loss", "unmeasured": "unmeasured"}
+MARKS = {"tied": " ≈", "unmeasured": " ?"}
+UNMEASURED_TITLE = "no noise measured for this session's protocol and GPU: no verdict"
 
 
 HOST_TIMED = (
@@ -35,6 +37,8 @@ def ratio(value: Any, host_timed: bool = False) -> str:
     title = verdict
     if low is not None and high is not None:
         title += f" (interquartile interval {low:.3f}–{high:.3f})"
+    elif verdict == "unmeasured":
+        title = UNMEASURED_TITLE
     elif data.get("noise"):
         title += f" ({data['noise']})"
     if host_timed:
@@ -45,7 +49,7 @@ def ratio(value: Any, host_timed: bool = False) -> str:
         CLASSES.get(verdict, ""),
         title,
         f"{data['value']:.3f}",
-        " ≈" if verdict == "tied" else "",
+        MARKS.get(verdict, ""),
     )
 
 
@@ -95,10 +99,11 @@ def _cell(baseline: str, value: float | None, verdict: str | None) -> str:
     if value is None:
         return f'<td class="num" data-baseline="{baseline}" data-value="">—</td>'
     css = CLASSES.get(verdict or "", "")
-    tie = " ≈" if verdict == "tied" else ""
+    mark = MARKS.get(verdict or "", "")
+    title = f' title="{UNMEASURED_TITLE}"' if verdict == "unmeasured" else ""
     return (
         f'<td class="num" data-baseline="{baseline}" data-value="{float(value)!r}">'
-        f'<span class="{css}">×{value:.3f}{tie}</span></td>'
+        f'<span class="{css}"{title}>×{value:.3f}{mark}</span></td>'
     )
 
 
