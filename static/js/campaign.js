@@ -59,11 +59,17 @@
   }
   window.gemmforgeRatioTicks = ratioTicks; // for the tests (tests/webapp/test_chart_ticks.py)
 
-  // A log axis of speedups: labelled ×0.9, ×1, ×1.1 (above and below ×1), never crowded.
-  function ratioAxis(title, most) {
+  // A log axis of speedups: labelled ×0.9, ×1, ×1.1 (above and below ×1), never crowded; it
+  // spans ×0.9–×1.1 at least, so ×1 sits inside with a label on either side.
+  function ratioAxis(title, most, aroundOne = true) {
     return {
       type: "logarithmic",
       title: { display: true, text: title },
+      afterDataLimits: (axis) => {
+        if (!aroundOne) return;
+        axis.min = Math.min(axis.min / 1.03, 0.9);
+        axis.max = Math.max(axis.max * 1.03, 1.1);
+      },
       afterBuildTicks: (axis) => {
         axis.ticks = ratioTicks(axis.min, axis.max, most).map((value) => ({ value }));
       },
@@ -215,7 +221,7 @@
           maintainAspectRatio: false,
           scales: {
             x: { ticks: { autoSkip: true, maxRotation: 45, font: { size: 10 } } },
-            y: { ...ratioAxis("vs " + data.baseline_label, 5), min: low, max: high },
+            y: { ...ratioAxis("vs " + data.baseline_label, 5, false), min: low, max: high },
           },
           plugins: {
             legend: { display: false },
@@ -291,5 +297,9 @@
     const knobs = document.getElementById("knobs");
     if (knobs) knobCharts(knobs).catch(console.error);
     document.querySelectorAll("table.sortable").forEach(sortable);
+    // each baseline's chart colour beside its column (set here: the CSP allows no inline style)
+    document.querySelectorAll(".swatch[data-colour]").forEach((s) => {
+      s.style.background = s.dataset.colour;
+    });
   });
 })();

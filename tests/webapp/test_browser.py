@@ -127,6 +127,16 @@ def screenshot(driver, name: str) -> None:
     driver.set_window_size(1440, 900)
 
 
+def element_screenshot(driver, selector: str, name: str) -> None:
+    """A PNG of one element as it shows in the 1440 × 900 window."""
+    if os.environ.get("GEMMFORGE_SCREENSHOTS") != "1":
+        return
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    element = css(driver, selector)
+    driver.execute_script("arguments[0].scrollIntoView({block: 'start'})", element)
+    element.screenshot(str(SCREENSHOTS / f"{name}.png"))
+
+
 def fetch(driver, url: str) -> dict:
     """GET ``url`` from the page (with its session cookie): status, headers we check, body."""
     return driver.execute_async_script(
@@ -227,7 +237,7 @@ def test_a_user_launches_a_campaign_and_reads_the_recorded_run(
     assert driver.execute_script("return document.body.dataset.sameDocument") == "yes"
 
     # Cancel: the unfinished shapes read Cancelled at once
-    css(driver, ".actions button.danger").click()
+    css(driver, "form[action$='/cancel/'] button").click()
     wait_for(driver, present(".messages .success"), "the cancel did not come back")
     assert "Campaign is now cancelled" in css(driver, ".messages").text
     statuses = [
@@ -302,6 +312,16 @@ def test_a_user_launches_a_campaign_and_reads_the_recorded_run(
     assert abs(table["shapeOffset"]) < 2
     assert table["headers"][:2] == ["Shape", "vs cuBLASLt (autotuned)"]
     assert not any("Inductor" in h or "TunableOp" in h for h in table["headers"])
+    element_screenshot(driver, ".table-scroll", "shapes-table")
+    driver.execute_script(
+        "const box = document.querySelector('#shapes').closest('.table-scroll');"
+        "box.scrollLeft = box.scrollWidth;"
+    )
+    element_screenshot(driver, ".table-scroll", "shapes-table-scrolled")
+    driver.execute_script(
+        "document.querySelector('#shapes').closest('.table-scroll').scrollLeft = 0"
+    )
+    element_screenshot(driver, ".knob-grid", "knobs")
     # the leaderboard sorts by a column on a click
     css(driver, "#shapes th:last-child").click()
     values = [
