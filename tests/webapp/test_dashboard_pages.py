@@ -70,6 +70,9 @@ def test_the_shapes_table_puts_the_shape_and_the_reward_baseline_first(client, r
     ]
     assert "Inductor" not in head
     assert "TunableOp" not in head
+    heatmap = page[page.index('<select name="baseline"') :].split("</select>")[0]
+    assert "cuBLAS" in heatmap
+    assert "Inductor" not in heatmap  # no heatmap of a baseline never timed
     first_row = page[page.index("<tr data-problem=") :].split("</tr>")[0]
     assert first_row.count('data-baseline="') == 4
     assert '<th scope="row" class="shape-cell">' in first_row  # sticky (site.css)

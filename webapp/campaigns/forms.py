@@ -373,9 +373,13 @@ class HeatmapForm(forms.Form):
     layout = forms.ChoiceField(choices=[("", "first"), *Layout.choices], required=False)
     baseline = forms.ChoiceField(required=False)
 
-    def __init__(self, *args, ks=None, layouts=None, **kwargs):
+    def __init__(self, *args, ks=None, layouts=None, baselines=None, **kwargs):
+        """``baselines``: the keys the page offers (those timed for some shape); None: all."""
         super().__init__(*args, **kwargs)
-        self.fields["baseline"].choices = BaselineResult.Baseline.choices
+        labels = dict(BaselineResult.Baseline.choices)
+        self.fields["baseline"].choices = [
+            (b, labels[b]) for b in (baselines if baselines is not None else labels)
+        ]
         self.fields["baseline"].initial = BaselineResult.Baseline.CUBLASLT_AUTOTUNE
         if ks is None:  # the JSON endpoint: any positive K; the selector falls back
             self.fields["k"] = forms.IntegerField(min_value=1, required=False, label="K")

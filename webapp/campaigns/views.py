@@ -160,6 +160,7 @@ def campaign_detail(request, campaign_id: int):
             "heatmap_form": HeatmapForm(
                 ks=sorted({p.k for p in problems}),
                 layouts=sorted({p.layout for p in problems}),
+                baselines=shown,
                 initial={"k": selectors.most_common_k([p.k for p in problems])},
             ),
             "can_control": request.user.is_authenticated and request.user.id == campaign.owner_id,
