@@ -315,6 +315,7 @@ def gpu_step(*, item_id: int, token: str) -> dict[str, Any]:
         if fetched.get("installed") or fetched.get("refused"):
             phases.info["artifacts"] = fetched
     if rows and executor_spec() == "local":  # before the first (standby) step child starts
+
         phases.info["mps"] = mps.ensure_for_verification(
             load_engine_config().verify_mps, gpu=settings.GEMMFORGE_GPU_DEVICE
         )
