@@ -46,6 +46,7 @@ INSTALLED_APPS = [
     "django.contrib.humanize",
     "webapp.campaigns",
     "webapp.workers",
+    "webapp.accounts",
 ]
 
 MIDDLEWARE = [
@@ -58,6 +59,7 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
+    "webapp.accounts.one_time.ChangeOneTimePasswordMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
 

@@ -391,12 +391,12 @@ if [[ $stage == evenk ]]; then  # a Triton campaign whose best kernel is an even
   python3 -m engine bundle evenk --db "$db" --out "$OUT/evenk-bundle.zip" --include-slower \
     >"$OUT/evenk-bundle.log" 2>&1 || status=1
   python3 - "$OUT" <<'PY' || status=1
-import json, sys, zipfile
+import json, sys
 from pathlib import Path
+from engine.publish.bundle import read_manifest
 out = Path(sys.argv[1])
 report = json.loads((out / "evenk-campaign.json").read_text())
-bundled = {k["name"] for k in json.loads(zipfile.ZipFile(out / "evenk-bundle.zip").read(
-    "gemmforge_bundle/kernels.json"))["kernels"]}
+bundled = {k["name"] for k in read_manifest(out / "evenk-bundle.zip")["kernels"]}
 rows = []
 for entry in report["problems"]:
     final = report.get("final", {}).get(entry["problem"], {})
@@ -414,6 +414,12 @@ print(f"shapes whose final best is an evenk kernel that passed the sanitizer: {l
       f"{len(rows)}; evenk kernels in the bundle: {summary['evenk_bundled']}")
 sys.exit(0 if kept and summary["evenk_bundled"] else 1)
 PY
+  # the bundle as a user gets it: built, verified, and run through torch (eager, graph,
+  # torch.compile, nn.Linear) at each bundled shape
+  timeout -k 10 "${EVENK_BUNDLE_SECONDS:-240}" python3 bench/bundle_check.py --db "$db" \
+    --campaign evenk --out "$OUT/evenk-bundle-check" >"$OUT/evenk-bundle-check.log" 2>&1 || status=1
+  tail -15 "$OUT/evenk-bundle-check.log"
+  (cd "$OUT" && tar -cJf evenk-bundle-check.tar.xz evenk-bundle-check && rm -rf evenk-bundle-check)
 fi
 # PACK_OUT=1: everything under $OUT but the kernel pack travels back as one results.tar.xz (the
 # device returns at most 8 files)

@@ -54,7 +54,8 @@ def run(args: argparse.Namespace) -> int:
     peaks = report.gpu_peaks(args.results)
     limits = report.roofline(results, peaks) if peaks else None
     args.out.mkdir(parents=True, exist_ok=True)
-    headline = report.report_headline(results)
+    gpu = report.gpu_name(args.results)
+    headline = report.report_headline(results, gpu=gpu)
     payload = {
         "inputs": [str(p) for p in args.results],
         "headline": headline.to_dict(),
@@ -70,6 +71,7 @@ def run(args: argparse.Namespace) -> int:
         comparison,
         environment=report.environment_line(args.results),
         limits=limits,
+        gpu=gpu,
     )
     plots = report.write_plots(results, args.out)
     if plots:

@@ -219,9 +219,12 @@ def one_kernel(result: ShapeResult) -> None:
         del result.points[protocol]
 
 
-def shape_bests(results: dict[str, ShapeResult], protocol: str = "device") -> list[ShapeBest]:
+def shape_bests(
+    results: dict[str, ShapeResult], protocol: str = "device", gpu: str = ""
+) -> list[ShapeBest]:
     """Each shape's point in ``protocol`` as the campaign headline reads it
-    (engine.timing.ratios)."""
+    (engine.timing.ratios); ``gpu``: the GPU it was measured on, whose measured spread judges
+    the points that kept no quartiles."""
     bests = []
     for key, result in results.items():
         point = result.points.get(protocol)
@@ -236,14 +239,15 @@ def shape_bests(results: dict[str, ShapeResult], protocol: str = "device") -> li
                 b: Timing.of({"seconds": t, **point.baseline_quartiles.get(b, {})}) or Timing(t)
                 for b, t in point.baselines.items()
             },
+            environment=gpu,
         )
         bests.append(ShapeBest(key, float(result.problem.flops), Choice(point.kernel, session)))
     return bests
 
 
-def report_headline(results: dict[str, ShapeResult]) -> Headline:
+def report_headline(results: dict[str, ShapeResult], gpu: str = "") -> Headline:
     """The campaign headline in the device protocol (what the dashboard shows at the top)."""
-    bests = shape_bests(results)
+    bests = shape_bests(results, gpu=gpu)
     return headline(bests, without=len(results) - len(bests))
 
 
@@ -531,6 +535,7 @@ def markdown(
     *,
     environment: str,
     limits: dict[str, Any] | None = None,
+    gpu: str = "",
 ) -> str:
     lines = [
         "# gemmforge report",
@@ -543,7 +548,7 @@ def markdown(
         "",
         "## Headline",
         "",
-        *report_headline(results).markdown(BASELINE_LABELS),
+        *report_headline(results, gpu=gpu).markdown(BASELINE_LABELS),
     ]
     for protocol, s in summary.items():
         auto = s["baselines"]["cublaslt_autotune"]
@@ -679,6 +684,12 @@ def environments(paths: Sequence[Path]) -> list[dict[str, Any]]:
         found += [final.get("environment") for final in report.get("final", {}).values()]
         envs += [env for env in found if env]
     return envs
+
+
+def gpu_name(paths: Sequence[Path]) -> str:
+    """The GPU the first measurement in the files names ("" when none does)."""
+    names = [env["gpu_name"] for env in environments(paths) if env.get("gpu_name")]
+    return str(names[0]) if names else ""
 
 
 def gpu_peaks(paths: Sequence[Path]) -> physics.GpuPeaks | None:

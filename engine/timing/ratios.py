@@ -7,8 +7,10 @@ speedup, and this module never forms one: a ``Session`` carries its kernel time 
 baseline times taken with it, and a ratio is only ever made inside one session. Where no session
 pairs a kernel with a baseline there is a time and no ratio.
 
-A ratio whose interval (from the recorded interquartile ranges of the two times) holds 1.0 is a
-tie, not a win or a loss. Where a session kept no quantiles, only equal times are a tie.
+A ratio whose interval holds 1.0 is a tie, not a win or a loss. The interval comes from the
+recorded interquartile ranges of the two times; where a session kept none, from the run-to-run
+spread measured for its protocol on its GPU (MEASURED_SPREAD, from bench/NOTES.md); where neither
+was measured, a ratio has no verdict (UNMEASURED): ×1.0001 is never counted as faster.
 
 The per-shape choice (``choose``) and the campaign headline (``headline``) are here too, so the
 dashboard, its downloads, the bundle and ``engine report`` all show the same numbers.
@@ -24,12 +26,35 @@ from typing import Any
 from engine.timing.baseline_names import BASELINES
 
 FASTER, TIED, SLOWER = "faster", "tied", "slower"
-VERDICTS = (FASTER, TIED, SLOWER)
+UNMEASURED = "unmeasured"  # no interval kept and no spread measured: no verdict
+VERDICTS = (FASTER, TIED, SLOWER, UNMEASURED)
 REWARD_BASELINE = "cublaslt_autotune"
 # A final re-measurement (longer runs, kernels not chosen on its own samples) is preferred over
 # the search round that found the kernel, and that over an imported sweep.
 SESSION_ORDER = ("final", "search", "sweep")
 EQUAL = 1e-9  # relative: times this close are the same reading
+# The run-to-run spread of one runner's median time, measured on a GPU model in a protocol: what
+# a session that kept no quartiles is judged with (a ratio within it of 1 is a tie). H200 device
+# protocol: ≤ 1.96 % over three runs on 11 of 12 shapes (bench/NOTES.md §2), ≤ 1.73 % on every
+# shape ≥ 1024³ but one (§6), 1.19 % at the worst shape once runs last ≥ 1 s (§7, run 10).
+# No other GPU or protocol has had its spread measured.
+MEASURED_SPREAD: dict[tuple[str, str], float] = {("device", "H200"): 0.02}
+NOISE_QUARTILES = "interquartile interval"
+NOISE_NONE = "no noise measured"
+
+
+def measured_spread(protocol: str, gpu: str) -> float | None:
+    """The spread MEASURED_SPREAD holds for ``protocol`` on ``gpu`` (a GPU name such as
+    "NVIDIA H200": matched by its model), or None when none was measured."""
+    words = gpu.upper().replace("-", " ").split()
+    for (measured_protocol, model), spread in MEASURED_SPREAD.items():
+        if measured_protocol == protocol and model in words:
+            return spread
+    return None
+
+
+def spread_label(spread: float) -> str:
+    return f"run-to-run spread {spread:.0%} measured for this protocol and GPU"
 
 
 @dataclass(frozen=True)
@@ -65,28 +90,45 @@ class Timing:
 
 @dataclass(frozen=True)
 class Ratio:
-    """baseline / kernel in one session; ``low``–``high`` from the quartiles when kept."""
+    """baseline / kernel in one session; ``low``–``high``: its interval, from the quartiles when
+    kept, else from the measured spread; ``noise`` says which (or that none was measured)."""
 
     value: float
     low: float | None
     high: float | None
     verdict: str
+    noise: str = NOISE_QUARTILES
 
     def to_dict(self) -> dict[str, Any]:
-        return {"value": self.value, "low": self.low, "high": self.high, "verdict": self.verdict}
+        return {
+            "value": self.value,
+            "low": self.low,
+            "high": self.high,
+            "verdict": self.verdict,
+            "noise": self.noise,
+        }
 
 
-def ratio(baseline: Timing, kernel: Timing) -> Ratio:
+def ratio(baseline: Timing, kernel: Timing, *, spread: float | None = None) -> Ratio:
+    """The ratio and its verdict; ``spread``: the measured run-to-run spread of one runner's
+    time, used where either time kept no quartiles."""
     value = baseline.seconds / kernel.seconds
-    low = high = None
     if None not in (baseline.p25, baseline.p75, kernel.p25, kernel.p75):
         low = baseline.p25 / kernel.p75  # type: ignore[operator]
         high = baseline.p75 / kernel.p25  # type: ignore[operator]
+        noise = NOISE_QUARTILES
+    elif spread is not None:
+        low, high, noise = value / (1 + spread), value * (1 + spread), spread_label(spread)
+    else:
+        low = high = None
+        noise = NOISE_NONE
     if abs(value - 1.0) <= EQUAL or (low is not None and high is not None and low <= 1 <= high):
         verdict = TIED
+    elif low is None:
+        verdict = UNMEASURED
     else:
         verdict = FASTER if value > 1 else SLOWER
-    return Ratio(value, low, high, verdict)
+    return Ratio(value, low, high, verdict, noise)
 
 
 @dataclass(frozen=True)
@@ -97,19 +139,31 @@ class Session:
     protocol: str
     kernel: Timing
     baselines: Mapping[str, Timing]
-    environment: str = ""
+    environment: str = ""  # the GPU's name, or the caller's id of its environment
+    # the measured spread its times are judged with where they kept no quartiles; None: the
+    # one MEASURED_SPREAD holds for its protocol and ``environment`` (when that names a GPU)
+    spread: float | None = None
+
+    def noise_spread(self) -> float | None:
+        if self.spread is not None:
+            return self.spread
+        return measured_spread(self.protocol, self.environment)
 
     def ratios(self) -> dict[str, Ratio]:
-        return {b: ratio(t, self.kernel) for b, t in sorted(self.baselines.items())}
+        spread = self.noise_spread()
+        return {b: ratio(t, self.kernel, spread=spread) for b, t in sorted(self.baselines.items())}
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "name": self.name,
             "protocol": self.protocol,
             "kernel": self.kernel.to_dict(),
             "baselines": {b: t.to_dict() for b, t in sorted(self.baselines.items())},
             "environment": self.environment,
         }
+        if self.spread is not None:
+            out["spread"] = self.spread
+        return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Session | None:
@@ -122,6 +176,7 @@ class Session:
             kernel=kernel,
             baselines=baseline_timings(data.get("baselines") or {}),
             environment=str(data.get("environment") or ""),
+            spread=spread if isinstance(spread := data.get("spread"), int | float) else None,
         )
 
 
@@ -289,19 +344,30 @@ class Headline:
         """The headline block (the bundle README and ``engine report`` open with it)."""
         if not self.baselines:
             return [f"No kernel timed beside a baseline yet ({self.protocol} protocol).", ""]
+        unmeasured = sum(s.counts.get(UNMEASURED, 0) for s in self.baselines)
         lines = [
             f"**{self.shapes} shapes, {self.protocol} protocol** (speedup = baseline time / "
-            "kernel time in the same session; a tie: the interquartile ranges overlap, or equal "
-            "times where none was kept)",
+            "kernel time in the same session; a tie: the interval holds 1, from the interquartile "
+            "ranges, or from the spread measured for the protocol on the GPU where the run kept "
+            "none)",
             "",
-            "| vs | geomean | faster | tied | slower |",
-            "|---|---|---|---|---|",
+            "| vs | geomean | faster | tied | slower |"
+            + (" no noise measured |" if unmeasured else ""),
+            "|---|---|---|---|---|" + ("---|" if unmeasured else ""),
         ]
         for s in self.baselines:
             lines.append(
                 f"| {labels.get(s.baseline, s.baseline)} | {s.geomean:.3f} | "
                 f"{s.counts.get(FASTER, 0)} | {s.counts.get(TIED, 0)} | {s.counts.get(SLOWER, 0)} |"
+                + (f" {s.counts.get(UNMEASURED, 0)} |" if unmeasured else "")
             )
+        if unmeasured:
+            lines += [
+                "",
+                "No noise was measured for some of these ratios (the run kept no quartiles and no "
+                "spread is known for its protocol on its GPU): they have no verdict and are not "
+                "counted as faster, tied or slower.",
+            ]
         lines.append("")
         if self.worst is not None:
             label = labels.get(REWARD_BASELINE, REWARD_BASELINE)
@@ -341,6 +407,8 @@ def headline(
         ratios = [r for found in per_shape if (r := found.get(baseline)) is not None]
         if ratios:
             counts = {v: sum(r.verdict == v for r in ratios) for v in VERDICTS}
+            if not counts[UNMEASURED]:
+                del counts[UNMEASURED]  # the usual case: every ratio had its noise measured
             summaries.append(
                 BaselineSummary(baseline, len(ratios), geomean([r.value for r in ratios]), counts)
             )

@@ -2,7 +2,10 @@
 // here is a same-session ratio the server computed (webapp.campaigns.ratios); none is made here.
 (function () {
   "use strict";
-  const COLORS = ["#64748b", "#2f5bd3", "#d97706", "#16a34a"];
+  // Colours: each baseline's comes from the server (selectors.BASELINE_COLOURS), the same on every
+  // chart; these two are for what is not a baseline.
+  const GREY = "#94a3b8";
+  const GREEN = "#16a34a";
   const REWARD = "cublaslt_autotune";
 
   async function getJSON(url) {
@@ -18,7 +21,7 @@
     canvas.closest(".chart").replaceWith(p);
   }
 
-  // A dashed line at y = 1.0 (a speedup of one: as fast as the baseline).
+  // A dashed line at y = 1 (a speedup of one: as fast as the baseline); the axis labels it.
   const unityLine = {
     id: "unityLine",
     afterDatasetsDraw(chart, _args, options) {
@@ -33,21 +36,46 @@
       ctx.moveTo(chartArea.left, py);
       ctx.lineTo(chartArea.right, py);
       ctx.stroke();
-      ctx.fillStyle = "#111827";
-      ctx.fillText("1.0×", chartArea.left + 4, py - 4);
       ctx.restore();
     },
   };
 
-  // Log-axis ticks: label only the round values (×0.5, ×0.9, ×1, ×2), so a wide range stays legible.
-  const logTicks = {
-    autoSkip: true,
-    callback: (v) => {
-      if (!Number.isFinite(v) || v <= 0) return "";
-      const mantissa = v / 10 ** Math.floor(Math.log10(v) + 1e-9);
-      return Math.abs(mantissa - Math.round(mantissa)) < 1e-6 ? "×" + Number(v.toPrecision(2)) : "";
-    },
-  };
+  // Round speedups a log axis may be labelled with; ratioTicks picks a few of them, ×1 always.
+  const ROUND = [0.01, 0.02, 0.05, 0.1, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9,
+    0.95, 1, 1.05, 1.1, 1.15, 1.2, 1.25, 1.3, 1.4, 1.5, 1.75, 2, 2.5, 3, 4, 5, 7.5, 10, 20, 50, 100];
+  function ratioTicks(min, max, most) {
+    const inside = ROUND.filter((v) => v >= min && v <= max);
+    const gap = (Math.log(max) - Math.log(min)) / (most || 7);
+    const kept = inside.includes(1) ? [1] : [];
+    const keep = (list) => {
+      for (const v of list) {
+        if (kept.every((k) => Math.abs(Math.log(v) - Math.log(k)) >= gap)) kept.push(v);
+      }
+    };
+    keep(inside.filter((v) => v > 1));
+    keep(inside.filter((v) => v < 1).reverse());
+    if (kept.length < 2) keep(inside);
+    return kept.sort((a, b) => a - b);
+  }
+  window.gemmforgeRatioTicks = ratioTicks; // for the tests (tests/webapp/test_chart_ticks.py)
+
+  // A log axis of speedups: labelled ×0.9, ×1, ×1.1 (above and below ×1), never crowded; it
+  // spans ×0.9–×1.1 at least, so ×1 sits inside with a label on either side.
+  function ratioAxis(title, most, aroundOne = true) {
+    return {
+      type: "logarithmic",
+      title: { display: true, text: title },
+      afterDataLimits: (axis) => {
+        if (!aroundOne) return;
+        axis.min = Math.min(axis.min / 1.03, 0.9);
+        axis.max = Math.max(axis.max * 1.03, 1.1);
+      },
+      afterBuildTicks: (axis) => {
+        axis.ticks = ratioTicks(axis.min, axis.max, most).map((value) => ({ value }));
+      },
+      ticks: { autoSkip: false, callback: (v) => "×" + Number(v.toPrecision(3)) },
+    };
+  }
 
   async function speedupChart(canvas) {
     const data = await getJSON(canvas.dataset.src);
@@ -59,10 +87,10 @@
       type: "line",
       data: {
         labels: shapes.map((s) => s.shape + " " + s.layout.toUpperCase()),
-        datasets: data.baselines.map((b, i) => ({
+        datasets: data.baselines.map((b) => ({
           label: "vs " + b.label,
-          borderColor: COLORS[i % COLORS.length],
-          backgroundColor: COLORS[i % COLORS.length],
+          borderColor: b.colour,
+          backgroundColor: b.colour,
           showLine: false,
           pointRadius: many ? 1.5 : 3,
           data: shapes.map((s) => s.speedups[b.key]),
@@ -73,7 +101,7 @@
         maintainAspectRatio: false,
         scales: {
           x: { grid: { display: !many }, ticks: { display: !many, autoSkip: true, maxRotation: 60 }, title: { display: true, text: many ? shapes.length + " shapes, sorted by speedup over cuBLASLt (autotuned)" : "shape" } },
-          y: { type: "logarithmic", title: { display: true, text: "speedup (baseline / kernel, same session)" }, ticks: logTicks },
+          y: ratioAxis("speedup (baseline / kernel, same session)", 8),
         },
         plugins: {
           unityLine: {},
@@ -140,15 +168,15 @@
       const x = (p) => (byGpu ? p.gpu_s : p.index);
       const datasets = [];
       if (campaignWide) {
-        datasets.push({ label: "geomean of best so far vs " + data.baseline_label, data: points.filter((p) => p.geomean !== null).map((p) => ({ x: x(p), y: p.geomean })), borderColor: COLORS[1], pointRadius: 0, stepped: true, yAxisID: "y" });
-        datasets.push({ label: "shapes faster", data: points.map((p) => ({ x: x(p), y: p.faster })), borderColor: COLORS[3], pointRadius: 0, stepped: true, yAxisID: "y2" });
+        datasets.push({ label: "geomean of best so far vs " + data.baseline_label, data: points.filter((p) => p.geomean !== null).map((p) => ({ x: x(p), y: p.geomean })), borderColor: data.baseline_colour, pointRadius: 0, stepped: true, yAxisID: "y" });
+        datasets.push({ label: "shapes faster", data: points.map((p) => ({ x: x(p), y: p.faster })), borderColor: GREEN, pointRadius: 0, stepped: true, yAxisID: "y2" });
       } else {
-        datasets.push({ label: "candidate", type: "scatter", data: points.filter((p) => p.speedup !== null).map((p) => ({ x: x(p), y: p.speedup })), backgroundColor: COLORS[0], pointRadius: 2 });
-        datasets.push({ label: "best so far", data: points.filter((p) => p.best !== null).map((p) => ({ x: x(p), y: p.best })), borderColor: COLORS[1], pointRadius: 0, stepped: true });
+        datasets.push({ label: "candidate", type: "scatter", data: points.filter((p) => p.speedup !== null).map((p) => ({ x: x(p), y: p.speedup })), backgroundColor: GREY, pointRadius: 2 });
+        datasets.push({ label: "best so far", data: points.filter((p) => p.best !== null).map((p) => ({ x: x(p), y: p.best })), borderColor: data.baseline_colour, pointRadius: 0, stepped: true });
       }
       const scales = {
         x: { type: "linear", title: { display: true, text: byGpu ? "GPU seconds spent" : "candidates made" } },
-        y: { type: "logarithmic", title: { display: true, text: "speedup vs " + data.baseline_label }, ticks: logTicks },
+        y: ratioAxis("speedup vs " + data.baseline_label, 7),
       };
       if (campaignWide) scales.y2 = { position: "right", title: { display: true, text: "shapes faster" }, grid: { drawOnChartArea: false }, beginAtZero: true };
       if (chart) chart.destroy();
@@ -176,27 +204,49 @@
       figure.className = "knob";
       figure.innerHTML = `<figcaption><code>${knob.knob}</code></figcaption><div class="chart small-chart"><canvas></canvas></div>`;
       box.appendChild(figure);
-      const labels = knob.values.map((v) => `${v.value} (${v.n})`);
+      const labels = knob.values.map((v) => `${shorten(v.value)} (${v.n})`);
+      const [low, high] = knobRange(knob.values);
       new Chart(figure.querySelector("canvas"), {
         type: "bar",
         data: {
           labels,
           datasets: [
             { label: "min–max", data: knob.values.map((v) => [v.min, v.max]), backgroundColor: "rgba(100,116,139,0.35)", barPercentage: 0.15, grouped: false },
-            { label: "quartiles", data: knob.values.map((v) => [v.q1, v.q3]), backgroundColor: "rgba(47,91,211,0.6)", barPercentage: 0.6, grouped: false },
+            { label: "quartiles", data: knob.values.map((v) => [v.q1, v.q3]), backgroundColor: data.baseline_colour + "99", barPercentage: 0.6, grouped: false },
             { label: "median", type: "line", data: knob.values.map((v) => v.median), showLine: false, pointStyle: "line", pointRadius: 12, borderWidth: 3, borderColor: "#111827" },
           ],
         },
         options: {
           animation: false,
           maintainAspectRatio: false,
-          scales: { y: { type: "logarithmic", title: { display: true, text: "vs " + data.baseline_label }, ticks: logTicks } },
-          plugins: { legend: { display: false }, unityLine: {} },
+          scales: {
+            x: { ticks: { autoSkip: true, maxRotation: 45, font: { size: 10 } } },
+            y: { ...ratioAxis("vs " + data.baseline_label, 5, false), min: low, max: high },
+          },
+          plugins: {
+            legend: { display: false },
+            unityLine: {},
+            tooltip: { callbacks: { title: (items) => `${knob.knob} = ${knob.values[items[0].dataIndex].value}` } },
+          },
         },
         plugins: [unityLine],
       });
     }
     box.dataset.loaded = data.knobs.length;
+  }
+
+  // The knob axis spans the quartiles (and ×1 when near), not the whiskers: one failed-fast
+  // config at ×0.01 would squash every box. Whiskers past the axis are cut at its edge.
+  function knobRange(values) {
+    let low = Math.min(...values.map((v) => v.q1));
+    let high = Math.max(...values.map((v) => v.q3));
+    if (low > 0.5) low = Math.min(low, 1);
+    if (high < 2) high = Math.max(high, 1);
+    return [low / 1.08, high * 1.08];
+  }
+
+  function shorten(text) {
+    return text.length > 14 ? text.slice(0, 13) + "…" : text;
   }
 
   // Click a header of table.sortable to sort by it (numbers by data-value).
@@ -247,5 +297,9 @@
     const knobs = document.getElementById("knobs");
     if (knobs) knobCharts(knobs).catch(console.error);
     document.querySelectorAll("table.sortable").forEach(sortable);
+    // each baseline's chart colour beside its column (set here: the CSP allows no inline style)
+    document.querySelectorAll(".swatch[data-colour]").forEach((s) => {
+      s.style.background = s.dataset.colour;
+    });
   });
 })();

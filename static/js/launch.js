@@ -1,13 +1,8 @@
 // The launch form's live count of distinct shapes and GPU-time estimate. The server checks
-// everything again (webapp/campaigns/forms.py); this only previews.
+// everything again (webapp/campaigns/forms.py); this only previews, counting only the shapes the
+// server would accept (engine.problem's limits, sent in the form's data attributes).
 (function () {
   "use strict";
-  const form = document.getElementById("launch-form");
-  if (!form) return;
-  const presets = JSON.parse(document.getElementById("presets").textContent);
-  const perCandidate = parseFloat(form.dataset.secondsPerCandidate);
-  const maxShapes = parseInt(form.dataset.maxShapes, 10);
-  const field = (name) => form.elements[name];
 
   function values(text) {
     const out = [];
@@ -19,25 +14,57 @@
     return out;
   }
 
-  function shapes() {
+  // engine.problem.Problem: every dimension in 1..maxDim, N and K multiples of align, and A, B
+  // and C (fp16) within maxOperandBytes.
+  function valid(m, n, k, limits) {
+    if (![m, n, k].every((d) => d >= 1 && d <= limits.maxDim)) return false;
+    if (n % limits.align || k % limits.align) return false;
+    return 2 * (m * k + k * n + m * n) <= limits.maxOperandBytes;
+  }
+
+  // {count: distinct valid shapes, invalid: lines and grid combinations the server would refuse}
+  function countShapes(input, presets, limits) {
     const set = new Set();
-    for (const line of field("shapes").value.split("\n")) {
-      const m = line.trim().toLowerCase().match(/^([0-9]+)x([0-9]+)x([0-9]+)$/);
-      if (m) set.add(`${+m[1]}x${+m[2]}x${+m[3]}`);
+    let invalid = 0;
+    const add = (m, n, k) => {
+      if (valid(m, n, k, limits)) set.add(`${m}x${n}x${k}`);
+      else invalid += 1;
+    };
+    for (const line of input.shapes.split("\n")) {
+      const text = line.trim().toLowerCase();
+      if (!text) continue;
+      const m = text.match(/^([0-9]+)x([0-9]+)x([0-9]+)$/);
+      if (m) add(+m[1], +m[2], +m[3]);
+      else invalid += 1;
     }
-    const [ms, ns, ks] = ["grid_m", "grid_n", "grid_k"].map((f) => values(field(f).value) || []);
-    for (const m of ms) for (const n of ns) for (const k of ks) set.add(`${m}x${n}x${k}`);
-    const preset = presets[field("preset").value];
+    const axes = [input.grid_m, input.grid_n, input.grid_k].map((t) => values(t || ""));
+    if (axes.some((a) => a === null)) invalid += 1;
+    const [ms, ns, ks] = axes.map((a) => a || []);
+    for (const m of ms) for (const n of ns) for (const k of ks) add(m, n, k);
+    const preset = presets[input.preset];
     if (preset && preset.grid) {
       const v = preset.grid;
-      for (const m of v) for (const n of v) for (const k of v) set.add(`${m}x${n}x${k}`);
+      for (const m of v) for (const n of v) for (const k of v) add(m, n, k);
     } else if (preset && preset.nk) {
-      for (const m of values(field("tokens").value) || []) {
-        for (const [n, k] of preset.nk) set.add(`${m}x${n}x${k}`);
+      for (const m of values(input.tokens || "") || []) {
+        for (const [n, k] of preset.nk) add(m, n, k);
       }
     }
-    return set.size;
+    return { count: set.size, invalid };
   }
+
+  if (typeof window !== "undefined") window.gemmforgeCountShapes = countShapes; // for the tests
+  const form = typeof document !== "undefined" && document.getElementById("launch-form");
+  if (!form) return;
+  const presets = JSON.parse(document.getElementById("presets").textContent);
+  const perCandidate = parseFloat(form.dataset.secondsPerCandidate);
+  const maxShapes = parseInt(form.dataset.maxShapes, 10);
+  const limits = {
+    maxDim: parseInt(form.dataset.maxDim, 10),
+    align: parseInt(form.dataset.align, 10),
+    maxOperandBytes: parseFloat(form.dataset.maxOperandBytes),
+  };
+  const field = (name) => form.elements[name];
 
   function duration(s) {
     if (s < 90) return `${Math.round(s)} s`;
@@ -47,15 +74,30 @@
   }
 
   function update() {
-    const count = shapes();
+    const input = {};
+    for (const name of ["shapes", "grid_m", "grid_n", "grid_k", "preset", "tokens"]) {
+      input[name] = field(name).value;
+    }
+    const { count, invalid } = countShapes(input, presets, limits);
     const budget = parseInt(field("budget_per_shape").value, 10);
-    const countText = `${count} shape${count === 1 ? "" : "s"}`;
-    document.getElementById("shape-count").textContent =
-      count > maxShapes ? `${countText} (over the limit of ${maxShapes})` : countText;
+    let text = `${count} shape${count === 1 ? "" : "s"}`;
+    if (count > maxShapes) text += ` (over the limit of ${maxShapes})`;
+    if (invalid) text += ` · ${invalid} not counted (not a valid shape: Launch says why)`;
+    document.getElementById("shape-count").textContent = text;
     document.getElementById("gpu-estimate").textContent =
       count && budget > 0 ? duration(count * budget * perCandidate) : "—";
   }
 
+  // Before launch: say when no online worker serves the chosen pool's GPU queue.
+  const offline = JSON.parse(document.getElementById("offline-pools").textContent);
+  function warnOffline() {
+    const queue = offline[field("gpu_pool").value];
+    document.getElementById("no-worker").hidden = queue === undefined;
+    if (queue !== undefined) document.getElementById("no-worker-queue").textContent = queue;
+  }
+
+  form.addEventListener("change", warnOffline);
+  warnOffline();
   form.addEventListener("input", update);
   form.addEventListener("change", update);
   update();

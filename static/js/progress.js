@@ -7,7 +7,8 @@
   const FINAL = new Set(["done", "failed", "cancelled"]);
   const pollMs = parseInt(box.dataset.pollMs, 10) || 5000;
 
-  const CLASSES = { faster: "win", tied: "tie", slower: "loss" };
+  const CLASSES = { faster: "win", tied: "tie", slower: "loss", unmeasured: "unmeasured" };
+  const MARKS = { tied: " ≈", unmeasured: " ?" };
 
   // A same-session ratio the server computed, coloured by its verdict (≈: a tie).
   function speedup(cell, value, verdict) {
@@ -17,7 +18,7 @@
     }
     const span = document.createElement("span");
     span.className = CLASSES[verdict] || "";
-    span.textContent = "×" + value.toFixed(3) + (verdict === "tied" ? " ≈" : "");
+    span.textContent = "×" + value.toFixed(3) + (MARKS[verdict] || "");
     cell.dataset.value = String(value);
     cell.replaceChildren(span);
   }
@@ -29,7 +30,16 @@
     const status = document.getElementById("campaign-status");
     if (status) {
       status.textContent = data.status_label;
-      status.className = "status status-" + data.status;
+      status.className = "status status-" + (data.gpu_wait ? "waiting" : data.status);
+    }
+    const banner = document.getElementById("gpu-wait");
+    if (banner) {
+      banner.hidden = !data.gpu_wait;
+      if (data.gpu_wait) {
+        banner.querySelector('[data-gpu-wait="text"]').textContent = data.gpu_wait.text;
+        banner.querySelector('[data-gpu-wait="queues"]').textContent = data.gpu_wait.queues.join(", ");
+        banner.querySelector('[data-gpu-wait="commands"]').textContent = data.gpu_wait.commands.join("\n");
+      }
     }
     for (const p of data.problems) {
       const row = document.querySelector(`tr[data-problem="${p.problem}"]`);
@@ -38,9 +48,8 @@
       row.querySelector('[data-field="candidates"]').textContent = p.candidates;
       const waiting = row.querySelector('[data-field="waiting"]');
       if (waiting) waiting.textContent = p.waiting || "—";
-      const keys = Object.keys(p.speedups);
-      for (const cell of row.querySelectorAll("[data-best-index]")) {
-        const key = keys[parseInt(cell.dataset.bestIndex, 10)];
+      for (const cell of row.querySelectorAll("td[data-baseline]")) {
+        const key = cell.dataset.baseline;
         speedup(cell, p.speedups[key], p.verdicts[key]);
       }
     }

@@ -15,9 +15,11 @@ from pathlib import Path
 
 import pytest
 from django.conf import settings
+from django.utils import timezone
 
 from webapp.campaigns.models import Campaign, Candidate, Problem
 from webapp.campaigns.ratios import problem_refresh_best
+from webapp.workers.models import WorkerHeartbeat
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -125,6 +127,16 @@ def screenshot(driver, name: str) -> None:
     driver.set_window_size(1440, 900)
 
 
+def element_screenshot(driver, selector: str, name: str) -> None:
+    """A PNG of one element as it shows in the 1440 × 900 window."""
+    if os.environ.get("GEMMFORGE_SCREENSHOTS") != "1":
+        return
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    element = css(driver, selector)
+    driver.execute_script("arguments[0].scrollIntoView({block: 'start'})", element)
+    element.screenshot(str(SCREENSHOTS / f"{name}.png"))
+
+
 def fetch(driver, url: str) -> dict:
     """GET ``url`` from the page (with its session cookie): status, headers we check, body."""
     return driver.execute_async_script(
@@ -140,6 +152,8 @@ def fetch(driver, url: str) -> dict:
 def test_a_user_launches_a_campaign_and_reads_the_recorded_run(
     browser, live_server, recorded_campaign
 ):
+    from selenium.webdriver.common.keys import Keys
+
     driver = browser
     base = live_server.url
 
@@ -162,13 +176,37 @@ def test_a_user_launches_a_campaign_and_reads_the_recorded_run(
     budget.send_keys("64")
     assert css(driver, "#shape-count").text == "3 shapes"  # 4096³ is in both
     assert css(driver, "#gpu-estimate").text == "2 min"  # 3 × 64 × 0.66 s
+    css(driver, "#id_shapes").send_keys("\n8x9x8")  # N=9: the server refuses it
+    assert css(driver, "#shape-count").text.startswith("3 shapes · 1 not counted")
+    css(driver, "#id_shapes").send_keys(Keys.BACKSPACE * 6)
+    # No GPU worker is online: the form says so before launch
+    warning = css(driver, "#no-worker")
+    assert warning.is_displayed()
+    assert "No GPU worker of gpu.sm90 is online" in warning.text
     screenshot(driver, "launch-form")
+    css(driver, "form.stacked button[type=submit]").click()
+    wait_for(driver, present("#id_launch_without_worker"), "the form did not come back")
+    assert "No GPU worker of gpu.sm90 is online" in css(driver, ".has-errors").text
+    assert not Campaign.objects.filter(name="browser launch").exists()
+    css(driver, "#id_launch_without_worker").click()  # launch it anyway
     css(driver, "form.stacked button[type=submit]").click()
     wait_for(driver, lambda d: "/campaigns/new/" not in d.current_url, "the launch failed")
     launched = Campaign.objects.get(name="browser launch")
     assert driver.current_url.endswith(f"/campaigns/{launched.id}/")
     assert launched.problems.count() == 3  # the duplicates were merged
     assert "2 duplicates merged" in css(driver, ".messages").text
+
+    # It waits for a GPU worker, says since when and what to run to add one
+    assert css(driver, "#campaign-status").text == "Waiting for a GPU worker"
+    banner = css(driver, "#gpu-wait")
+    assert banner.is_displayed()
+    assert "waiting for a GPU worker (none online since " in banner.text
+    assert "celery -A webapp worker -Q gpu.sm90" in banner.text
+    screenshot(driver, "no-gpu-worker")
+    now = timezone.now()
+    WorkerHeartbeat.objects.create(
+        hostname="gpu0@browser", queues=["gpu.sm90"], started=now, last_seen=now
+    )
 
     # Live progress: the page polls and shows what the runner records, without a reload
     first = launched.problems.order_by("k", "m", "n").first()
@@ -191,10 +229,23 @@ def test_a_user_launches_a_campaign_and_reads_the_recorded_run(
         lambda d: css(d, "#progress [data-progress=shapes_done]").text == "1",
         "the progress never updated",
     )
-    assert css(driver, "#campaign-status").text == "Running"
+    wait_for(
+        driver, lambda d: css(d, "#campaign-status").text == "Running", "the status never updated"
+    )
+    assert not css(driver, "#gpu-wait").is_displayed()  # a worker joined: the banner goes
     assert "×1.031" in css(driver, f"tr[data-problem='{first.id}']").text
     assert driver.execute_script("return document.body.dataset.sameDocument") == "yes"
-    assert "Waiting for the campaign runner" in css(driver, "#waiting").text
+
+    # Cancel: the unfinished shapes read Cancelled at once
+    css(driver, "form[action$='/cancel/'] button").click()
+    wait_for(driver, present(".messages .success"), "the cancel did not come back")
+    assert "Campaign is now cancelled" in css(driver, ".messages").text
+    statuses = [
+        td.text for td in driver.find_elements("css selector", "#shapes [data-field=status_label]")
+    ]
+    assert sorted(statuses) == ["Cancelled", "Cancelled", "Done"]
+    assert css(driver, "#campaign-status").text == "Cancelled"
+    screenshot(driver, "cancelled")
 
     # Find it in the list, next to the imported run
     driver.get(f"{base}/")
@@ -216,6 +267,61 @@ def test_a_user_launches_a_campaign_and_reads_the_recorded_run(
     assert loaded(driver, "#knobs") > 0
     assert driver.find_elements("css selector", "#knobs figure canvas")
     assert "NVIDIA H200" in css(driver, "#environment").text
+    # One colour per baseline, the same on every chart; no legend entry for a baseline this run
+    # never timed (Inductor, TunableOp)
+    speedups = driver.execute_script(
+        "const c = Chart.getChart(document.getElementById('speedups-chart'));"
+        "return {labels: c.data.datasets.map((d) => d.label),"
+        " colours: c.data.datasets.map((d) => d.borderColor),"
+        " ticks: c.scales.y.ticks.map((t) => t.value)};"
+    )
+    assert speedups["labels"] == [
+        "vs cuBLASLt (autotuned)", "vs torch.matmul", "vs cuBLAS", "vs cuBLASLt (heuristic)"
+    ]  # fmt: skip
+    assert len(set(speedups["colours"])) == 4
+    history_colour = driver.execute_script(
+        "return Chart.getChart(document.getElementById('history-chart')).data.datasets[0]"
+        ".borderColor"
+    )
+    assert history_colour == speedups["colours"][0]  # cuBLASLt (autotuned) on both
+    # The speedup axis is labelled above ×1 as well as below, ×1 once
+    ticks = speedups["ticks"]
+    assert 1 in ticks
+    assert any(t > 1 for t in ticks)
+    assert any(t < 1 for t in ticks)
+    # Knob box plots: the axis spans the quartiles, not a whisker at ×0.01
+    knob_min = driver.execute_script(
+        "return Chart.getChart(document.querySelector('#knobs canvas')).scales.y.min"
+    )
+    assert knob_min > 0.05
+    # The shapes table at 1440 px: the shape first, then the reward baseline's column, both in
+    # view; scrolled sideways, the shape stays put
+    table = driver.execute_script(
+        "const box = document.querySelector('#shapes').closest('.table-scroll');"
+        "const edge = () => box.getBoundingClientRect();"
+        "const head = document.querySelector('#shapes th[data-baseline=cublaslt_autotune]');"
+        "const shape = document.querySelector('#shapes tbody .shape-cell');"
+        "const before = {right: head.getBoundingClientRect().right, box: edge().right};"
+        "box.scrollLeft = box.scrollWidth;"
+        "const after = shape.getBoundingClientRect().left - edge().left;"
+        "box.scrollLeft = 0;"
+        "return {head: before.right, box: before.box, shapeOffset: after,"
+        " headers: [...document.querySelectorAll('#shapes thead th')].map((h) => h.textContent)};"
+    )
+    assert table["head"] <= table["box"]
+    assert abs(table["shapeOffset"]) < 2
+    assert table["headers"][:2] == ["Shape", "vs cuBLASLt (autotuned)"]
+    assert not any("Inductor" in h or "TunableOp" in h for h in table["headers"])
+    element_screenshot(driver, ".table-scroll", "shapes-table")
+    driver.execute_script(
+        "const box = document.querySelector('#shapes').closest('.table-scroll');"
+        "box.scrollLeft = box.scrollWidth;"
+    )
+    element_screenshot(driver, ".table-scroll", "shapes-table-scrolled")
+    driver.execute_script(
+        "document.querySelector('#shapes').closest('.table-scroll').scrollLeft = 0"
+    )
+    element_screenshot(driver, ".knob-grid", "knobs")
     # the leaderboard sorts by a column on a click
     css(driver, "#shapes th:last-child").click()
     values = [

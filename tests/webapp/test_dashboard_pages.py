@@ -1,11 +1,15 @@
 import csv
 import io
 import json
+import re
 
 import pytest
 from django.urls import reverse
 
+from engine.problem import Problem as EngineProblem
+from engine.timing.baseline_names import BASELINES
 from webapp.campaigns.models import Campaign, Problem
+from webapp.campaigns.services import campaign_create
 
 pytestmark = pytest.mark.django_db
 
@@ -21,7 +25,7 @@ def recorded_headline():
     from engine.publish import report
 
     run = settings.BASE_DIR / "bench/results/2026-12-02-h200-families/families-run1.json"
-    return report.report_headline(report.load_results([run]))
+    return report.report_headline(report.load_results([run]), gpu=report.gpu_name([run]))
 
 
 def test_the_campaign_list_shows_progress_and_the_headline(client, recorded_campaign):
@@ -49,6 +53,29 @@ def test_the_campaign_page_shows_shapes_environment_and_chart_canvases(client, r
     assert 'id="speedups-chart"' in page
     assert 'id="heatmap-chart"' in page
     assert "vendor/chartjs/chart.umd.min.js" in page
+
+
+def test_the_shapes_table_puts_the_shape_and_the_reward_baseline_first(client, recorded_campaign):
+    page = client.get(reverse("campaign-detail", args=[recorded_campaign.id])).content.decode()
+    head = page[
+        page.index('<table id="shapes"') : page.index("</thead>", page.index('id="shapes"'))
+    ]
+    columns = re.findall(r"<th [^>]*>(?:<span[^>]*></span>)?([^<]+)</th>", head)
+    assert columns[:5] == [
+        "Shape",
+        "vs cuBLASLt (autotuned)",
+        "vs torch.matmul",
+        "vs cuBLAS",
+        "vs cuBLASLt (heuristic)",
+    ]
+    assert "Inductor" not in head
+    assert "TunableOp" not in head
+    heatmap = page[page.index('<select name="baseline"') :].split("</select>")[0]
+    assert "cuBLAS" in heatmap
+    assert "Inductor" not in heatmap  # no heatmap of a baseline never timed
+    first_row = page[page.index("<tr data-problem=") :].split("</tr>")[0]
+    assert first_row.count('data-baseline="') == 4
+    assert '<th scope="row" class="shape-cell">' in first_row  # sticky (site.css)
 
 
 def test_the_shape_page_sorts_filters_and_paginates(client, recorded_campaign):
@@ -94,15 +121,17 @@ def test_unknown_ids_are_404(client, db):
 
 def test_the_speedups_endpoint_gives_each_shapes_best_per_baseline(client, recorded_campaign):
     data = client.get(reverse("api-campaign-speedups", args=[recorded_campaign.id])).json()
+    # the sweep timed the four NVIDIA baselines, not the torch-tuned two: those are left out of
+    # the legend, and the reward baseline comes first
     assert [b["key"] for b in data["baselines"]] == [
+        "cublaslt_autotune",
         "torch",
         "cublas",
         "cublaslt_heuristic",
-        "cublaslt_autotune",
-        "inductor_max_autotune",  # the engine's list (engine.timing.baseline_names), not a copy
-        "tunableop",
     ]
+    assert len({b["colour"] for b in data["baselines"]}) == 4
     assert len(data["shapes"]) == 16
+    assert set(data["shapes"][0]["speedups"]) == set(BASELINES)  # the engine's list, not a copy
     shape = next(
         s for s in data["shapes"] if s["shape"] == "8192x8192x8192" and s["layout"] == "nn"
     )
@@ -129,6 +158,27 @@ def test_the_heatmap_endpoint_slices_by_k_layout_and_baseline(client, recorded_c
     assert data["baseline_label"] == "cuBLAS"
     assert client.get(url, {"k": "x"}).status_code == 400
     assert client.get(url, {"baseline": "mkl"}).status_code == 400
+
+
+def test_a_k_no_shape_has_answers_400_with_the_ks_there_are(client, recorded_campaign):
+    url = reverse("api-campaign-heatmap", args=[recorded_campaign.id])
+    response = client.get(url, {"k": 7})
+    assert response.status_code == 400
+    assert response.json()["errors"]["k"] == [
+        "no shape has K=7; its Ks: 64, 128, 256, 512, 1024, 2048, 4096, 8192"
+    ]
+
+
+def test_the_heatmap_opens_at_the_k_the_api_answers_for_by_default(client, alice):
+    shapes = ["64x64x64", "128x128x4096", "256x256x4096"]
+    campaign = campaign_create(
+        owner=alice, name="ks", layout="nn", problems=[EngineProblem.parse(s) for s in shapes]
+    )
+    default = client.get(reverse("api-campaign-heatmap", args=[campaign.id])).json()["k"]
+    assert default == 4096  # the K most shapes have, not the first
+    page = client.get(reverse("campaign-detail", args=[campaign.id])).content.decode()
+    select = page[page.index('<select name="k"') :].split("</select>")[0]
+    assert '<option value="4096" selected>' in select
 
 
 def test_the_history_endpoint_gives_speedups_and_a_best_so_far_curve(client, recorded_campaign):

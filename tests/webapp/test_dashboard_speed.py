@@ -1,4 +1,5 @@
-"""With 10,000 candidates in one campaign every page and chart endpoint answers in under 300 ms."""
+"""With 10,000 candidates in one campaign every page and chart endpoint answers in under 100 ms
+(the 1000-shape campaign, whose page lists every shape, in under 300 ms)."""
 
 import io
 import time
@@ -15,7 +16,8 @@ from webapp.campaigns.synthetic import SYNTHETIC_PREFIX
 pytestmark = [pytest.mark.django_db, pytest.mark.slow]
 
 CANDIDATES = 10_000
-BUDGET_S = 0.300
+BUDGET_S = 0.100
+THOUSAND_SHAPES_BUDGET_S = 0.300
 MAX_QUERIES = 12  # a fixed number per page, whatever the candidate count
 
 
@@ -35,7 +37,7 @@ def best_of(client, url, runs=3, clock=time.perf_counter):
     return min(times), queries
 
 
-def test_every_page_answers_in_under_300_ms_with_10000_candidates(client, alice, capsys):
+def test_every_page_answers_in_under_100_ms_with_10000_candidates(client, alice, capsys):
     call_command(
         "make_fixture_campaign", candidates=CANDIDATES, owner="alice", stdout=io.StringIO()
     )
@@ -106,7 +108,7 @@ def test_a_1000_shape_campaign_answers_in_under_300_ms(client, alice, capsys):
             f"{label:32s} {seconds * 1000:6.1f} ms CPU {wall * 1000:6.1f} ms wall"
             f" {queries:3d} queries"
         )
-        if seconds >= BUDGET_S or queries > MAX_QUERIES:
+        if seconds >= THOUSAND_SHAPES_BUDGET_S or queries > MAX_QUERIES:
             slow.append(label)
     with capsys.disabled():
         print("\n" + "\n".join(report))

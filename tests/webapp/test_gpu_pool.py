@@ -16,6 +16,7 @@ LAUNCH = {
     "budget_per_shape": "8",
     "proposer_mix": "rl=1",
     "reward_protocol": "device",
+    "launch_without_worker": "on",  # no GPU worker runs in these tests
 }
 
 

@@ -21,6 +21,7 @@ LAUNCH = {
     "budget_per_shape": "64",
     "proposer_mix": "rl=1",
     "reward_protocol": "device",
+    "launch_without_worker": "on",  # no GPU worker runs in these tests
 }
 CUDA_L2_MAX = {**LAUNCH, "shapes": "", "preset": "cuda-l2", "budget_per_shape": "4096"}
 

@@ -456,7 +456,9 @@ def test_the_grid64_headline_is_the_one_engine_report_prints(client, db):
     device-protocol ratios as ``engine report`` over grid64-nn.json and grid64-tn.json, hence the
     same headline (geomean, faster/tied/slower, worst shape, best TFLOP/s)."""
     call_command("import_results", str(GRID64))
-    expected = engine_report.report_headline(engine_report.load_results(GRID64_REPORTS))
+    expected = engine_report.report_headline(
+        engine_report.load_results(GRID64_REPORTS), gpu=engine_report.gpu_name(GRID64_REPORTS)
+    )
     rows = Problem.objects.values_list("m", "n", "k", "layout", "best")
     imported = ratios.headline_of(rows)
     assert imported.shapes == expected.shapes == 80

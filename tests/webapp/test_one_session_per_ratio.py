@@ -31,11 +31,12 @@ pytestmark = pytest.mark.django_db
 
 SHAPE = EngineProblem.parse("2048x2048x2048", "nn")
 BASELINES = ("torch", "cublas", "cublaslt_heuristic", "cublaslt_autotune")
-SEARCH_KERNEL, SEARCH_BASELINE = 0.90e-4, 0.97e-4
-FINAL_KERNEL, FINAL_BASELINE = 1.00e-4, 0.99e-4
-SHOWN = FINAL_BASELINE / FINAL_KERNEL  # 0.990, slower
-SEARCH = SEARCH_BASELINE / SEARCH_KERNEL  # 1.078, faster
-MIXED = FINAL_BASELINE / SEARCH_KERNEL  # 1.100, faster: never shown
+# beyond the H200's measured 2 % spread (engine.timing.ratios.MEASURED_SPREAD) either way
+SEARCH_KERNEL, SEARCH_BASELINE = 0.90e-4, 0.99e-4
+FINAL_KERNEL, FINAL_BASELINE = 1.00e-4, 0.96e-4
+SHOWN = FINAL_BASELINE / FINAL_KERNEL  # 0.960, slower
+SEARCH = SEARCH_BASELINE / SEARCH_KERNEL  # 1.100, faster
+MIXED = FINAL_BASELINE / SEARCH_KERNEL  # 1.067, faster: never shown
 ENVIRONMENT = {
     "gpu_name": "NVIDIA H200",
     "arch": "sm_90",
@@ -165,13 +166,13 @@ def test_engine_report_gives_the_same_ratio(campaign):
 
 
 def test_a_final_that_kept_quartiles_shows_a_ratio_inside_them_as_a_tie(client, campaign):
-    """×0.990 with ±2 % interquartile ranges on both times is within the noise: tied on every
+    """×0.960 with ±5 % interquartile ranges on both times is within the noise: tied on every
     surface, and in engine report's headline."""
     row, report_path = campaign
     report = json.loads(report_path.read_text())
     device = report["final"][SHAPE.key]["protocols"]["device"]
     device["quartiles"] = {
-        name: {"p25": t * 0.98, "p75": t * 1.02} for name, t in device["seconds"].items()
+        name: {"p25": t * 0.95, "p75": t * 1.05} for name, t in device["seconds"].items()
     }
     report_path.write_text(json.dumps(report))
     call_command("import_results", str(report_path.parent / "campaign.sqlite"), owner="alice")
@@ -183,5 +184,7 @@ def test_a_final_that_kept_quartiles_shows_a_ratio_inside_them_as_a_tie(client, 
     assert api["shapes"][0]["verdicts"]["cublaslt_autotune"] == "tied"
     page = client.get(reverse("campaign-detail", args=[row.id])).content.decode()
     assert f"×{SHOWN:.3f} ≈" in page
-    expected = engine_report.report_headline(engine_report.load_results([report_path]))
+    expected = engine_report.report_headline(
+        engine_report.load_results([report_path]), gpu=engine_report.gpu_name([report_path])
+    )
     assert expected.summary("cublaslt_autotune").counts["tied"] == 1

@@ -25,6 +25,7 @@ LAUNCH = {
     "budget_per_shape": "8",
     "proposer_mix": "evolve=1",
     "reward_protocol": "device",
+    "launch_without_worker": "on",  # no GPU worker runs in these tests
 }
 RECORDED_RUN = "bench/results/2026-12-02-h200-families/families-run1.json"
 

@@ -24,6 +24,7 @@ LAUNCH = {
     "budget_per_shape": "64",
     "proposer_mix": "rl=1",
     "reward_protocol": "device",
+    "launch_without_worker": "on",  # no GPU worker runs in these tests
 }
 
 

@@ -61,6 +61,7 @@ def test_the_launch_form_shows_for_a_logged_in_user(alice_client):
 
 
 def test_launching_creates_a_queued_campaign_and_shows_it(alice_client, alice):
+    heartbeat("gpu0@h200", ["gpu.sm90"])
     response = alice_client.post(
         "/campaigns/new/",
         {

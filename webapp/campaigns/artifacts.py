@@ -7,6 +7,7 @@ campaign's records and the verdicts its imported finals left (webapp.campaigns.d
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import tempfile
 from collections.abc import Callable
@@ -163,6 +164,8 @@ def campaign_results(*, campaign: Campaign) -> CampaignResults:
 
     problems = list(campaign.problems.order_by("id"))
     keys = {p.id: p.as_engine().key for p in problems}
+    environment = bundle_environment(campaign=campaign)
+    gpu = str(environment.get("gpu_name", ""))  # a session names its environment by row id
     rejected: dict[str, dict[str, str]] = {}
     finals: dict[str, dict[str, Session]] = {}
     rows = Candidate.objects.filter(problem__campaign=campaign).values_list(
@@ -175,7 +178,7 @@ def campaign_results(*, campaign: Campaign) -> CampaignResults:
             rejected.setdefault(key, {})[name] = why
         for session in candidate_sessions(timings or {}, HEADLINE_PROTOCOL):
             if session.name == "final":
-                finals.setdefault(key, {})[name] = session
+                finals.setdefault(key, {})[name] = dataclasses.replace(session, environment=gpu)
     return CampaignResults(
         title=campaign.name,
         problems=tuple(p.as_engine() for p in problems),
@@ -183,7 +186,7 @@ def campaign_results(*, campaign: Campaign) -> CampaignResults:
             keys[p.id]: bundle_records(problem=p, protocol=campaign.reward_protocol)
             for p in problems
         },
-        environment=bundle_environment(campaign=campaign),
+        environment=environment,
         rejected_in_finals=rejected,
         final_sessions=finals,
     )

@@ -67,6 +67,7 @@ def result_rows(*, campaign: Campaign) -> Iterator[dict[str, Any]]:
             "timings",
         )
     )
+    gpus = ratios.gpu_names()
     for (
         m,
         n,
@@ -80,7 +81,7 @@ def result_rows(*, campaign: Campaign) -> Iterator[dict[str, Any]]:
         reward,
         timings,
     ) in candidates.iterator(chunk_size=2000):
-        session, found = ratios.shown_ratios(timings or {}, protocol)
+        session, found = ratios.shown_ratios(timings or {}, protocol, gpus)
         if status != Candidate.Status.DONE:
             found = {}  # a time that failed a check is no result to compare
         yield {

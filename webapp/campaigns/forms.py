@@ -22,7 +22,14 @@ from webapp.campaigns.launch import (
     queued_gpu_seconds,
     quota_seconds,
 )
-from webapp.campaigns.models import BaselineResult, Campaign, Candidate, Layout, gpu_pools
+from webapp.campaigns.models import (
+    BaselineResult,
+    Campaign,
+    Candidate,
+    Layout,
+    Problem,
+    gpu_pools,
+)
 
 MAX_SHAPES = 1024  # the CUDA-L2 grid (1000) fits
 MAX_SHOWN_CHARS = 40  # a pasted essay is quoted back shortened
@@ -177,11 +184,25 @@ class CampaignForm(forms.Form):
         help_text="Needed when the estimated GPU time is over the confirmation threshold.",
     )
 
-    def __init__(self, *args, owner_id: int | None = None, **kwargs):
+    launch_without_worker = forms.BooleanField(
+        required=False,
+        label="Launch it although no GPU worker is online",
+        help_text="It waits, compiled, until a worker of its GPU queue joins.",
+    )
+
+    def __init__(
+        self,
+        *args,
+        owner_id: int | None = None,
+        served_queues: set[str] | None = None,
+        **kwargs,
+    ):
         """``owner_id``: whose per-user quota of queued GPU time the launch counts against
-        (None: no quota check, e.g. a form only rendered)."""
+        (None: no quota check, e.g. a form only rendered); ``served_queues``: the queues online
+        workers consume (None: no check that a GPU worker is online)."""
         super().__init__(*args, **kwargs)
         self.owner_id = owner_id
+        self.served_queues = served_queues
         pools = gpu_pools()
         field = self.fields["gpu_pool"]
         field.choices = [("", "per shape (its arch)"), *[(p, p) for p in pools]]
@@ -282,7 +303,21 @@ class CampaignForm(forms.Form):
                 shapes=len(problems), budget_per_shape=cleaned["budget_per_shape"]
             )
             self._check_size(cleaned["estimated_gpu_s"], confirmed=cleaned.get("confirm_large"))
+        self._check_worker(cleaned.get("gpu_pool") or "", cleaned.get("launch_without_worker"))
         return cleaned
+
+    def _check_worker(self, pool: str, confirmed: bool | None) -> None:
+        """A launch no online worker can run needs its box ticked."""
+        if self.served_queues is None or confirmed:
+            return
+        queue = launch_queue(pool)
+        if queue not in self.served_queues:
+            self.add_error(
+                "launch_without_worker",
+                f"No GPU worker of {queue} is online: the campaign would wait (compiled, "
+                f"nothing timed) until one joins. Tick the box to launch it anyway, or start a "
+                f'worker first (README, "Adding a GPU worker").',
+            )
 
     def _check_size(self, estimate: float, *, confirmed: bool | None) -> None:
         """A large launch needs its box ticked; none may take the owner past their quota."""
@@ -305,6 +340,11 @@ class CampaignForm(forms.Form):
                 f"{duration_text(queued)}, more than {duration_text(quota)} together. Cancel "
                 f"or wait for one, or launch fewer shapes or a smaller budget.",
             )
+
+
+def launch_queue(pool: str) -> str:
+    """The GPU queue a new campaign's steps go to: its pool's, else a new shape's arch's."""
+    return f"gpu.{pool}" if pool else Problem().gpu_queue
 
 
 class CandidateFilterForm(forms.Form):
@@ -333,9 +373,13 @@ class HeatmapForm(forms.Form):
     layout = forms.ChoiceField(choices=[("", "first"), *Layout.choices], required=False)
     baseline = forms.ChoiceField(required=False)
 
-    def __init__(self, *args, ks=None, layouts=None, **kwargs):
+    def __init__(self, *args, ks=None, layouts=None, baselines=None, **kwargs):
+        """``baselines``: the keys the page offers (those timed for some shape); None: all."""
         super().__init__(*args, **kwargs)
-        self.fields["baseline"].choices = BaselineResult.Baseline.choices
+        labels = dict(BaselineResult.Baseline.choices)
+        self.fields["baseline"].choices = [
+            (b, labels[b]) for b in (baselines if baselines is not None else labels)
+        ]
         self.fields["baseline"].initial = BaselineResult.Baseline.CUBLASLT_AUTOTUNE
         if ks is None:  # the JSON endpoint: any positive K; the selector falls back
             self.fields["k"] = forms.IntegerField(min_value=1, required=False, label="K")

@@ -9,6 +9,8 @@ far; none before the first measurement (no number that was not measured).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from django.db.models import Avg, Count, FloatField, Q
@@ -16,9 +18,62 @@ from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Cast
 
 from webapp.campaigns.models import Campaign, Candidate, Problem, WorkItem
-from webapp.workers.selectors import workers_online
+from webapp.workers.selectors import queue_last_seen, workers_online
 
 ACTIVE = (Campaign.Status.QUEUED, Campaign.Status.RUNNING)
+WAITING_LABEL = "Waiting for a GPU worker"
+# README, "Adding a GPU worker": one worker per GPU, on the GPU machine
+WORKER_COMMAND = (
+    "REDIS_URL=... DATABASE_URL=... GEMMFORGE_NAMESPACE=... SECRET_KEY=... "
+    "GEMMFORGE_EXECUTOR=local GEMMFORGE_GPU_DEVICE=0 .venv/bin/celery -A webapp worker "
+    "-Q {queue} -n gpu0@%h --concurrency 1 --prefetch-multiplier 1"
+)
+
+
+@dataclass(frozen=True)
+class GpuWait:
+    """An active campaign whose GPU steps no online worker can run."""
+
+    queues: tuple[str, ...]  # the GPU queues it needs that no worker serves
+    since: datetime  # when a worker last served them (the launch, when none ever did)
+
+    @property
+    def text(self) -> str:
+        return f"waiting for a GPU worker (none online since {self.since:%Y-%m-%d %H:%M} UTC)"
+
+    @property
+    def commands(self) -> list[str]:
+        return [WORKER_COMMAND.format(queue=queue) for queue in self.queues]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "text": self.text,
+            "queues": list(self.queues),
+            "since": self.since.isoformat(),
+            "commands": self.commands,
+        }
+
+
+def campaign_gpu_queues(*, campaign: Campaign) -> set[str]:
+    """The GPU queues its steps go to: its pool's, else its shapes' arches'
+    (webapp.campaigns.work.gpu_queue_for)."""
+    if campaign.gpu_pool:
+        return {f"gpu.{campaign.gpu_pool}"}
+    arches = campaign.problems.order_by().values_list("arch", flat=True).distinct()
+    return {"gpu." + arch.replace("_", "") for arch in arches}
+
+
+def campaign_gpu_wait(*, campaign: Campaign, served: set[str] | None = None) -> GpuWait | None:
+    """None unless the campaign is queued or running and no online worker serves one of the GPU
+    queues it needs (its compiles may still run: the GPU steps cannot)."""
+    if campaign.status not in ACTIVE:
+        return None
+    served = served_queues() if served is None else served
+    missing = tuple(sorted(campaign_gpu_queues(campaign=campaign) - served))
+    if not missing:
+        return None
+    seen = [t for q in missing if (t := queue_last_seen(queue=q)) is not None]
+    return GpuWait(missing, max(seen) if seen else campaign.created)
 
 
 def served_queues() -> set[str]:

@@ -100,6 +100,7 @@ class Problem(models.Model):
         RUNNING = "running", "Running"
         DONE = "done", "Done"
         FAILED = "failed", "Failed"
+        CANCELLED = "cancelled", "Cancelled"
 
     campaign = models.ForeignKey(Campaign, on_delete=models.CASCADE, related_name="problems")
     m = models.PositiveIntegerField()

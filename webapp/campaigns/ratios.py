@@ -17,6 +17,7 @@ from typing import Any
 
 from engine.timing.ratios import (
     REWARD_BASELINE,
+    UNMEASURED,
     Choice,
     Headline,
     Ratio,
@@ -26,17 +27,34 @@ from engine.timing.ratios import (
     baseline_timings,
     choose,
     headline,
+    measured_spread,
     preferred,
 )
 from webapp.campaigns.models import BaselineResult, Campaign, Candidate, Problem
+from webapp.workers.models import GpuEnvironment
 
 BASELINES = [b.value for b in BaselineResult.Baseline]
 BASELINE_LABELS = dict(BaselineResult.Baseline.choices)
 HEADLINE_PROTOCOL = "device"
 
 
-def candidate_sessions(timings: Mapping[str, Any], protocol: str) -> list[Session]:
-    """The sessions that timed the candidate in ``protocol`` (paired with baselines or not)."""
+def gpu_names() -> dict[str, str]:
+    """GpuEnvironment id, as sessions store it → its GPU's name (one query): where a session
+    kept no quartiles, the spread measured on that GPU judges its ratios."""
+    return {str(pk): name for pk, name in GpuEnvironment.objects.values_list("id", "name")}
+
+
+def session_spread(protocol: str, environment: Any, gpus: Mapping[str, str] | None) -> float | None:
+    """The run-to-run spread measured for ``protocol`` on the session's GPU (None: unknown)."""
+    name = (gpus or {}).get(str(environment or ""), "")
+    return measured_spread(protocol, name) if name else None
+
+
+def candidate_sessions(
+    timings: Mapping[str, Any], protocol: str, gpus: Mapping[str, str] | None = None
+) -> list[Session]:
+    """The sessions that timed the candidate in ``protocol`` (paired with baselines or not);
+    ``gpus`` (gpu_names()) lets a session without quartiles use its GPU's measured spread."""
     entry = timings.get(protocol)
     if not isinstance(entry, Mapping):
         return []
@@ -56,6 +74,7 @@ def candidate_sessions(timings: Mapping[str, Any], protocol: str) -> list[Sessio
                     )
                 ),
                 environment=str(entry.get("gpu_environment") or ""),
+                spread=session_spread(protocol, entry.get("gpu_environment"), gpus),
             )
         )
     final = entry.get("final")
@@ -67,6 +86,7 @@ def candidate_sessions(timings: Mapping[str, Any], protocol: str) -> list[Sessio
                 kernel=kernel,
                 baselines=baseline_timings(final.get("baselines") or {}),
                 environment=str(final.get("gpu_environment") or ""),
+                spread=session_spread(protocol, final.get("gpu_environment"), gpus),
             )
         )
     return sessions
@@ -82,14 +102,18 @@ def with_baseline_quartiles(
     }
 
 
-def candidate_session(timings: Mapping[str, Any], protocol: str) -> Session | None:
+def candidate_session(
+    timings: Mapping[str, Any], protocol: str, gpus: Mapping[str, str] | None = None
+) -> Session | None:
     """The session the candidate's ratios in ``protocol`` are shown from (engine.timing.ratios)."""
-    return preferred(candidate_sessions(timings, protocol))
+    return preferred(candidate_sessions(timings, protocol, gpus))
 
 
-def shown_ratios(timings: Mapping[str, Any], protocol: str) -> tuple[Session | None, dict]:
+def shown_ratios(
+    timings: Mapping[str, Any], protocol: str, gpus: Mapping[str, str] | None = None
+) -> tuple[Session | None, dict]:
     """(the session, baseline → Ratio) of a candidate in ``protocol``; ({} where unpaired)."""
-    session = candidate_session(timings, protocol)
+    session = candidate_session(timings, protocol, gpus)
     return session, ({} if session is None else session.ratios())
 
 
@@ -105,8 +129,12 @@ def problem_choice(*, problem: Problem, protocol: str = HEADLINE_PROTOCOL) -> Ch
         .order_by("id")
         .values_list("id", "name", "timings")
     )
+    gpus = gpu_names()
     return choose(
-        [(name, cid, candidate_sessions(timings or {}, protocol)) for cid, name, timings in rows]
+        [
+            (name, cid, candidate_sessions(timings or {}, protocol, gpus))
+            for cid, name, timings in rows
+        ]
     )
 
 
@@ -202,6 +230,7 @@ def headline_context(h: Headline) -> dict[str, Any]:
         "main": None
         if autotune is None
         else {"label": BASELINE_LABELS[REWARD_BASELINE], **autotune.to_dict()},
+        "unmeasured": any(s.counts.get(UNMEASURED) for s in h.baselines),
         "worst_shape": h.worst[0] if h.worst else "",
         "worst": h.worst[1] if h.worst else None,
         "best_shape": h.best[0] if h.best else "",

@@ -30,6 +30,17 @@ from webapp.workers.models import GpuEnvironment
 
 BASELINES = [b.value for b in BaselineResult.Baseline]
 BASELINE_LABELS = dict(BaselineResult.Baseline.choices)
+# Tables and legends list the reward baseline first, then the rest in the engine's order.
+BASELINE_ORDER = [REWARD_BASELINE, *(b for b in BASELINES if b != REWARD_BASELINE)]
+# One colour per baseline, the same on every chart and in the table's headers.
+BASELINE_COLOURS = {
+    "cublaslt_autotune": "#2f5bd3",
+    "cublaslt_heuristic": "#0e9aa7",
+    "cublas": "#7c3aed",
+    "torch": "#475569",
+    "inductor_max_autotune": "#d97706",
+    "tunableop": "#db2777",
+}
 CANDIDATE_SORTS = {
     # the speedup every page shows (webapp.campaigns.ratios); reward is the search's own signal
     "speedup": (F("speedup").desc(nulls_last=True), F("reward").desc(nulls_last=True), "id"),
@@ -198,6 +209,18 @@ def shape_row(p: dict[str, Any]) -> dict[str, Any]:
 SHAPE_FIELDS = ("id", "m", "n", "k", "layout", "best")
 
 
+def shown_baselines(rows: Iterable[dict[str, Any]]) -> list[str]:
+    """The baselines a table or legend shows, reward baseline first: those any shape has a
+    ratio over (a baseline never timed for these shapes is left out, not shown as "—"); with
+    no ratio yet, the reward baseline alone (every GPU step times it)."""
+    timed = {b for row in rows for b, value in row["speedups"].items() if value is not None}
+    return [b for b in BASELINE_ORDER if b in timed] or [REWARD_BASELINE]
+
+
+def baseline_legend(keys: Iterable[str]) -> list[dict[str, str]]:
+    return [{"key": b, "label": BASELINE_LABELS[b], "colour": BASELINE_COLOURS[b]} for b in keys]
+
+
 def campaign_speedups_data(*, campaign: Campaign) -> dict[str, Any]:
     """The leaderboard and the speedup chart: each shape's chosen kernel over each baseline."""
     problems = (
@@ -205,12 +228,20 @@ def campaign_speedups_data(*, campaign: Campaign) -> dict[str, Any]:
         .order_by("k", "m", "n", "layout")
         .values(*SHAPE_FIELDS)
     )
+    rows = [shape_row(p) for p in problems]
     return {
         "campaign": campaign.id,
         "protocol": ratios.HEADLINE_PROTOCOL,
-        "baselines": [{"key": b, "label": BASELINE_LABELS[b]} for b in BASELINES],
-        "shapes": [shape_row(p) for p in problems],
+        # those with a ratio for some shape, reward baseline first, each with its colour
+        "baselines": baseline_legend(shown_baselines(rows)),
+        "shapes": rows,
     }
+
+
+def most_common_k(ks: list[int]) -> int | None:
+    """The heatmap's default K (the page's and the API's): the K most shapes have, the
+    smallest of those on a tie; None without shapes."""
+    return max(sorted(set(ks)), key=ks.count) if ks else None
 
 
 def campaign_heatmap_data(
@@ -222,7 +253,7 @@ def campaign_heatmap_data(
     ks = sorted({s["k"] for s in shapes})
     layouts = sorted({s["layout"] for s in shapes})
     if k not in ks:
-        k = max(ks, key=lambda value: sum(s["k"] == value for s in shapes)) if ks else None
+        k = most_common_k([s["k"] for s in shapes])
     if layout not in layouts:
         layout = layouts[0] if layouts else None
     cells = [shape_row(s) for s in shapes if s["k"] == k and s["layout"] == layout]
@@ -273,6 +304,7 @@ def problem_history_data(*, problem: Problem) -> dict[str, Any]:
         "problem": problem.id,
         "baseline": REWARD_BASELINE,
         "baseline_label": BASELINE_LABELS[REWARD_BASELINE],
+        "baseline_colour": BASELINE_COLOURS[REWARD_BASELINE],
         "points": thin([{"index": i + 1, **p} for i, p in enumerate(history_points(rows))]),
     }
 
@@ -308,6 +340,7 @@ def campaign_history_data(*, campaign: Campaign) -> dict[str, Any]:
         "campaign": campaign.id,
         "baseline": REWARD_BASELINE,
         "baseline_label": BASELINE_LABELS[REWARD_BASELINE],
+        "baseline_colour": BASELINE_COLOURS[REWARD_BASELINE],
         "points": thin(points),
     }
 
@@ -359,6 +392,7 @@ def knob_data(*, campaign: Campaign, problem: Problem | None = None) -> dict[str
         "problem": problem.id if problem else None,
         "baseline": REWARD_BASELINE,
         "baseline_label": BASELINE_LABELS[REWARD_BASELINE],
+        "baseline_colour": BASELINE_COLOURS[REWARD_BASELINE],
         "knobs": knobs,
     }
 
@@ -394,11 +428,13 @@ def campaign_progress_data(*, campaign: Campaign) -> dict[str, Any]:
     labels = dict(Problem.Status.choices)
     waiting = live.campaign_waits(campaign=campaign)
     etas = live.campaign_eta_seconds(campaign=campaign)
+    gpu_wait = live.campaign_gpu_wait(campaign=campaign)
     h = ratios.headline_of((p["m"], p["n"], p["k"], p["layout"], p["best"]) for p in problems)
     return {
         "campaign": campaign.id,
         "status": campaign.status,
-        "status_label": campaign.get_status_display(),
+        "status_label": live.WAITING_LABEL if gpu_wait else campaign.get_status_display(),
+        "gpu_wait": gpu_wait.to_dict() if gpu_wait else None,
         "shapes": len(problems),
         "shapes_done": sum(p["status"] == Problem.Status.DONE for p in problems),
         "candidates": sum(p["candidate_count"] for p in problems),

@@ -63,8 +63,11 @@ CONTROL_TRANSITIONS: dict[str, tuple[tuple[str, ...], str]] = {
 }
 
 
+@transaction.atomic
 def campaign_control(*, campaign_id: int, action: str) -> str:
-    """Pause, resume or cancel with one conditional UPDATE; returns the new status.
+    """Pause, resume or cancel with one conditional UPDATE; returns the new status. Cancelling
+    also marks its unfinished shapes cancelled (their running steps stop on their next lease
+    check, webapp.campaigns.work).
 
     Raises CampaignControlError when the campaign's current state does not allow ``action``.
     """
@@ -75,4 +78,8 @@ def campaign_control(*, campaign_id: int, action: str) -> str:
     if changed != 1:
         current = Campaign.objects.filter(id=campaign_id).values_list("status", flat=True).first()
         raise CampaignControlError(f"cannot {action} a campaign that is {current}")
+    if target == Campaign.Status.CANCELLED:
+        Problem.objects.filter(
+            campaign_id=campaign_id, status__in=(Problem.Status.QUEUED, Problem.Status.RUNNING)
+        ).update(status=Problem.Status.CANCELLED)
     return target

@@ -21,6 +21,7 @@ from django.db.models.functions import RowNumber
 from engine.codegen import get_family
 from engine.outcomes import CandidateRecord, CandidateStatus
 from engine.problem import Problem as EngineProblem
+from webapp.campaigns.failures import is_harness_failure
 from webapp.campaigns.models import Campaign, Candidate, Problem
 from webapp.campaigns.ratios import problem_refresh_best
 
@@ -66,6 +67,12 @@ def candidate_timings(record: CandidateRecord) -> dict[str, Any]:
                 ),
             }
     return out
+
+
+def harness_failed(record: CandidateRecord) -> bool:
+    return is_harness_failure(
+        status=str(record.status), reason=str(record.reason), message=record.message
+    )
 
 
 def record_json(record: CandidateRecord) -> dict[str, Any]:
@@ -217,7 +224,10 @@ class DjangoStorage:
                 "status": status,
                 "compile_status": compile_status,
                 "timings": candidate_timings(record),
-                "reward": record.reward if math.isfinite(record.reward) else None,
+                # no reward for a failure the recording harness caused (webapp.campaigns.failures)
+                "reward": record.reward
+                if math.isfinite(record.reward) and not harness_failed(record)
+                else None,
                 "failure_reason": ""
                 if record.status == CandidateStatus.OK
                 else record.message or record.reason,

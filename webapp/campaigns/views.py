@@ -12,14 +12,34 @@ from pygments import highlight
 from pygments.formatters import HtmlFormatter
 from pygments.lexers import CppLexer
 
+from engine.problem import ALIGN_ELEMENTS, MAX_DIM, MAX_OPERAND_BYTES
 from engine.publish.bundle import BundleError
 from webapp import ratelimit
-from webapp.campaigns import artifacts, diffs, exports, launch, live, ratios, selectors, services
-from webapp.campaigns.forms import MAX_SHAPES, CampaignForm, CandidateFilterForm, HeatmapForm
+from webapp.campaigns import (
+    artifacts,
+    diffs,
+    exports,
+    failures,
+    launch,
+    live,
+    ratios,
+    selectors,
+    services,
+)
+from webapp.campaigns.forms import (
+    MAX_SHAPES,
+    CampaignForm,
+    CandidateFilterForm,
+    HeatmapForm,
+    launch_queue,
+)
 from webapp.campaigns.models import Campaign, Candidate, Problem
 from webapp.workers.selectors import workers_online
 
 CAMPAIGNS_PER_PAGE = 20
+# CUDA-L2's offline and server protocols: host wall clock around each call, so their ratios
+# include the call path (launch, synchronisation), not only the kernels (README, "Results")
+HOST_TIMED = ("offline", "server")
 CANDIDATES_PER_PAGE = 50
 
 
@@ -28,9 +48,11 @@ def dashboard(request):
         request.GET.get("page")
     )
     headlines = ratios.campaign_headlines(campaign_ids=[c.id for c in page.object_list])
+    online = list(workers_online())
+    served = {str(q) for w in online if w.gpu_failed is None for q in w.queues}
     for campaign in page.object_list:
         campaign.headline = ratios.headline_context(headlines[campaign.id])
-    online = list(workers_online())
+        campaign.gpu_wait = live.campaign_gpu_wait(campaign=campaign, served=served)
     return render(
         request,
         "campaigns/dashboard.html",
@@ -45,7 +67,8 @@ def dashboard(request):
 @login_required
 @require_http_methods(["GET", "POST"])
 def campaign_new(request):
-    form = CampaignForm(request.POST or None, owner_id=request.user.pk)
+    served = live.served_queues()
+    form = CampaignForm(request.POST or None, owner_id=request.user.pk, served_queues=served)
     status, retry_after = 200, 0
     if request.method == "POST" and form.is_valid():
         # only an accepted launch counts against the rate limit (a form with errors does not)
@@ -63,6 +86,17 @@ def campaign_new(request):
             "presets": launch.presets_for_js(),
             "seconds_per_candidate": launch.GPU_SECONDS_PER_CANDIDATE,
             "max_shapes": MAX_SHAPES,
+            "limits": {
+                "max_dim": MAX_DIM,
+                "align": ALIGN_ELEMENTS,
+                "max_operand_bytes": MAX_OPERAND_BYTES,
+            },
+            # pool → its queue, for the pools no online worker serves (launch.js warns)
+            "offline_pools": {
+                str(pool): launch_queue(str(pool))
+                for pool, _ in form.fields["gpu_pool"].choices
+                if launch_queue(str(pool)) not in served
+            },
         },
         status=status,
     )
@@ -98,21 +132,25 @@ def campaign_detail(request, campaign_id: int):
     problems = list(selectors.campaign_problems(campaign=campaign))
     waits = live.campaign_waits(campaign=campaign)
     etas = live.campaign_eta_seconds(campaign=campaign)
+    gpu_wait = live.campaign_gpu_wait(campaign=campaign)
     for problem in problems:
-        row = selectors.shape_row(vars(problem))
-        problem.row = row
-        speedups, verdicts = row["speedups"], row["verdicts"]
-        problem.cells = [(speedups[b], verdicts[b], None) for b in selectors.BASELINES]
+        problem.row = selectors.shape_row(vars(problem))
         problem.waiting = waits.get(problem.id, "")
         problem.eta_s = etas.get(problem.id)
+    shown = selectors.shown_baselines(p.row for p in problems)
+    for problem in problems:
+        speedups, verdicts = problem.row["speedups"], problem.row["verdicts"]
+        problem.cells = [(b, speedups[b], verdicts[b]) for b in shown]
     timed = any(p.best for p in problems)
     return render(
         request,
         "campaigns/detail.html",
         {
             "campaign": campaign,
+            "status_label": live.WAITING_LABEL if gpu_wait else campaign.get_status_display(),
+            "gpu_wait": gpu_wait,
             "problems": problems,
-            "baselines": selectors.BASELINE_LABELS,
+            "baselines": selectors.baseline_legend(shown),
             "headline": ratios.headline_context(
                 ratios.headline_of((p.m, p.n, p.k, p.layout, p.best) for p in problems)
             ),
@@ -121,7 +159,10 @@ def campaign_detail(request, campaign_id: int):
             if timed
             else [],
             "heatmap_form": HeatmapForm(
-                ks=sorted({p.k for p in problems}), layouts=sorted({p.layout for p in problems})
+                ks=sorted({p.k for p in problems}),
+                layouts=sorted({p.layout for p in problems}),
+                baselines=shown,
+                initial={"k": selectors.most_common_k([p.k for p in problems])},
             ),
             "can_control": request.user.is_authenticated and request.user.id == campaign.owner_id,
             "no_bundle": "" if timed else artifacts.NO_BUNDLE,
@@ -174,6 +215,9 @@ def problem_detail(request, problem_id: int):
         session, found = ratios.shown_ratios(candidate.timings or {}, protocol)
         r = found.get(ratios.REWARD_BASELINE) if candidate.status == Candidate.Status.DONE else None
         candidate.session_name = session.name if session else ""
+        candidate.harness = failures.is_harness_failure(
+            status=candidate.status, reason="", message=candidate.failure_reason
+        )
         candidate.speedup = r
         candidate.tflops = (
             problem.as_engine().flops / candidate.median_s / 1e12 if candidate.median_s else None
@@ -221,12 +265,20 @@ def candidate_detail(request, candidate_id: int):
     )
     problem = candidate.problem
     flops = problem.as_engine().flops
+    gpus = ratios.gpu_names()
+    by_protocol = {
+        protocol: ratios.candidate_sessions(candidate.timings, protocol, gpus)
+        for protocol in sorted(candidate.timings or {})
+    }
+    # a column per baseline some session timed beside this kernel, the reward baseline first
+    timed = {b for sessions in by_protocol.values() for s in sessions for b in s.baselines}
+    columns = [b for b in selectors.BASELINE_ORDER if b in timed]
     timings = []
-    for protocol in sorted(candidate.timings or {}):
+    for protocol, protocol_sessions in by_protocol.items():
         record = candidate.timings[protocol] or {}
-        shown = ratios.candidate_session(candidate.timings, protocol)
+        shown = ratios.preferred(protocol_sessions)
         sessions = []
-        for session in ratios.candidate_sessions(candidate.timings, protocol):
+        for session in protocol_sessions:
             found = session.ratios() if candidate.status == Candidate.Status.DONE else {}
             sessions.append(
                 {
@@ -234,14 +286,13 @@ def candidate_detail(request, candidate_id: int):
                     "shown": session == shown,
                     "seconds": session.kernel.seconds,
                     "tflops": flops / session.kernel.seconds / 1e12,
-                    "speedups": [
-                        (selectors.BASELINE_LABELS[b], found.get(b)) for b in selectors.BASELINES
-                    ],
+                    "speedups": [found.get(b) for b in columns],
                 }
             )
         timings.append(
             {
                 "protocol": protocol,
+                "host_timed": protocol in HOST_TIMED,
                 "sessions": sessions,
                 "details": {
                     k: v
@@ -252,6 +303,8 @@ def candidate_detail(request, candidate_id: int):
         )
     formatter = HtmlFormatter(linenos="table", cssclass="source")
     best = artifacts.best_verified(problem=problem)
+    verification = candidate.verification_result or {}
+    message = candidate.failure_reason or ""
     return render(
         request,
         "campaigns/candidate.html",
@@ -265,7 +318,18 @@ def candidate_detail(request, candidate_id: int):
             "source_css": formatter.get_style_defs(".source") if candidate.source else "",
             "config_json": json.dumps(candidate.config, indent=2, sort_keys=True),
             "compile_report": artifacts.compile_report(candidate.compile_result),
-            "verification": candidate.verification_result or {},
+            "verification": verification,
+            "baseline_columns": [selectors.BASELINE_LABELS[b] for b in columns],
+            # one failure message, folded after its first line; the verdict does not repeat it
+            "failure": failures.folded(message) if message else None,
+            "verdict_message": ""
+            if verification.get("message") == message
+            else verification.get("message", ""),
+            "harness_failure": failures.is_harness_failure(
+                status=candidate.status,
+                reason=str(verification.get("reason") or ""),
+                message=message,
+            ),
             "timings": timings,
             "diffs": diffs.candidate_diffs(candidate=candidate, best=best),
             "is_best": best is not None and best.id == candidate.id,
@@ -296,6 +360,11 @@ def api_campaign_heatmap(request, campaign_id: int):
     form = HeatmapForm(request.GET)
     if not form.is_valid():
         return JsonResponse({"errors": form.errors}, status=400)
+    k = form.cleaned_data.get("k")
+    ks = sorted(set(campaign.problems.values_list("k", flat=True)))
+    if k is not None and k not in ks:
+        shown = ", ".join(map(str, ks)) or "none"
+        return JsonResponse({"errors": {"k": [f"no shape has K={k}; its Ks: {shown}"]}}, status=400)
     return JsonResponse(
         selectors.campaign_heatmap_data(
             campaign=campaign,

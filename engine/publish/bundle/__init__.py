@@ -10,6 +10,7 @@ environment.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import functools
 import io
 import itertools
@@ -80,12 +81,14 @@ def is_faster(r: Ratio | None) -> bool:
     return r is not None and r.verdict == FASTER
 
 
-def record_session(record: CandidateRecord) -> Session | None:
-    """The search step's session of a record: its time and the baselines timed with it."""
+def record_session(record: CandidateRecord, gpu: str = "") -> Session | None:
+    """The search step's session of a record: its time and the baselines timed with it, judged
+    with the spread measured for the device protocol on ``gpu`` (a record keeps no quartiles)."""
     kernel = Timing.of(record.seconds)
     if kernel is None:
         return None
-    return Session("search", "device", kernel, baseline_timings(dict(record.baselines)))
+    timed = baseline_timings(dict(record.baselines))
+    return Session("search", "device", kernel, timed, environment=gpu)
 
 
 @dataclass(frozen=True)
@@ -198,7 +201,12 @@ def shape_choice(
     compute-sanitizer verdict). And the first kernel passed over: ranked above the choice, or
     ranked above it by the search and never in the finals (its sanitizer verdict failed)."""
     rejected = results.rejected_in_finals.get(problem.key, {})
-    finals = results.final_sessions.get(problem.key, {})
+    gpu = str(results.environment.get("gpu_name", ""))
+    # a final kept its quartiles; where one did not, its GPU names the spread it is judged with
+    finals = {
+        name: dataclasses.replace(session, environment=session.environment or gpu)
+        for name, session in results.final_sessions.get(problem.key, {}).items()
+    }
 
     @functools.cache
     def why(name: str) -> str | None:
@@ -206,13 +214,13 @@ def shape_choice(
 
     ranked = rank(
         [
-            (n, n, [s for s in (record_session(r), finals.get(n)) if s is not None])
+            (n, n, [s for s in (record_session(r, gpu), finals.get(n)) if s is not None])
             for n, r in records.items()
         ]
     )
     choice = next((c for c in ranked if why(c.kernel) is None), None)
     chosen = choice.kernel if choice is not None else None
-    searched = rank([(n, n, [s]) for n, r in records.items() if (s := record_session(r))])
+    searched = rank([(n, n, [s]) for n, r in records.items() if (s := record_session(r, gpu))])
     above = [
         c.kernel
         for order in (ranked, searched)

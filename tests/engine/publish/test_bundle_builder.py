@@ -30,6 +30,9 @@ from tests.engine.publish.test_bundle_kinds import record
 PROBLEM = Problem.parse("256x4096x4096", "tn")
 FAST, SLOWER = [c for c in Sm90Config.candidates(PROBLEM.layout) if c.is_valid(PROBLEM)][:2]
 
+# the search records keep no quartiles: the GPU names the spread they are judged with
+H200 = {"gpu_name": "NVIDIA H200"}
+
 
 def final_section(rejected: str) -> dict:
     """A shape's final (engine.execution.final.final_summary) whose checks rejected one kernel."""
@@ -45,7 +48,9 @@ def final_section(rejected: str) -> dict:
 
 def results(**extra) -> CampaignResults:
     records = [record(FAST, seconds=0.5), record(SLOWER, seconds=0.7)]
-    return CampaignResults(title="t", problems=(PROBLEM,), records={PROBLEM.key: records}, **extra)
+    return CampaignResults(
+        title="t", problems=(PROBLEM,), records={PROBLEM.key: records}, environment=H200, **extra
+    )
 
 
 def names(out: Path) -> list[str]:
@@ -96,7 +101,10 @@ def test_no_admissible_kernel_bundles_nothing_and_names_the_best_left_out(tmp_pa
 def test_a_model_written_record_stored_without_its_source_is_left_out_not_an_error(tmp_path):
     lost = record(None, seconds=0.3, name="llm_0123456789abcdef", family="llm")
     found = CampaignResults(
-        title="t", problems=(PROBLEM,), records={PROBLEM.key: [lost, record(FAST, seconds=0.5)]}
+        title="t",
+        problems=(PROBLEM,),
+        records={PROBLEM.key: [lost, record(FAST, seconds=0.5)]},
+        environment=H200,
     )
     out = tmp_path / "b.zip"
     contents = build_bundle(found, out)

@@ -120,6 +120,7 @@ def test_a_campaign_over_ms_bundles_kernels_with_their_m_ranges(tmp_path: Path):
         title="m",
         problems=tuple(db.problems("m")),
         records={p.key: db.candidates("m", p.key) for p in problems},
+        environment={"gpu_name": "NVIDIA H200"},
     )
     db.close()
     kernels = best_kernels(results)

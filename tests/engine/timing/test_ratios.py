@@ -9,19 +9,23 @@ from engine.timing.ratios import (
     FASTER,
     SLOWER,
     TIED,
+    UNMEASURED,
     Choice,
     Session,
     ShapeBest,
     Timing,
     choose,
     headline,
+    measured_spread,
     preferred,
     ratio,
 )
 
 
 def session(name: str, kernel: float, autotune: float, protocol: str = "device") -> Session:
-    return Session(name, protocol, Timing(kernel), {"cublaslt_autotune": Timing(autotune)})
+    """A session on the H200, whose device-protocol spread was measured (MEASURED_SPREAD)."""
+    timings = {"cublaslt_autotune": Timing(autotune)}
+    return Session(name, protocol, Timing(kernel), timings, environment="NVIDIA H200")
 
 
 def test_a_ratio_whose_quartile_interval_holds_one_is_a_tie():
@@ -39,9 +43,27 @@ def test_a_ratio_clear_of_the_noise_is_a_win_or_a_loss():
     assert ratio(Timing(0.9e-4, 0.89e-4, 0.91e-4), Timing(1e-4, 0.99e-4, 1.01e-4)).verdict == SLOWER
 
 
-def test_without_quartiles_only_equal_times_tie():
+def test_without_quartiles_or_a_measured_spread_a_ratio_has_no_verdict():
     assert ratio(Timing(5.504e-6), Timing(5.504e-6)).verdict == TIED
-    assert ratio(Timing(5.504e-6), Timing(5.536e-6)).verdict == SLOWER
+    r = ratio(Timing(1.0001e-4), Timing(1e-4))
+    assert (r.verdict, r.noise) == (UNMEASURED, "no noise measured")  # never "faster"
+    assert ratio(Timing(5.504e-6), Timing(5.536e-6)).verdict == UNMEASURED
+
+
+def test_without_quartiles_the_spread_measured_on_that_gpu_decides():
+    assert measured_spread("device", "NVIDIA H200") == pytest.approx(0.02)
+    assert measured_spread("device", "NVIDIA H100 80GB HBM3") is None
+    assert measured_spread("offline", "NVIDIA H200") is None
+    on_h200 = Session("final", "device", Timing(1e-4), {"torch": Timing(1.002e-4)}, "NVIDIA H200")
+    assert on_h200.ratios()["torch"].verdict == TIED  # ×1.002: inside the 2 % spread
+    assert "spread 2%" in on_h200.ratios()["torch"].noise
+    clear = Session("final", "device", Timing(1e-4), {"torch": Timing(1.05e-4)}, "NVIDIA H200")
+    assert clear.ratios()["torch"].verdict == FASTER
+    elsewhere = Session("final", "device", Timing(1e-4), {"torch": Timing(1.05e-4)}, "H100")
+    assert elsewhere.ratios()["torch"].verdict == UNMEASURED
+    given = Session("final", "offline", Timing(1e-4), {"torch": Timing(1.05e-4)}, spread=0.1)
+    assert given.ratios()["torch"].verdict == TIED
+    assert Session.from_dict(given.to_dict()) == given  # the spread survives Problem.best
 
 
 def test_timings_read_numbers_and_mappings_and_refuse_missing_times():

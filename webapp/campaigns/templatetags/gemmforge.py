@@ -12,12 +12,21 @@ from django.utils.safestring import mark_safe
 from django.utils.text import Truncator
 
 register = template.Library()
-CLASSES = {"faster": "win", "tied": "tie", "slower": "loss"}
+CLASSES = {"faster": "win", "tied": "tie", "slower": "loss", "unmeasured": "unmeasured"}
+MARKS = {"tied": " ≈", "unmeasured": " ?"}
+UNMEASURED_TITLE = "no noise measured for this session's protocol and GPU: no verdict"
+
+
+HOST_TIMED = (
+    "host-timed: includes each call's launch and synchronisation overhead, so it is not a "
+    "kernel speed"
+)
 
 
 @register.filter
-def ratio(value: Any) -> str:
-    """×1.023 coloured by its verdict (a Ratio, or its dict); an em dash where there is none."""
+def ratio(value: Any, host_timed: bool = False) -> str:
+    """×1.023 coloured by its verdict (a Ratio, or its dict); an em dash where there is none.
+    A host-timed ratio (``host_timed``) is never coloured as a win or a loss."""
     if value is None:
         return "—"
     data = value.to_dict() if hasattr(value, "to_dict") else value
@@ -28,12 +37,19 @@ def ratio(value: Any) -> str:
     title = verdict
     if low is not None and high is not None:
         title += f" (interquartile interval {low:.3f}–{high:.3f})"
+    elif verdict == "unmeasured":
+        title = UNMEASURED_TITLE
+    elif data.get("noise"):
+        title += f" ({data['noise']})"
+    if host_timed:
+        shown = f"{data['value']:.3f}"
+        return format_html('<span class="host-timed" title="{}">×{}</span>', HOST_TIMED, shown)
     return format_html(
         '<span class="{}" title="{}">×{}{}</span>',
         CLASSES.get(verdict, ""),
         title,
         f"{data['value']:.3f}",
-        " ≈" if verdict == "tied" else "",
+        MARKS.get(verdict, ""),
     )
 
 
@@ -77,15 +93,17 @@ def _value(value: Any) -> str:
     return "" if value is None else repr(float(value))
 
 
-def _cell(index: int, value: float | None, verdict: str | None) -> str:
-    """One ratio cell; numbers and a verdict from a fixed set only, so nothing to escape."""
+def _cell(baseline: str, value: float | None, verdict: str | None) -> str:
+    """One ratio cell; a baseline key, numbers and a verdict from fixed sets only, so nothing
+    to escape."""
     if value is None:
-        return f'<td class="num" data-best-index="{index}" data-value="">—</td>'
+        return f'<td class="num" data-baseline="{baseline}" data-value="">—</td>'
     css = CLASSES.get(verdict or "", "")
-    tie = " ≈" if verdict == "tied" else ""
+    mark = MARKS.get(verdict or "", "")
+    title = f' title="{UNMEASURED_TITLE}"' if verdict == "unmeasured" else ""
     return (
-        f'<td class="num" data-best-index="{index}" data-value="{float(value)!r}">'
-        f'<span class="{css}">×{value:.3f}{tie}</span></td>'
+        f'<td class="num" data-baseline="{baseline}" data-value="{float(value)!r}">'
+        f'<span class="{css}"{title}>×{value:.3f}{mark}</span></td>'
     )
 
 
@@ -110,15 +128,16 @@ def shape_rows(problems: Any, live: bool) -> str:
                 f'<td class="small" data-field="waiting">{escape(p.waiting or "—")}</td>'
                 f'<td class="num" data-value="{_value(p.eta_s)}">{duration(p.eta_s)}</td>'
             )
-        cells = "".join(_cell(i, value, verdict) for i, (value, verdict, _) in enumerate(p.cells))
+        cells = "".join(_cell(b, value, verdict) for b, value, verdict in p.cells)
         tflops = "—" if row["tflops"] is None else f"{row['tflops']:.1f}"
         rows.append(
-            f'<tr data-problem="{int(p.id)}"><td><a href="{_url("problem-detail", int(p.id))}">'
-            f"<code>{escape(p.shape)}</code></a></td><td>{escape(p.layout.upper())}</td>"
+            f'<tr data-problem="{int(p.id)}"><th scope="row" class="shape-cell">'
+            f'<a href="{_url("problem-detail", int(p.id))}"><code>{escape(p.shape)}</code></a> '
+            f'<span class="muted small">{escape(p.layout.upper())}</span></th>{cells}'
             f'<td data-field="status_label">{escape(p.get_status_display())}</td>'
             f'<td class="num" data-field="candidates">{int(p.candidate_count)}</td>{waits}'
             f'<td>{kernel}</td><td class="num" data-value="{_value(row["seconds"])}">'
             f"{microseconds(row['seconds'])}</td>"
-            f'<td class="num" data-value="{_value(row["tflops"])}">{tflops}</td>{cells}</tr>'
+            f'<td class="num" data-value="{_value(row["tflops"])}">{tflops}</td></tr>'
         )
     return mark_safe("\n".join(rows))  # numbers, fixed markup and escaped strings only

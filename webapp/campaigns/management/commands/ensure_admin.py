@@ -5,6 +5,8 @@ import secrets
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
+from webapp.accounts.one_time import one_time_password_set
+
 
 class Command(BaseCommand):
     help = "Create 'admin' with a random password if no superuser exists; print how to log in."
@@ -32,9 +34,10 @@ class Command(BaseCommand):
                 f"'manage.py createsuperuser' or pass --username"
             )
         password = secrets.token_urlsafe(12)
-        User.objects.create_superuser(username=username, email="", password=password)
+        admin = User.objects.create_superuser(username=username, email="", password=password)
+        one_time_password_set(user=admin)
         self.stdout.write(
             f"Created superuser {username!r} with one-time password: {password}\n"
-            f"Log in at {login_url}, then change it (admin page, or "
-            f".venv/bin/python manage.py changepassword {username})."
+            f"Log in at {login_url}: the first login asks you to choose a new password "
+            f"(or set one now: .venv/bin/python manage.py changepassword {username})."
         )
