@@ -103,7 +103,9 @@ class SeedProposer:
         policy: Policy | None = None,
     ) -> None:
         self.mirror = MirrorProposer(targets or {})
-        self.recorded = {k: list(v) for k, v in (recorded or load_recorded_kernels()).items()}
+        if recorded is None:
+            recorded = load_recorded_kernels()
+        self.recorded = {k: list(v) for k, v in recorded.items()}
         self.policy = policy
         self.borrowed: set[str] = set()  # problems whose targets are a nearby problem's
 

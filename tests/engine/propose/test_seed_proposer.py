@@ -250,3 +250,12 @@ def test_a_default_mix_round_one_reaches_every_family_of_a_hopper_library_space(
     assert sum(p.proposer == "seed" for p in batch) >= 3
     inductor = {c.name for c in inductor_configs(SMALL)}
     assert any(p.config.name in inductor for p in batch if p.proposer == "seed")
+
+
+def test_a_family_without_prior_picks_still_gets_its_floor_from_its_members():
+    space = library_space()
+    seed = SeedProposer(recorded={})  # no cuBLASLt kernel known or recorded: no CUTLASS prior
+    assert seed.priors(SMALL, space, "sm90") == []
+    triton = [Proposal(c, "rl") for c in space.configs if c.FAMILY == "triton"][:3]
+    out = floor(triton, space, 3, seed=seed)
+    assert [p.config.FAMILY for p in out] == ["triton", "triton", "sm90"]
