@@ -29,11 +29,12 @@ from engine.execution.executor import CompiledCandidate, GpuExecutor, Outcome
 from engine.execution.reward import reward_of
 from engine.outcomes import CandidateRecord, CandidateStatus
 from engine.problem import Problem
+from engine.propose.mix import DEFAULT_MIX
 from engine.propose.proposers import Proposal, Proposer, propose_batch
+from engine.propose.seed import FAMILY_FLOOR, SeedProposer, with_family_floor
 from engine.propose.space import SearchSpace
 from engine.timing.baseline_names import NVIDIA
 
-DEFAULT_MIX = {"rl": 0.5, "evolve": 0.3, "random": 0.2}
 DEFAULT_BASELINE = "cublaslt_autotune"
 FAILURE_REWARD = -2.0  # log speedup of 0.14x: below every recorded kernel but a few
 # A shape's budget is spent in at least this many rounds, so that the policy's online update and
@@ -135,6 +136,8 @@ class RoundSettings:
     baseline: str = DEFAULT_BASELINE
     failure_reward: float = FAILURE_REWARD
     seed: int = 0
+    # candidates of each searched family a round until the family is measured on the shape
+    family_floor: int = FAMILY_FLOOR
 
     def __post_init__(self) -> None:
         if self.baseline not in NVIDIA:  # the search's GPU steps time these, not TORCH_TUNED
@@ -167,6 +170,7 @@ class Round:
         self.proposers = dict(proposers)
         self.learner = learner
         self.compiler = compiler
+        self._floor_seed: SeedProposer | None = None
 
     # -- propose --------------------------------------------------------------------------------
     def room(self, history: Sequence[CandidateRecord], in_flight: int = 0) -> int:
@@ -183,21 +187,38 @@ class Round:
         in_flight: int = 0,
     ) -> list[Proposal]:
         """Round ``round_no``'s batch: up to the batch size (and the budget's room) of untried
-        configs, from the proposers by the mix."""
+        configs, from the proposers by the mix, with the family floor (each searched family
+        tried until measured: engine.propose.seed.with_family_floor)."""
         s = self.settings
         room = self.room(history, in_flight)
         if room <= 0:
             return []
-        return propose_batch(
-            self.proposers,
-            s.mix,
+        n = min(s.batch_size, room)
+        rng = round_rng(s.seed, problem.key, round_no)
+        batch = propose_batch(
+            self.proposers, s.mix, problem, space, n, history=history, exclude=exclude, rng=rng
+        )
+        return with_family_floor(
+            batch,
             problem,
             space,
-            min(s.batch_size, room),
+            n,
             history=history,
             exclude=exclude,
-            rng=round_rng(s.seed, problem.key, round_no),
+            rng=rng,
+            seed=self.seed_proposer(),
+            floor=s.family_floor,
         )
+
+    def seed_proposer(self) -> SeedProposer:
+        """The mix's seed proposer, else one of this round's own (its picks fill the floor)."""
+        seed = self.proposers.get("seed")
+        if isinstance(seed, SeedProposer):
+            return seed
+        if self._floor_seed is None:
+            rl = self.proposers.get("rl")
+            self._floor_seed = SeedProposer(policy=getattr(rl, "policy", None))
+        return self._floor_seed
 
     # -- compile and execute ----------------------------------------------------------------------
     def compile(

@@ -25,7 +25,7 @@ import functools
 import itertools
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import ClassVar
 
 from engine.codegen.base import TEMPLATES, KernelConfig, Validity, invalid
@@ -292,3 +292,48 @@ def inductor_configs(problem: Problem) -> list[TritonConfig]:
 
 def _next_power_of_2(value: int) -> int:
     return 1 << max(0, value - 1).bit_length()
+
+
+# Inductor's decompose-K (torch/_inductor/utils.py ``use_decompose_k_choice``, ``get_k_splits``):
+# where K is at least 32 times M and N, max-autotune also tries K cut into d parts (a batched mm
+# and a sum), d dividing K with each part at least 128 long, powers-of-two parts first, at most
+# 10 of them; at 64 times it drops the plain mm template.
+INDUCTOR_DECOMPOSE_K_RATIO = 32
+INDUCTOR_DECOMPOSE_K_SPLITS = 10
+INDUCTOR_DECOMPOSE_K_MIN_PART = 128
+
+
+def inductor_k_splits(problem: Problem) -> list[int]:
+    """The K splits Inductor's decompose-K tries on ``problem`` (empty where it does not)."""
+    ratio = INDUCTOR_DECOMPOSE_K_RATIO
+    m, n, k = problem.m, problem.n, problem.k
+    if k < ratio * m or k < ratio * n:
+        return []
+    powers, multiples_of_32, rest = [], [], []
+    for d in range(2, min(k // m, k // n) + 1):
+        part = k // d
+        if k % d or part < INDUCTOR_DECOMPOSE_K_MIN_PART:
+            continue
+        if part & (part - 1) == 0:
+            powers.append(d)
+        elif part % 32 == 0:
+            multiples_of_32.append(d)
+        else:
+            rest.append(d)
+    return (powers + multiples_of_32 + rest)[:INDUCTOR_DECOMPOSE_K_SPLITS]
+
+
+def inductor_split_configs(problem: Problem) -> list[TritonConfig]:
+    """Inductor's decompose-K choices in our space: each of its K splits that the family offers,
+    as the in-kernel split-K of the mm configs Inductor would try on one part (M×N×K/d)."""
+    splits = TritonConfig.SPACE["splits"]
+    out: dict[str, TritonConfig] = {}
+    for d in inductor_k_splits(problem):
+        if d not in splits:
+            continue
+        part = Problem(problem.m, problem.n, problem.k // d, problem.layout)
+        for config in inductor_configs(part):
+            split = replace(config, splits=d, even_k=problem.k % config.tile_k == 0)
+            if split.is_valid(problem):
+                out.setdefault(split.name, split)
+    return list(out.values())

@@ -16,8 +16,14 @@ from engine.propose.proposers import (
     RandomProposer,
     TransferProposer,
 )
+from engine.propose.seed import SeedProposer
 
-PROPOSER_NAMES = ("rl", "evolve", "random", "transfer")
+PROPOSER_NAMES = ("seed", "rl", "evolve", "random", "transfer")
+# The mix of `engine optimize` and of the dashboard's campaigns: each family's prior picks in a
+# shape's first round, the learned policy, evolution of what was measured, and a little uniform
+# exploration. A share a proposer cannot fill goes to the next one listed: evolve's in the first
+# round (nothing measured yet) to the seed, the seed's after it to the policy.
+DEFAULT_MIX = {"evolve": 0.2, "seed": 0.25, "rl": 0.4, "random": 0.15}
 # Proposers that need inputs a campaign launched from the dashboard does not have (the CLI's).
 INPUT_PROPOSER_NAMES = ("mirror",)
 
@@ -31,10 +37,13 @@ def make_proposers(
 ) -> dict[str, Proposer]:
     """The proposers a mix names ("rl" needs ``policy``; "transfer" starts from ``known``
     results of other problems; "mirror" from ``mirror_targets``, cuBLASLt's kernels per
-    problem, engine.propose.mirror.load_targets)."""
+    problem, engine.propose.mirror.load_targets; "seed" ranks its picks by ``policy`` where
+    given and copies cuBLASLt's kernels from ``mirror_targets`` where known)."""
     out: dict[str, Proposer] = {}
     for name in mix:
-        if name == "random":
+        if name == "seed":
+            out[name] = SeedProposer(mirror_targets, policy=policy)
+        elif name == "random":
             out[name] = RandomProposer()
         elif name == "evolve":
             out[name] = EvolveProposer()

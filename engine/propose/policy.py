@@ -303,7 +303,44 @@ class Policy:
             (loss / len(prepared)).backward()
             self.optimizer.step()
             history.append(expected / len(prepared))
+        self.start_unseen_at_mean([index for _, index, _, _ in prepared])
         return history
+
+    def start_unseen_at_mean(self, trained: Sequence[torch.Tensor]) -> None:
+        """Logits no trained config uses start at the mean of the trained ones, problem by
+        problem (the output layer is linear in the hidden state, so a mean of rows is a mean of
+        logits): an unseen value of a knob at the mean of that knob's trained values, and a
+        family with no trained config at the mean score of the trained configs (its knobs at
+        0). Left at 0, an unseen family or value would sit far below what training pushed up.
+
+        ``trained``: logit-index matrices (a row a config, as :meth:`indices`, padded with the
+        constant slot) of the training configs."""
+        import torch
+
+        layer = self.net[2]
+        used = {i for index in trained for i in index.flatten().tolist()} - {self.n_logits}
+        with torch.no_grad():
+            rows = torch.cat([layer.weight, layer.bias[:, None]], dim=1)
+            padded = torch.cat([rows, rows.new_zeros(1, rows.shape[1])])
+            scores = torch.cat([padded[index].sum(dim=1) for index in trained])
+            mean_score = scores.mean(dim=0)
+            for position, family in enumerate(self.families):
+                knobs = FAMILIES[family].SPACE
+                if position not in used:
+                    rows[position] = mean_score
+                    for knob, values in knobs.items():
+                        start = self.offsets[(family, knob)]
+                        rows[start : start + len(values)] = 0.0
+                    continue
+                for knob, values in knobs.items():
+                    start = self.offsets[(family, knob)]
+                    span = range(start, start + len(values))
+                    seen = [i for i in span if i in used]
+                    unseen = [i for i in span if i not in used]
+                    if seen and unseen:
+                        rows[unseen] = rows[seen].mean(dim=0)
+            layer.weight.copy_(rows[:, :-1])
+            layer.bias.copy_(rows[:, -1])
 
     # -- persistence -------------------------------------------------------------------------
     def clone(self) -> Policy:

@@ -270,4 +270,4 @@ def test_the_web_process_takes_the_engines_names_without_importing_torch():
     ran = subprocess.run(
         [sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True
     )
-    assert ran.stdout.split("\n")[-2] == "['evolve', 'random', 'rl', 'transfer'] False"
+    assert ran.stdout.split("\n")[-2] == "['evolve', 'random', 'rl', 'seed', 'transfer'] False"

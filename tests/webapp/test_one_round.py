@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from engine import cli
-from engine.campaign.round import round_rng
+from engine.campaign.round import Round, RoundSettings
 from engine.campaign.storage import SqliteStorage
 from engine.problem import Problem as EngineProblem
 from engine.propose.policy import (
@@ -143,10 +143,10 @@ def test_a_second_campaign_proposes_from_the_policy_the_first_one_updated(
     space = SearchSpace.from_configs(problem, table.configs_for(problem))
 
     def round0(policy: Policy) -> list[str]:
-        rng = round_rng(second.seed, problem.key, 0)
-        picks = PolicyProposer(policy).propose(
-            problem, space, 4, history=[], exclude=set(), rng=rng
-        )
+        # the policy's draw, with the family floor (each family until measured) the round adds
+        settings = RoundSettings(budget=16, batch_size=4, mix={"rl": 1.0}, seed=second.seed)
+        round_ = Round(settings, {"rl": PolicyProposer(policy)})
+        picks = round_.propose(problem, space, [], round_no=0, exclude=set())
         return [p.config.name for p in picks]
 
     assert proposed == round0(after_first)

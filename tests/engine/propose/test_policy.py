@@ -70,3 +70,69 @@ def test_a_policy_saved_for_another_knob_space_is_ignored(tmp_path):
     assert Policy.load(path, ["sm90", "sm80"]) is None
     path.write_bytes(b"not a checkpoint")
     assert Policy.load(path, ["sm80"]) is None
+
+
+def test_logits_pretraining_never_saw_start_at_the_mean_of_the_trained_ones():
+    from engine.codegen.sm80 import Sm80Config
+    from engine.codegen.triton import inductor_configs
+
+    left_out = Sm80Config.SPACE["stages"][-1]
+    space = SearchSpace(PROBLEM, [c for c in small_space(80).configs if c.stages != left_out])
+    rewards = {c.name: 0.3 - 0.05 * (i % 9) for i, c in enumerate(space.configs)}
+    policy = Policy(["sm90", "sm80", "triton"], seed=1)
+    policy.pretrain([(PROBLEM, space, rewards)], steps=100)
+    logits = policy.logits(PROBLEM).detach()
+    trained_scores = policy.scores(PROBLEM, space).detach()
+    # a family no training config belonged to: each of its configs scores the trained mean
+    triton = SearchSpace.from_configs(PROBLEM, inductor_configs(PROBLEM))
+    assert torch.allclose(
+        policy.scores(PROBLEM, triton).detach(),
+        trained_scores.mean().expand(len(triton)),
+        atol=1e-4,
+    )
+    assert abs(trained_scores.mean().item()) > 0.1  # not merely 0, as an untrained logit is
+    # a knob value no training config had: the mean of that knob's trained values
+    seen = sorted({c.stages for c in space.configs})
+    unseen = [v for v in Sm80Config.SPACE["stages"] if v not in seen]
+    assert left_out in unseen
+    start = policy.offsets[("sm80", "stages")]
+    values = list(Sm80Config.SPACE["stages"])
+    trained = torch.stack([logits[start + values.index(v)] for v in seen])
+    for value in unseen:
+        assert torch.isclose(logits[start + values.index(value)], trained.mean(), atol=1e-5)
+    # the same holds for another problem: rows of the output layer, not one problem's logits
+    other = Problem.parse("256x512x8192", "tn")
+    other_space = SearchSpace(other, space.configs)
+    other_triton = SearchSpace.from_configs(other, inductor_configs(other))
+    assert torch.allclose(
+        policy.scores(other, other_triton).detach(),
+        policy.scores(other, other_space).detach().mean().expand(len(other_triton)),
+        atol=1e-4,
+    )
+
+
+def family_mass(policy: Policy, problem: Problem, space: SearchSpace) -> dict[str, float]:
+    mass: dict[str, float] = {}
+    for name, p in policy.probabilities(problem, space).items():
+        family = space.config(name).FAMILY
+        mass[family] = mass.get(family, 0.0) + p
+    return mass
+
+
+def test_the_shipped_policy_reaches_triton_on_a_small_shape_it_never_saw():
+    from engine.codegen.triton import inductor_configs
+    from engine.propose.policy import policy_families, pretrained_path
+
+    policy = Policy.load(pretrained_path("sm_90"), policy_families("sm_90"))
+    assert policy is not None, "the shipped policy is for another knob space: retrain it"
+    assert any("triton" in source for source in policy.trained_on)
+    families = ("sm90", "sm80", "triton")
+    small = Problem.parse("96x384x192", "nn")  # in no recorded table
+    space = SearchSpace.library(small, families=families)
+    assert family_mass(policy, small, space)["triton"] > 0.2
+    probabilities = policy.probabilities(small, space)
+    ranked = sorted(probabilities, key=lambda name: -probabilities[name])
+    inductor = {c.name for c in inductor_configs(small)}
+    assert next(i for i, name in enumerate(ranked) if name in inductor) < 20
+    large = Problem.parse("4096x4096x4096", "nn")
+    assert family_mass(policy, large, SearchSpace.library(large, families=families))["sm90"] > 0.5
