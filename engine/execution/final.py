@@ -503,7 +503,8 @@ def final_choice(final: dict[str, Any]) -> tuple[str, str] | None:
             if n not in rejected and summary["seconds"].get(n)
         }
         if timed:
-            return min(timed, key=timed.__getitem__), protocol
+            # exact ties go to the first name, as engine.timing.ratios.rank breaks them
+            return min(timed, key=lambda n: (timed[n], n)), protocol
     return None
 
 

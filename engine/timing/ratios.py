@@ -257,7 +257,8 @@ def rank(
     timed = [b for c in pool for b in c.session.baselines]
     on = baseline if baseline in timed else max(sorted(set(timed)), key=timed.count)
     pool = [c for c in pool if on in c.session.baselines]
-    return sorted(pool, key=lambda c: (-c.ratios()[on].value, c.session.kernel.seconds))
+    # exact ties go to the first name, as the finals' choice breaks them
+    return sorted(pool, key=lambda c: (-c.ratios()[on].value, c.session.kernel.seconds, c.kernel))
 
 
 def choose(
