@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 
 from engine.codegen.base import KernelConfig
+from engine.codegen.longk import LongKConfig
 from engine.codegen.sm80 import Sm80Config
 from engine.codegen.sm90 import Sm90Config
 from engine.codegen.triton import TritonConfig, inductor_configs
@@ -256,7 +257,33 @@ def triton_library(layout: Layout) -> list[TritonConfig]:
     return [c for c in configs.values() if c.is_valid()]
 
 
-LIBRARIES = {"sm90": sm90_library, "sm80": sm80_library, "triton": triton_library}
+# Cluster split-K for long K and few output tiles (engine/codegen/longk.py): tiles 64 x 16…256
+# with 2–16 splits, so that tiles × splits covers the 132 SMs about once on the long-K shapes
+# (128×128: 64×32 tiles × 16 splits = 128 CTAs; 512×256: 64×64 × 4 or 64×128 × 8), at two
+# pipeline depths; swapped (M on the wgmma N side) for tiles 16–64 wide, for M below 64.
+LONGK_TILES = (16, 32, 64, 128, 256)
+LONGK_SPLITS = (2, 4, 8, 16)
+LONGK_STAGES = (4, 6)
+LONGK_SWAPPED_TILES = (16, 32, 64)
+
+
+def longk_library(layout: Layout) -> list[LongKConfig]:
+    configs = [
+        LongKConfig(layout=layout, tile_n=tile, stages=stages, splits=splits, swap=swap)
+        for tile, splits, stages, swap in itertools.product(
+            LONGK_TILES, LONGK_SPLITS, LONGK_STAGES, (False, True)
+        )
+        if not swap or (tile in LONGK_SWAPPED_TILES and stages == LONGK_STAGES[0])
+    ]
+    return [c for c in configs if c.is_valid()]
+
+
+LIBRARIES = {
+    "sm90": sm90_library,
+    "sm80": sm80_library,
+    "triton": triton_library,
+    "longk": longk_library,
+}
 
 
 def library(family: str, layout: Layout, limit: int | None = None) -> list[KernelConfig]:
