@@ -2,11 +2,13 @@
 throughput, achieved occupancy, L2 hit rate, warp stall reasons (GPU only; ncu must be on PATH).
 
     python3 bench/longk_profile.py --out DIR [--pairs SHAPE/TILE_N/STAGES/SPLITS/SWAP,...]
+        [--best-of longk.json --shapes N]
 
-Each pair names a shape (NN) and a longk config; the kernel is built (or found in the cache),
-run under ``ncu --clock-control none`` (caches flushed before each profiled launch, ncu's default)
-with fresh random inputs, and the same shape is profiled through torch.matmul. One text report
-per run under DIR, and a summary (the metrics above, per kernel) in DIR/longk-profile.json.
+Each pair names a shape (NN) and a longk config (``--best-of``: the fastest longk config of
+each of the first N shapes of a bench/longk_bench.py report); the kernel is built (or found in
+the cache), run under ``ncu --clock-control none`` (caches flushed before each profiled
+launch, ncu's default) with fresh random inputs, and the same shape is profiled through
+torch.matmul. One text report per run under DIR, and a summary (the metrics above, per kernel) in DIR/longk-profile.json.
 """
 
 from __future__ import annotations
@@ -110,10 +112,29 @@ def profile(target: str, shape: str, out: Path, tag: str) -> dict[str, object]:
     return {"shape": shape, "target": tag, "rc": result.returncode, **summarise(text)}
 
 
+def best_pairs(report: dict, count: int) -> list[str]:
+    """The fastest longk config of each of the first ``count`` shapes of a longk_bench report, as
+    SHAPE/TILE_N/STAGES/SPLITS/SWAP."""
+    pattern = re.compile(r"hgemm_longk_(\d+)x(\d+)x64_s(\d+)_nn_cluster(\d+)(_swap)?$")
+    pairs = []
+    for shape in report.get("shapes", [])[:count]:
+        speedups = shape.get("speedups", {})
+        ranked = sorted((n for n in speedups if pattern.match(n)), key=speedups.get, reverse=True)
+        if not ranked:
+            continue
+        tm, tn, stages, splits, swap = pattern.match(ranked[0]).groups()
+        tile_n = tm if swap else tn
+        problem = shape["problem"].split("_")[0]  # "128x128x16384_nn"
+        pairs.append(f"{problem}/{tile_n}/{stages}/{splits}/{1 if swap else 0}")
+    return pairs
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("."))
     parser.add_argument("--pairs", default=DEFAULT_PAIRS)
+    parser.add_argument("--best-of", type=Path, help="a longk_bench.py report")
+    parser.add_argument("--shapes", type=int, default=3, help="with --best-of: how many")
     parser.add_argument("--run", help=argparse.SUPPRESS)
     parser.add_argument("--shape", help=argparse.SUPPRESS)
     parser.add_argument("--reps", type=int, default=4, help=argparse.SUPPRESS)
@@ -127,8 +148,11 @@ def main(argv: list[str] | None = None) -> int:
     from engine.problem import Layout
 
     args.out.mkdir(parents=True, exist_ok=True)
+    pairs = args.pairs.split(",")
+    if args.best_of and args.best_of.exists():
+        pairs = best_pairs(json.loads(args.best_of.read_text()), args.shapes) or pairs
     rows = []
-    for pair in args.pairs.split(","):
+    for pair in pairs:
         shape, tile_n, stages, splits, swap = pair.split("/")
         config = LongKConfig(
             layout=Layout.NN,

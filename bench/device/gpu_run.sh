@@ -358,7 +358,7 @@ if [[ $stage == longk ]]; then  # cluster split-K (the longk family) beside the 
 fi
 if [[ $stage == longk-profile ]]; then  # Nsight Compute on the named longk kernels (LONGK_PROFILE:
   # shape=config,...), DRAM throughput, occupancy, L2 hit rate and stall reasons
-  python3 bench/longk_profile.py --out "$OUT" ${LONGK_PROFILE:+--pairs "$LONGK_PROFILE"} 2>&1 \
+  python3 bench/longk_profile.py --out "$OUT" --best-of "$OUT/longk.json" ${LONGK_PROFILE:+--pairs "$LONGK_PROFILE"} 2>&1 \
     | tee "$OUT/longk-profile.log" | tail -60 || status=1
 fi
 if [[ $stage == stack ]]; then  # a campaign through web, Redis and Celery workers
