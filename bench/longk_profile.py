@@ -8,7 +8,8 @@ Each pair names a shape (NN) and a longk config (``--best-of``: the fastest long
 each of the first N shapes of a bench/longk_bench.py report); the kernel is built (or found in
 the cache), run under ``ncu --clock-control none`` (caches flushed before each profiled
 launch, ncu's default) with fresh random inputs, and the same shape is profiled through
-torch.matmul. One text report per run under DIR, and a summary (the metrics above, per kernel) in DIR/longk-profile.json.
+torch.matmul. One text report per run under DIR, and a summary (the metrics above, per
+kernel) in DIR/longk-profile.json.
 """
 
 from __future__ import annotations
