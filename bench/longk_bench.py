@@ -42,7 +42,7 @@ SHAPES = "128x128x16384,512x256x8192,256x256x8192,128x256x12288,64x512x16384,256
 
 def baseline_configs(layout: Layout) -> list[Any]:
     """The sm80 deep split-K tiles at 4 stages with each reduction at 8 and 16 splits (the
-    cluster one also at 4), and the Triton family's split-K configs at 4 to 16 splits."""
+    cluster one also at 4), and the Triton family's split-K configs at 8 and 16 splits."""
     tiles = {(tm, tn, tk) for tm, tn, tk, _, _ in SM80_DEEP_SPLIT_TILES}
     sm80 = [
         c
@@ -55,7 +55,7 @@ def baseline_configs(layout: Layout) -> list[Any]:
     triton = [
         c
         for c in library("triton", layout)
-        if c.splits >= 4 and ((c.tile_m, c.tile_n, c.tile_k) in triton_tiles or c.loads == "tma")
+        if c.splits >= 8 and ((c.tile_m, c.tile_n, c.tile_k) in triton_tiles or c.loads == "tma")
     ]
     return sm80 + triton
 
@@ -82,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--layout", default="nn", choices=("nn", "tn"))
     parser.add_argument("--device-seconds", type=float, default=1.0)
     parser.add_argument("--verify-jobs", type=int, default=12, help="verifiers at once")
+    parser.add_argument("--min-splits", type=int, default=1, help="skip configs with fewer")
     parser.add_argument("--compile-only", action="store_true", help="build, then stop")
     parser.add_argument("--jobs", type=int, default=2, help="compile jobs (--compile-only)")
     parser.add_argument("--out", type=Path, default=Path("longk.json"))
@@ -90,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     from engine.compilation.compile import compile_configs
 
     layout = Layout.parse(args.layout)
-    configs = configs_of(args.set, layout)
+    configs = [c for c in configs_of(args.set, layout) if c.splits >= args.min_splits]
     problems = [Problem.parse(shape, layout) for shape in args.shapes.split(",")]
     wanted = [c for c in configs if any(c.is_valid(p) for p in problems)]
     print(f"{len(wanted)} of {len(configs)} {args.set} configs valid for some shape", flush=True)
