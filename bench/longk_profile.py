@@ -105,8 +105,9 @@ def profile(target: str, shape: str, out: Path, tag: str) -> dict[str, object]:
         "--shape",
         shape,
     ]
-    if target == "torch":  # only the GEMM, not torch's own set-up kernels
-        command[3:3] = ["--kernel-name", "regex:gemm|Kernel|sm90|cutlass"]
+    # only the GEMM, not the kernels that draw the inputs
+    names = "regex:gemm|Kernel|sm90|cutlass" if target == "torch" else "regex:gemm_kernel"
+    command[3:3] = ["--kernel-name", names]
     result = subprocess.run(command, capture_output=True, text=True, timeout=240)
     text = result.stdout + result.stderr
     (out / f"ncu-{tag}.txt").write_text(text)

@@ -265,6 +265,12 @@ LONGK_TILES = (16, 32, 64, 128, 256)
 LONGK_SPLITS = (2, 4, 8, 16)
 LONGK_STAGES = (4, 6)
 LONGK_SWAPPED_TILES = (16, 32, 64)
+# The first H100 run (bench/results/2026-12-06-h100-longk, NOTES §25): every shape's best had 6
+# stages, 3–10 % ahead of the same tile with 4. Deeper pipelines, and the shallow ones padded to
+# one CTA an SM (more SMs streaming, the same bytes in flight per CTA).
+LONGK_DEEP_TILES = (32, 64, 128)
+LONGK_DEEP_STAGES = (8, 12)
+LONGK_DEEP_SPLITS = (4, 8, 16)
 
 
 def longk_library(layout: Layout) -> list[LongKConfig]:
@@ -274,6 +280,18 @@ def longk_library(layout: Layout) -> list[LongKConfig]:
             LONGK_TILES, LONGK_SPLITS, LONGK_STAGES, (False, True)
         )
         if not swap or (tile in LONGK_SWAPPED_TILES and stages == LONGK_STAGES[0])
+    ]
+    configs += [
+        LongKConfig(layout=layout, tile_n=tile, stages=stages, splits=splits)
+        for tile, splits, stages in itertools.product(
+            LONGK_DEEP_TILES, LONGK_DEEP_SPLITS, LONGK_DEEP_STAGES
+        )
+    ]
+    configs += [
+        LongKConfig(layout=layout, tile_n=tile, stages=stages, splits=splits, ctas_per_sm=1)
+        for tile, splits, stages in itertools.product(
+            LONGK_DEEP_TILES, LONGK_DEEP_SPLITS, LONGK_STAGES
+        )
     ]
     return [c for c in configs if c.is_valid()]
 

@@ -10,9 +10,12 @@ the tile over every CTA's copy through distributed shared memory and stores fp16
 workspace, the same split order for every element (deterministic).
 
 Knobs: the accumulator tile is 64 × ``tile_n`` (the wgmma M side is fixed at 64; N 16…256),
-``stages`` of 64-wide K tiles, ``splits`` (the cluster size, 1…16; above 8 is a non-portable
-cluster size the launcher opts in to), and ``swap``: compute Cᵀ = Bᵀ·Aᵀ so that M, the small
-dimension of a skinny problem, lies on the wgmma N side (the tile is then ``tile_n`` × 64 of C).
+``stages`` of 64-wide K tiles, ``ctas_per_sm`` (1 or 2: the launch asks for enough shared
+memory that no more CTAs share an SM, so that a cluster's CTAs spread over more SMs and more
+bytes are in flight per SM; 0: as many as fit), ``splits`` (the cluster size, 1…16; above 8
+is a non-portable cluster size the launcher opts in to), and ``swap``: compute Cᵀ = Bᵀ·Aᵀ so
+that M, the small dimension of a skinny problem, lies on the wgmma N side (the tile is then
+``tile_n`` × 64 of C).
 
 Hand-written CUDA with inline PTX (mbarrier, cp.async.bulk.tensor, wgmma), not CUTLASS's
 collective builder: the builder's kernels reduce split-K through a workspace (stream-K's
@@ -35,6 +38,7 @@ from engine.codegen.base import KernelConfig, Validity, invalid
 from engine.problem import Layout, Problem
 
 SMEM_LIMIT = 232448  # bytes of dynamic shared memory a block may opt in to on H100/H200
+SMEM_PER_SM = 233472  # 228 KiB of shared memory per SM
 TILE_M = 64  # the wgmma M side
 TILE_K = 64  # one 128-byte swizzle row of fp16
 ALIGN_SLACK = 1024  # the kernel aligns its shared memory to the 128-byte swizzle's 1024 bytes
@@ -72,15 +76,17 @@ class LongKConfig(KernelConfig):
     TEMPLATE: ClassVar[str] = "longk.cu.tmpl"
     SPACE: ClassVar[dict[str, tuple[object, ...]]] = {
         "tile_n": (16, 32, 64, 128, 192, 256),
-        "stages": (2, 3, 4, 5, 6, 8),
+        "stages": (2, 3, 4, 5, 6, 8, 10, 12),
         "splits": (1, 2, 3, 4, 6, 8, 12, 16),
         "swap": (False, True),
+        "ctas_per_sm": (0, 1, 2),
     }
 
     tile_n: int = 64
     stages: int = 4
     splits: int = 8
     swap: bool = False
+    ctas_per_sm: int = 0
 
     @classmethod
     def archs_for(cls, target: str | None = None) -> tuple[str, ...]:
@@ -105,6 +111,17 @@ class LongKConfig(KernelConfig):
         data = max(self.pipeline_bytes, self.partial_tile_bytes)
         return ALIGN_SLACK + data + 2 * self.stages * 8
 
+    @property
+    def smem_request(self) -> int:
+        """What the launch asks for: padded so that at most ``ctas_per_sm`` CTAs share an SM."""
+        if self.ctas_per_sm == 0:
+            return self.smem_bytes
+        return max(self.smem_bytes, SMEM_PER_SM // (self.ctas_per_sm + 1) - 1024 + 16)
+
+    def natural_ctas_per_sm(self) -> int:
+        """How many CTAs share an SM without padding (the runtime reserves 1 KiB a CTA)."""
+        return SMEM_PER_SM // (self.smem_bytes + 1024)
+
     def tile_mn(self) -> tuple[int, int]:
         """The output tile in C's orientation (M, N)."""
         return (self.tile_n, TILE_M) if self.swap else (TILE_M, self.tile_n)
@@ -120,6 +137,11 @@ class LongKConfig(KernelConfig):
             return invalid(f"{self.splits} CTAs in a cluster (> {MAX_CLUSTER})")
         if self.smem_bytes > SMEM_LIMIT:
             return invalid(f"{self.smem_bytes} B of shared memory exceed {SMEM_LIMIT} B")
+        if self.ctas_per_sm and self.natural_ctas_per_sm() <= self.ctas_per_sm:
+            return invalid(
+                f"ctas_per_sm={self.ctas_per_sm} changes nothing: {self.smem_bytes} B already "
+                f"leave room for only {self.natural_ctas_per_sm()} CTA(s) an SM"
+            )
         return self.fits(problem)
 
     # -- naming and rendering --------------------------------------------------------------
@@ -127,9 +149,10 @@ class LongKConfig(KernelConfig):
     def name(self) -> str:
         tm, tn = self.tile_mn()
         swap = "_swap" if self.swap else ""
+        occupancy = f"_occ{self.ctas_per_sm}" if self.ctas_per_sm else ""
         return (
             f"hgemm_longk_{tm}x{tn}x{TILE_K}_s{self.stages}_{self.layout.value}"
-            f"_cluster{self.splits}{swap}"
+            f"_cluster{self.splits}{swap}{occupancy}"
         )
 
     def substitutions(self) -> dict[str, str]:
@@ -148,6 +171,7 @@ class LongKConfig(KernelConfig):
             "stages": str(self.stages),
             "splits": str(self.splits),
             "swap": "true" if self.swap else "false",
+            "ctas_per_sm": str(self.ctas_per_sm),
             "b_kmajor": "true" if tn else "false",
             "swap_desc": swap_desc,
             "wgmma_code": wgmma_code(self.tile_n, p_k_major, q_k_major),
@@ -157,6 +181,6 @@ class LongKConfig(KernelConfig):
         fit = super().problem_fit(problem)
         tm, tn = self.tile_mn()
         ctas = math.ceil(problem.m / tm) * math.ceil(problem.n / tn) * self.splits
-        fit["ctas_per_sm"] = ctas / 132
+        fit["waves"] = ctas / 132
         fit["effective_splits"] = float(min(self.splits, math.ceil(problem.k / TILE_K)))
         return fit

@@ -77,6 +77,22 @@ def test_the_partial_tile_reuses_the_pipeline_memory():
     assert small.smem_bytes == 1024 + max(2 * 80 * 128, 64 * 24 * 4) + 32
 
 
+def test_one_cta_an_sm_pads_the_launchs_shared_memory_and_is_named():
+    config = LongKConfig(layout=NN, tile_n=64, stages=4, splits=16, ctas_per_sm=1)
+    assert config.name == "hgemm_longk_64x64x64_s4_nn_cluster16_occ1"
+    assert config.natural_ctas_per_sm() == 3
+    assert 2 * (config.smem_request + 1024) > 228 * 1024 >= config.smem_request + 1024
+    assert "constexpr int kCtasPerSm = 1;" in config.render()
+    two = LongKConfig(layout=NN, tile_n=32, stages=4, splits=8, ctas_per_sm=2)
+    assert 3 * (two.smem_request + 1024) > 228 * 1024 >= 2 * (two.smem_request + 1024)
+
+
+def test_it_rejects_an_occupancy_cap_that_changes_nothing():
+    deep = LongKConfig(layout=NN, tile_n=128, stages=6, ctas_per_sm=1)
+    assert deep.natural_ctas_per_sm() == 1
+    assert "changes nothing" in deep.is_valid().reason
+
+
 @pytest.mark.parametrize("swap", [False, True])
 @pytest.mark.parametrize("layout", [NN, TN])
 def test_the_operands_majorness_follows_layout_and_swap(layout, swap):
@@ -111,7 +127,7 @@ def test_the_library_is_valid_and_covers_the_long_k_shapes_in_one_wave():
     assert len({c.name for c in configs}) == len(configs)
     for shape in ("128x128x16384", "512x256x8192", "256x256x8192", "64x512x16384"):
         problem = Problem.parse(shape)
-        ctas = {c.problem_fit(problem)["ctas_per_sm"] * 132 for c in configs if c.is_valid(problem)}
+        ctas = {c.problem_fit(problem)["waves"] * 132 for c in configs if c.is_valid(problem)}
         assert any(120 <= n <= 132 for n in ctas), shape
     assert any(c.swap for c in configs)
     assert any(c.splits == 16 for c in configs)
