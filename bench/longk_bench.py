@@ -7,8 +7,7 @@ Sets of configs (``--set``, several separated by commas):
   through distributed shared memory) and the Triton family's split-K configs (the tile's last
   split reduces, one launch after a memset);
 - ``longk``: the longk family's library (Hopper cluster split-K, wgmma, TMA);
-- ``longk-all``: every longk config valid for the shape that the family's library rule keeps
-  (for sweeps).
+- ``sm80-cluster``: the baseline set's sm80 configs reduced inside a cluster.
 
 For each shape the set's configs valid for it are verified (the GPU step's verifier, fresh random
 inputs) and the verified ones are timed in the device protocol beside torch.matmul, cuBLAS and
@@ -64,7 +63,16 @@ def longk_configs(layout: Layout) -> list[Any]:
     return list(library("longk", layout))
 
 
-CONFIG_SETS = {"baseline": baseline_configs, "longk": longk_configs}
+def sm80_cluster_configs(layout: Layout) -> list[Any]:
+    """The sm80 family's deep split-K tiles reduced inside a cluster (the first baseline)."""
+    return [c for c in baseline_configs(layout) if getattr(c, "reduction", "") == "cluster"]
+
+
+CONFIG_SETS = {
+    "baseline": baseline_configs,
+    "longk": longk_configs,
+    "sm80-cluster": sm80_cluster_configs,
+}
 
 
 def configs_of(sets: str, layout: Layout) -> list[Any]:

@@ -1,7 +1,8 @@
 """The longk family (Hopper cluster split-K) on a real GPU: both layouts, swapped and not, tiles
-16 to 256 wide and 1 to 16 splits pass the verifier (fresh random inputs against an fp32
-reference) on shapes with M, N and K residues, need no workspace, and give the same result on
-every run (the splits are summed in a fixed order). Skipped without a GPU."""
+16 to 256 wide, 1 to 16 splits, 2 to 12 stages, one CTA an SM or more, pass the verifier (fresh
+random inputs against an fp32 reference) on shapes with M, N and K residues, need no workspace,
+and give the same result on every run (the splits are summed in a fixed order). Skipped without
+a GPU."""
 
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ CONFIGS = (
     LongKConfig(layout=Layout.NN, tile_n=256, stages=4, splits=4),
     LongKConfig(layout=Layout.NN, tile_n=16, stages=6, splits=3, swap=True),
     LongKConfig(layout=Layout.NN, tile_n=64, stages=2, splits=1),
+    LongKConfig(layout=Layout.NN, tile_n=64, stages=12, splits=8),
+    LongKConfig(layout=Layout.NN, tile_n=64, stages=4, splits=16, ctas_per_sm=1),
     LongKConfig(layout=Layout.TN, tile_n=128, stages=4, splits=8),
     LongKConfig(layout=Layout.TN, tile_n=64, stages=4, splits=12, swap=True),
 )
