@@ -1,8 +1,9 @@
 """Nsight Compute on longk kernels and on torch.matmul (cuBLAS) for the same shapes: DRAM
 throughput, achieved occupancy, L2 hit rate, warp stall reasons (GPU only; ncu must be on PATH).
 
-    python3 bench/longk_profile.py --out DIR [--pairs SHAPE/TILE_N/STAGES/SPLITS/SWAP,...]
-        [--best-of longk.json --shapes N]
+    python3 bench/longk_profile.py --out DIR
+        [--pairs SHAPE/TILE_N/STAGES/SPLITS/SWAP[/CTAS_PER_SM],...] [--best-of longk.json]
+        [--shapes N]
 
 Each pair names a shape (NN) and a longk config (``--best-of``: the fastest longk config of
 each of the first N shapes of a bench/longk_bench.py report); the kernel is built (or found in
@@ -116,18 +117,19 @@ def profile(target: str, shape: str, out: Path, tag: str) -> dict[str, object]:
 
 def best_pairs(report: dict, count: int) -> list[str]:
     """The fastest longk config of each of the first ``count`` shapes of a longk_bench report, as
-    SHAPE/TILE_N/STAGES/SPLITS/SWAP."""
-    pattern = re.compile(r"hgemm_longk_(\d+)x(\d+)x64_s(\d+)_nn_cluster(\d+)(_swap)?$")
+    SHAPE/TILE_N/STAGES/SPLITS/SWAP/CTAS_PER_SM."""
+    pattern = re.compile(r"hgemm_longk_(\d+)x(\d+)x64_s(\d+)_nn_cluster(\d+)(_swap)?(?:_occ(\d))?$")
     pairs = []
     for shape in report.get("shapes", [])[:count]:
         speedups = shape.get("speedups", {})
         ranked = sorted((n for n in speedups if pattern.match(n)), key=speedups.get, reverse=True)
         if not ranked:
             continue
-        tm, tn, stages, splits, swap = pattern.match(ranked[0]).groups()
+        tm, tn, stages, splits, swap, occupancy = pattern.match(ranked[0]).groups()
         tile_n = tm if swap else tn
         problem = shape["problem"].split("_")[0]  # "128x128x16384_nn"
-        pairs.append(f"{problem}/{tile_n}/{stages}/{splits}/{1 if swap else 0}")
+        swapped = 1 if swap else 0
+        pairs.append(f"{problem}/{tile_n}/{stages}/{splits}/{swapped}/{occupancy or 0}")
     return pairs
 
 
@@ -155,13 +157,14 @@ def main(argv: list[str] | None = None) -> int:
         pairs = best_pairs(json.loads(args.best_of.read_text()), args.shapes) or pairs
     rows = []
     for pair in pairs:
-        shape, tile_n, stages, splits, swap = pair.split("/")
+        shape, tile_n, stages, splits, swap, occupancy = [*pair.split("/"), "0"][:6]
         config = LongKConfig(
             layout=Layout.NN,
             tile_n=int(tile_n),
             stages=int(stages),
             splits=int(splits),
             swap=swap == "1",
+            ctas_per_sm=int(occupancy),
         )
         [built] = compile_configs([config], target_arch="sm_90")
         if not built.ok:

@@ -356,10 +356,14 @@ if [[ $stage == longk ]]; then  # cluster split-K (the longk family) beside the 
     | tee "$OUT/longk.log" | tail -80 || status=1
   pack_device_kernels
 fi
-if [[ $stage == longk-profile ]]; then  # Nsight Compute on the named longk kernels (LONGK_PROFILE:
-  # shape=config,...), DRAM throughput, occupancy, L2 hit rate and stall reasons
+if [[ $stage == longk-profile ]]; then  # Nsight Compute on each shape's fastest longk kernel of
+  # the longk stage's report (or LONGK_PROFILE: shape/tile_n/stages/splits/swap/ctas_per_sm,...):
+  # DRAM throughput, occupancy, L2 hit rate and stall reasons
   python3 bench/longk_profile.py --out "$OUT" --best-of "$OUT/longk.json" ${LONGK_PROFILE:+--pairs "$LONGK_PROFILE"} 2>&1 \
     | tee "$OUT/longk-profile.log" | tail -60 || status=1
+  # the same kernels, torch.matmul and an empty kernel timed alike: how much is the launch
+  python3 bench/longk_floor.py --best-of "$OUT/longk.json" --out "$OUT/longk-floor.json" 2>&1 \
+    | tee "$OUT/longk-floor.log" | tail -20 || status=1
 fi
 if [[ $stage == stack ]]; then  # a campaign through web, Redis and Celery workers
   bash bench/stack/stack_run.sh "$@" || status=1
