@@ -11,8 +11,10 @@ member passes its family's ``is_valid``; the library only narrows, it never wide
 from __future__ import annotations
 
 import itertools
+import math
 
 from engine.codegen.base import KernelConfig
+from engine.codegen.longk import TILE_M as TILE_ROWS
 from engine.codegen.longk import LongKConfig
 from engine.codegen.sm80 import Sm80Config
 from engine.codegen.sm90 import Sm90Config
@@ -294,6 +296,47 @@ def longk_library(layout: Layout) -> list[LongKConfig]:
         )
     ]
     return [c for c in configs if c.is_valid()]
+
+
+# The family's own picks for a problem, for proposers that seed a shape's first round with each
+# family's prior (as Inductor's heuristic configs are Triton's). From the first H100 run
+# (bench/results/2026-12-06-h100-longk): the fastest config of each of the six shapes had
+# 64–128 CTAs, 64-wide tiles on five of six, 6 stages on all six, and at least 512 K a split.
+LONGK_PRIOR_CTAS = (64, 128)
+LONGK_PRIOR_TILE = 64
+LONGK_PRIOR_STAGES = 6
+LONGK_PRIOR_MIN_K_PER_SPLIT = 512
+
+
+def longk_prior(problem: Problem, count: int = 4) -> list[LongKConfig]:
+    """Up to ``count`` longk library configs valid for ``problem``, each of another tiling (tile
+    and splits), that the first H100 run's winners resemble most: tiles × splits in 64–128
+    CTAs, a 64-wide tile (swapped: the narrowest that holds M), 6 stages, the most splits that
+    leave ≥ 512 K each; swapped only when M is below 64."""
+    low, high = LONGK_PRIOR_CTAS
+    swapped_width = max(16, 1 << max(problem.m - 1, 1).bit_length())
+
+    def rank(config: LongKConfig) -> tuple[float, ...]:
+        tm, tn = config.tile_mn()
+        ctas = -(-problem.m // tm) * -(-problem.n // tn) * config.splits
+        outside = max(math.log2(low / ctas), math.log2(ctas / high), 0.0)
+        thin_split = problem.k / config.splits < LONGK_PRIOR_MIN_K_PER_SPLIT
+        width = swapped_width if config.swap else LONGK_PRIOR_TILE
+        return (
+            outside,
+            float(thin_split),
+            float(config.swap != (problem.m < TILE_ROWS)),
+            abs(math.log2(config.tile_n / width)),
+            float(config.stages != LONGK_PRIOR_STAGES),
+            float(config.ctas_per_sm != 0),
+            -config.splits,
+        )
+
+    picks: dict[tuple[int, int, int], LongKConfig] = {}
+    valid = [c for c in longk_library(problem.layout) if c.is_valid(problem)]
+    for config in sorted(valid, key=rank):
+        picks.setdefault((*config.tile_mn(), config.splits), config)
+    return list(picks.values())[:count]
 
 
 LIBRARIES = {

@@ -155,3 +155,23 @@ def test_the_extremes_compile_to_wgmma_without_spills(engine_config):
         assert result.ok, (config.name, result.error, result.log[-3000:])
         assert not result.spills, config.name
         assert "C7510" not in result.log, config.name  # wgmma serialised by ptxas
+
+
+def test_the_prior_offers_distinct_tilings_that_fill_64_to_128_ctas():
+    from engine.codegen.library import longk_prior
+
+    problem = Problem(256, 256, 8192, NN)
+    picks = longk_prior(problem, count=4)
+    assert len(picks) == 4
+    assert all(c.is_valid(problem) for c in picks)
+    assert len({(*c.tile_mn(), c.splits) for c in picks}) == 4
+    for config in picks:
+        tm, tn = config.tile_mn()
+        assert 64 <= (256 // tm) * (256 // tn) * config.splits <= 128
+
+
+def test_the_prior_swaps_only_when_m_is_below_the_wgmma_m():
+    from engine.codegen.library import longk_prior
+
+    assert longk_prior(Problem(16, 4096, 16384, NN))[0].tile_mn() == (16, 64)
+    assert not any(c.swap for c in longk_prior(Problem(128, 128, 16384, NN)))
