@@ -4,7 +4,7 @@
 #   usage (on the device): bash bench/device/gpu_run.sh
 #     [tests|bench|clock|all|checks|families|campaign|library|smoke|library2|library3|resume|
 #      stack|bundle|grid64|profile|splitk|raster|reduction|tiles|cublaslt|interference|warm|
-#      baselines|timed|triton|fresh|offline|evenk]
+#      baselines|timed|triton|fresh|offline|evenk|longk|longk-profile]
 #   [extra args]
 set -uo pipefail  # pipefail: a pipeline's status is its first failing command's
 stage=${1:-all}; shift || true
@@ -15,7 +15,7 @@ if ls .whl/*.whl >/dev/null 2>&1; then
   export PYTHONPATH=/tmp/site
 fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
-if [[ $stage == library* || $stage =~ ^(smoke|checks|stack|bundle|resume|grid64|profile|splitk|raster|reduction|tiles|cublaslt|interference|warm|triton|fresh|offline|evenk)$ ]]; then
+if [[ $stage == library* || $stage =~ ^(smoke|checks|stack|bundle|resume|grid64|profile|splitk|raster|reduction|tiles|cublaslt|interference|warm|triton|fresh|offline|evenk|longk|longk-profile)$ ]]; then
   # inside the checkout (ignored): kept between calls while the lent machine stays warm
   export ENGINE_CACHE_DIR=$PWD/.cache/device
   mkdir -p "$ENGINE_CACHE_DIR/kernels"
@@ -350,6 +350,30 @@ if [[ $stage == triton ]]; then  # the triton family (Inductor's configs and a s
     --deadline "${TRITON_DEADLINE:-420}" --out "$OUT/triton.json" ${TRITON_ARGS:-} 2>&1 \
     | tee "$OUT/triton.log" | tail -45 || status=1
   pack_device_kernels
+fi
+if [[ $stage == longk ]]; then  # cluster split-K (the longk family) beside the sm80 and Triton
+  # split-K kernels and cuBLASLt on the long-K, few-tile shapes; the family's GPU tests first
+  # (when they fail, only the baselines are timed, unless LONGK_SET says otherwise)
+  timeout -k 10 "${LONGK_TESTS_SECONDS:-300}" python3 -m pytest -q -o addopts="" -p no:cacheprovider \
+    -m gpu tests/engine/codegen/test_gpu_longk.py >"$OUT/longk-tests.log" 2>&1
+  tests_rc=$?
+  tail -8 "$OUT/longk-tests.log"
+  sets=${LONGK_SET:-baseline,longk}
+  (( tests_rc == 0 )) || { status=1; sets=${LONGK_SET:-baseline}; }
+  # shellcheck disable=SC2086
+  python3 bench/longk_bench.py --set "$sets" --verify-jobs 12 \
+    --device-seconds "${LONGK_DEVICE_SECONDS:-2}" --out "$OUT/longk.json" ${LONGK_ARGS:-} 2>&1 \
+    | tee "$OUT/longk.log" | tail -80 || status=1
+  pack_device_kernels
+fi
+if [[ $stage == longk-profile ]]; then  # Nsight Compute on each shape's fastest longk kernel of
+  # the longk stage's report (or LONGK_PROFILE: shape/tile_n/stages/splits/swap/ctas_per_sm,...):
+  # DRAM throughput, occupancy, L2 hit rate and stall reasons
+  python3 bench/longk_profile.py --out "$OUT" --best-of "$OUT/longk.json" ${LONGK_PROFILE:+--pairs "$LONGK_PROFILE"} 2>&1 \
+    | tee "$OUT/longk-profile.log" | tail -60 || status=1
+  # the same kernels, torch.matmul and an empty kernel timed alike: how much is the launch
+  python3 bench/longk_floor.py --best-of "$OUT/longk.json" --out "$OUT/longk-floor.json" 2>&1 \
+    | tee "$OUT/longk-floor.log" | tail -20 || status=1
 fi
 if [[ $stage == stack ]]; then  # a campaign through web, Redis and Celery workers
   bash bench/stack/stack_run.sh "$@" || status=1

@@ -4,6 +4,7 @@ config renders from engine/cuda/templates/ (see base.py)."""
 from __future__ import annotations
 
 from engine.codegen.base import VALID, KernelConfig, Validity, invalid
+from engine.codegen.longk import LongKConfig
 from engine.codegen.sm80 import Sm80Config
 from engine.codegen.sm90 import Sm90Config
 from engine.codegen.triton import TritonConfig
@@ -12,6 +13,7 @@ FAMILIES: dict[str, type[KernelConfig]] = {
     Sm90Config.FAMILY: Sm90Config,
     Sm80Config.FAMILY: Sm80Config,
     TritonConfig.FAMILY: TritonConfig,
+    LongKConfig.FAMILY: LongKConfig,
 }
 
 
@@ -27,6 +29,7 @@ __all__ = [
     "FAMILIES",
     "VALID",
     "KernelConfig",
+    "LongKConfig",
     "Sm80Config",
     "Sm90Config",
     "TritonConfig",

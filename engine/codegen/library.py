@@ -11,8 +11,11 @@ member passes its family's ``is_valid``; the library only narrows, it never wide
 from __future__ import annotations
 
 import itertools
+import math
 
 from engine.codegen.base import KernelConfig
+from engine.codegen.longk import TILE_M as TILE_ROWS
+from engine.codegen.longk import LongKConfig
 from engine.codegen.sm80 import Sm80Config
 from engine.codegen.sm90 import Sm90Config
 from engine.codegen.triton import TritonConfig, inductor_configs
@@ -256,7 +259,92 @@ def triton_library(layout: Layout) -> list[TritonConfig]:
     return [c for c in configs.values() if c.is_valid()]
 
 
-LIBRARIES = {"sm90": sm90_library, "sm80": sm80_library, "triton": triton_library}
+# Cluster split-K for long K and few output tiles (engine/codegen/longk.py): tiles 64 x 16…256
+# with 2–16 splits, so that tiles × splits covers the 132 SMs about once on the long-K shapes
+# (128×128: 64×32 tiles × 16 splits = 128 CTAs; 512×256: 64×64 × 4 or 64×128 × 8), at two
+# pipeline depths; swapped (M on the wgmma N side) for tiles 16–64 wide, for M below 64.
+LONGK_TILES = (16, 32, 64, 128, 256)
+LONGK_SPLITS = (2, 4, 8, 16)
+LONGK_STAGES = (4, 6)
+LONGK_SWAPPED_TILES = (16, 32, 64)
+# The first H100 run (bench/results/2026-12-06-h100-longk, NOTES §27): every shape's best had 6
+# stages, 3–10 % ahead of the same tile with 4. Deeper pipelines, and the shallow ones padded to
+# one CTA an SM (more SMs streaming, the same bytes in flight per CTA).
+LONGK_DEEP_TILES = (32, 64, 128)
+LONGK_DEEP_STAGES = (8, 12)
+LONGK_DEEP_SPLITS = (4, 8, 16)
+
+
+def longk_library(layout: Layout) -> list[LongKConfig]:
+    configs = [
+        LongKConfig(layout=layout, tile_n=tile, stages=stages, splits=splits, swap=swap)
+        for tile, splits, stages, swap in itertools.product(
+            LONGK_TILES, LONGK_SPLITS, LONGK_STAGES, (False, True)
+        )
+        if not swap or (tile in LONGK_SWAPPED_TILES and stages == LONGK_STAGES[0])
+    ]
+    configs += [
+        LongKConfig(layout=layout, tile_n=tile, stages=stages, splits=splits)
+        for tile, splits, stages in itertools.product(
+            LONGK_DEEP_TILES, LONGK_DEEP_SPLITS, LONGK_DEEP_STAGES
+        )
+    ]
+    configs += [
+        LongKConfig(layout=layout, tile_n=tile, stages=stages, splits=splits, ctas_per_sm=1)
+        for tile, splits, stages in itertools.product(
+            LONGK_DEEP_TILES, LONGK_DEEP_SPLITS, LONGK_STAGES
+        )
+    ]
+    return [c for c in configs if c.is_valid()]
+
+
+# The family's own picks for a problem, for proposers that seed a shape's first round with each
+# family's prior (as Inductor's heuristic configs are Triton's). From the first H100 run
+# (bench/results/2026-12-06-h100-longk): the fastest config of each of the six shapes had
+# 64–128 CTAs, 64-wide tiles on five of six, 6 stages on all six, and at least 512 K a split.
+LONGK_PRIOR_CTAS = (64, 128)
+LONGK_PRIOR_TILE = 64
+LONGK_PRIOR_STAGES = 6
+LONGK_PRIOR_MIN_K_PER_SPLIT = 512
+
+
+def longk_prior(problem: Problem, count: int = 4) -> list[LongKConfig]:
+    """Up to ``count`` longk library configs valid for ``problem``, each of another tiling (tile
+    and splits), that the first H100 run's winners resemble most: tiles × splits in 64–128
+    CTAs, a 64-wide tile (swapped: the narrowest that holds M), 6 stages, the most splits that
+    leave ≥ 512 K each; swapped only when M is below 64."""
+    low, high = LONGK_PRIOR_CTAS
+    swapped_width = max(16, 1 << max(problem.m - 1, 1).bit_length())
+
+    def rank(config: LongKConfig) -> tuple[float, ...]:
+        tm, tn = config.tile_mn()
+        ctas = -(-problem.m // tm) * -(-problem.n // tn) * config.splits
+        outside = max(math.log2(low / ctas), math.log2(ctas / high), 0.0)
+        thin_split = problem.k / config.splits < LONGK_PRIOR_MIN_K_PER_SPLIT
+        width = swapped_width if config.swap else LONGK_PRIOR_TILE
+        return (
+            outside,
+            float(thin_split),
+            float(config.swap != (problem.m < TILE_ROWS)),
+            abs(math.log2(config.tile_n / width)),
+            float(config.stages != LONGK_PRIOR_STAGES),
+            float(config.ctas_per_sm != 0),
+            -config.splits,
+        )
+
+    picks: dict[tuple[int, int, int], LongKConfig] = {}
+    valid = [c for c in longk_library(problem.layout) if c.is_valid(problem)]
+    for config in sorted(valid, key=rank):
+        picks.setdefault((*config.tile_mn(), config.splits), config)
+    return list(picks.values())[:count]
+
+
+LIBRARIES = {
+    "sm90": sm90_library,
+    "sm80": sm80_library,
+    "triton": triton_library,
+    "longk": longk_library,
+}
 
 
 def library(family: str, layout: Layout, limit: int | None = None) -> list[KernelConfig]:

@@ -1,0 +1,184 @@
+"""Long K, few output tiles (M·N ≤ 2^20, K ≥ 4·max(M, N)): split-K kernels against cuBLASLt.
+
+Sets of configs (``--set``, several separated by commas):
+
+- ``baseline``: the sm80 family's deep split-K tiles with each split reduction (a second kernel,
+  the same launched with programmatic dependent launch, or one launch reduced inside a cluster
+  through distributed shared memory) and the Triton family's split-K configs (the tile's last
+  split reduces, one launch after a memset);
+- ``longk``: the longk family's library (Hopper cluster split-K, wgmma, TMA);
+- ``sm80-cluster``: the baseline set's sm80 configs reduced inside a cluster.
+
+For each shape the set's configs valid for it are verified (the GPU step's verifier, fresh random
+inputs) and the verified ones are timed in the device protocol beside torch.matmul, cuBLAS and
+cuBLASLt (heuristic and autotuned), interleaved in one child process (engine.campaign.final).
+
+    python3 bench/longk_bench.py --set baseline [--shapes ...] [--compile-only] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from engine.codegen.library import (  # noqa: E402
+    SM80_DEEP_SPLIT_TILES,
+    TRITON_SPLIT_TILES,
+    library,
+)
+from engine.problem import Layout, Problem  # noqa: E402
+
+BASELINE = "cublaslt_autotune"
+SHAPES = "128x128x16384,512x256x8192,256x256x8192,128x256x12288,64x512x16384,256x128x4096"
+
+
+def baseline_configs(layout: Layout) -> list[Any]:
+    """The sm80 deep split-K tiles at 4 stages with each reduction at 8 and 16 splits (the
+    cluster one also at 4), and the Triton family's split-K configs at 8 and 16 splits."""
+    tiles = {(tm, tn, tk) for tm, tn, tk, _, _ in SM80_DEEP_SPLIT_TILES}
+    sm80 = [
+        c
+        for c in library("sm80", layout)
+        if (c.tile_m, c.tile_n, c.tile_k) in tiles
+        and c.stages == 4
+        and (c.splits in (8, 16) or (c.splits == 4 and c.reduction == "cluster"))
+    ]
+    triton_tiles = {(tm, tn, tk) for tm, tn, tk, _, _ in TRITON_SPLIT_TILES}
+    triton = [
+        c
+        for c in library("triton", layout)
+        if c.splits >= 8 and ((c.tile_m, c.tile_n, c.tile_k) in triton_tiles or c.loads == "tma")
+    ]
+    return sm80 + triton
+
+
+def longk_configs(layout: Layout) -> list[Any]:
+    return list(library("longk", layout))
+
+
+def sm80_cluster_configs(layout: Layout) -> list[Any]:
+    """The sm80 family's deep split-K tiles reduced inside a cluster (the first baseline)."""
+    return [c for c in baseline_configs(layout) if getattr(c, "reduction", "") == "cluster"]
+
+
+CONFIG_SETS = {
+    "baseline": baseline_configs,
+    "longk": longk_configs,
+    "sm80-cluster": sm80_cluster_configs,
+}
+
+
+def configs_of(sets: str, layout: Layout) -> list[Any]:
+    configs: dict[str, Any] = {}
+    for name in sets.split(","):
+        for config in CONFIG_SETS[name](layout):
+            configs.setdefault(config.name, config)
+    return list(configs.values())
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--set", default="baseline", help="baseline, longk (comma-separated)")
+    parser.add_argument("--shapes", default=SHAPES)
+    parser.add_argument("--layout", default="nn", choices=("nn", "tn"))
+    parser.add_argument("--device-seconds", type=float, default=1.0)
+    parser.add_argument("--verify-jobs", type=int, default=12, help="verifiers at once")
+    parser.add_argument("--min-splits", type=int, default=1, help="skip configs with fewer")
+    parser.add_argument("--compile-only", action="store_true", help="build, then stop")
+    parser.add_argument("--jobs", type=int, default=2, help="compile jobs (--compile-only)")
+    parser.add_argument("--out", type=Path, default=Path("longk.json"))
+    args = parser.parse_args(argv)
+
+    from engine.compilation.compile import compile_configs
+
+    layout = Layout.parse(args.layout)
+    configs = [c for c in configs_of(args.set, layout) if c.splits >= args.min_splits]
+    problems = [Problem.parse(shape, layout) for shape in args.shapes.split(",")]
+    wanted = [c for c in configs if any(c.is_valid(p) for p in problems)]
+    print(f"{len(wanted)} of {len(configs)} {args.set} configs valid for some shape", flush=True)
+    if args.compile_only:
+        built = compile_configs(wanted, target_arch="sm_90", jobs=args.jobs)
+        failed = [(c.name, b.error) for c, b in zip(wanted, built, strict=True) if not b.ok]
+        print(f"{len(wanted) - len(failed)} built, {len(failed)} failed", flush=True)
+        for name, error in failed:
+            print(f"  {name}: {error}")
+        return 1 if failed else 0
+
+    from engine.campaign.final import remeasure_batch
+    from engine.gpu import cuda_driver
+    from engine.verify.verifier import Verifications, new_fork_server
+
+    built = compile_configs(wanted, target_arch=cuda_driver.local_arch())
+    libraries = {c.name: b.library for c, b in zip(wanted, built, strict=True) if b.ok}
+    print(f"{len(libraries)} of {len(wanted)} built", flush=True)
+    jobs, verdicts = [], {}
+    server, folder = new_fork_server(start=True)
+    try:
+        for problem in problems:
+            names = [c.name for c in wanted if c.is_valid(problem) and c.name in libraries]
+            batch = Verifications(
+                [libraries[n] for n in names], problem, jobs=args.verify_jobs, fork_server=server
+            )
+            results = batch.results()
+            verdicts[problem.key] = {n: r.reason for n, r in zip(names, results, strict=True)}
+            ok = {n: libraries[n] for n, r in zip(names, results, strict=True) if r.ok}
+            bad = [n for n, r in zip(names, results, strict=True) if not r.ok]
+            print(f"{problem}: {len(ok)} of {len(names)} verified; failed: {bad[:6]}", flush=True)
+            if ok:
+                jobs.append((problem, ok))
+    finally:
+        server.close()
+        folder.cleanup()
+    records = remeasure_batch(
+        jobs,
+        protocols=("device",),
+        device_seconds=args.device_seconds,
+        probe_overhead=False,
+        extra_baselines=(),
+        heat_seconds=0.5,
+    )
+    shapes = []
+    for (problem, _), record in zip(jobs, records, strict=True):
+        if "error" in record:
+            shapes.append({"problem": problem.key, "error": record["error"]})
+            print(f"{problem}: {record['error'][:300]}")
+            continue
+        device = record["protocols"]["device"]
+        speedups = {n: s[BASELINE] for n, s in device["speedups"].items()}
+        ranked = sorted(speedups, key=speedups.get, reverse=True)
+        shapes.append(
+            {"problem": problem.key, "speedups": speedups, "ranked": ranked[:10], "record": record}
+        )
+        print(f"{problem}: best {speedups[ranked[0]]:.3f}x {BASELINE} ({ranked[0]})", flush=True)
+        for name in ranked[:5]:
+            print(f"    {speedups[name]:.3f}  {name}")
+        families = {}
+        for name in ranked:
+            family = name.split("_")[1]
+            families.setdefault(family, (name, speedups[name]))
+        for family, (name, s) in families.items():
+            print(f"    best {family}: {s:.3f} {name}")
+    report = {
+        "what": "split-K kernels on long-K, few-tile shapes vs cuBLASLt-autotune",
+        "set": args.set,
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "baseline": BASELINE,
+        "protocol": "device (finals child, several shapes per process, L2 flushed, median)",
+        "environment": records[0].get("environment") if records else None,
+        "verdicts": verdicts,
+        "shapes": shapes,
+    }
+    args.out.write_text(json.dumps(report, indent=1, default=str))
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

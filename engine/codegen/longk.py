@@ -1,0 +1,186 @@
+"""Family longk: Hopper split-K over a thread-block cluster, for long K and few output tiles.
+
+Where M·N is small and K long (M·N ≤ 2^20, K ≥ 4·max(M, N)), a plain tiling leaves most of the
+132 SMs idle, and a split-K that reduces in a second kernel (or after a workspace memset) pays a
+launch that is a visible share of a 5–20 µs problem. Here the ``splits`` CTAs of one output tile
+form a thread-block cluster: each computes one K slice (TMA loads completing on mbarriers, a
+producer warp and one consumer warpgroup issuing ``wgmma`` with the accumulators in registers),
+parks its fp32 partial tile in its own shared memory, and after a cluster barrier sums its share of
+the tile over every CTA's copy through distributed shared memory and stores fp16. One launch, no
+workspace, the same split order for every element (deterministic).
+
+Knobs: the accumulator tile is 64 × ``tile_n`` (the wgmma M side is fixed at 64; N 16…256),
+``stages`` of 64-wide K tiles, ``ctas_per_sm`` (1 or 2: the launch asks for enough shared
+memory that no more CTAs share an SM, so that a cluster's CTAs spread over more SMs and more
+bytes are in flight per SM; 0: as many as fit), ``splits`` (the cluster size, 1…16; above 8
+is a non-portable cluster size the launcher opts in to), and ``swap``: compute Cᵀ = Bᵀ·Aᵀ so
+that M, the small dimension of a skinny problem, lies on the wgmma N side (the tile is then
+``tile_n`` × 64 of C).
+
+Hand-written CUDA with inline PTX (mbarrier, cp.async.bulk.tensor, wgmma), not CUTLASS's
+collective builder: the builder's kernels reduce split-K through a workspace (stream-K's
+fixup) and cannot end a mainloop in a cluster-wide DSMEM reduction, and a raw kernel keeps the
+launch path to one cudaLaunchKernelEx. CUTLASS is used for one host call:
+``CUTLASS_CUDA_DRIVER_WRAPPER_CALL(cuTensorMapEncodeTiled)`` (cutlass/cuda_host_adapter.hpp)
+resolves the driver's tensor-map encoder, so the library needs no -lcuda.
+
+Validity: Problem already requires N and K multiples of 8 (16-byte rows, as TMA needs); M, N and
+K residues against the tile are handled by TMA's zero fill and predicated stores.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import ClassVar
+
+from engine.codegen.base import KernelConfig, Validity, invalid
+from engine.problem import Layout, Problem
+
+SMEM_LIMIT = 232448  # bytes of dynamic shared memory a block may opt in to on H100/H200
+SMEM_PER_SM = 233472  # 228 KiB of shared memory per SM
+TILE_M = 64  # the wgmma M side
+TILE_K = 64  # one 128-byte swizzle row of fp16
+ALIGN_SLACK = 1024  # the kernel aligns its shared memory to the 128-byte swizzle's 1024 bytes
+MAX_CLUSTER = 16  # CTAs in a cluster on Hopper (above 8 non-portable)
+HOPPER_ARCHS = ("sm_90a",)
+
+
+def wgmma_code(tile_n: int, p_k_major: bool, q_k_major: bool) -> str:
+    """The device function issuing one m64n{tile_n}k16 wgmma (fp32 += fp16·fp16) from two
+    shared-memory descriptors into the ``tile_n / 2`` accumulator registers of each thread."""
+    count = tile_n // 2
+    registers = ", ".join(f"%{i}" for i in range(count))
+    outputs = ", ".join(f'"+f"(d[{i}])' for i in range(count))
+    transpose_p, transpose_q = int(not p_k_major), int(not q_k_major)
+    return (
+        "// d += P . Q over 16 K elements: P (64 x 16) and Q (16 x kTileQ) from shared memory.\n"
+        "__device__ __forceinline__ void wgmma(float (&d)[kTileQ / 2], uint64_t desc_p, "
+        "uint64_t desc_q) {\n"
+        "  asm volatile(\n"
+        '      "{\\n.reg .pred p;\\n"\n'
+        f'      "setp.ne.b32 p, %{count + 2}, 0;\\n"\n'
+        f'      "wgmma.mma_async.sync.aligned.m64n{tile_n}k16.f32.f16.f16 "\n'
+        f'      "{{{registers}}}, "\n'
+        f'      "%{count}, %{count + 1}, p, 1, 1, {transpose_p}, {transpose_q};\\n}}\\n"\n'
+        f"      : {outputs}\n"
+        '      : "l"(desc_p), "l"(desc_q), "r"(1));\n'
+        "}"
+    )
+
+
+@dataclass(frozen=True)
+class LongKConfig(KernelConfig):
+    FAMILY: ClassVar[str] = "longk"
+    ARCHS: ClassVar[tuple[str, ...]] = HOPPER_ARCHS
+    TEMPLATE: ClassVar[str] = "longk.cu.tmpl"
+    SPACE: ClassVar[dict[str, tuple[object, ...]]] = {
+        "tile_n": (16, 32, 64, 128, 192, 256),
+        "stages": (2, 3, 4, 5, 6, 8, 10, 12),
+        "splits": (1, 2, 3, 4, 6, 8, 12, 16),
+        "swap": (False, True),
+        "ctas_per_sm": (0, 1, 2),
+    }
+
+    tile_n: int = 64
+    stages: int = 4
+    splits: int = 8
+    swap: bool = False
+    ctas_per_sm: int = 0
+
+    @classmethod
+    def archs_for(cls, target: str | None = None) -> tuple[str, ...]:
+        return cls.ARCHS
+
+    @property
+    def tile_k(self) -> int:
+        return TILE_K
+
+    @property
+    def pipeline_bytes(self) -> int:
+        return self.stages * (TILE_M + self.tile_n) * TILE_K * 2
+
+    @property
+    def partial_tile_bytes(self) -> int:
+        """The fp32 partial tile (padded rows), parked where the pipeline was."""
+        rows, cols, pad = (self.tile_n, TILE_M, 4) if self.swap else (TILE_M, self.tile_n, 8)
+        return rows * (cols + pad) * 4
+
+    @property
+    def smem_bytes(self) -> int:
+        data = max(self.pipeline_bytes, self.partial_tile_bytes)
+        return ALIGN_SLACK + data + 2 * self.stages * 8
+
+    @property
+    def smem_request(self) -> int:
+        """What the launch asks for: padded so that at most ``ctas_per_sm`` CTAs share an SM."""
+        if self.ctas_per_sm == 0:
+            return self.smem_bytes
+        return max(self.smem_bytes, SMEM_PER_SM // (self.ctas_per_sm + 1) - 1024 + 16)
+
+    def natural_ctas_per_sm(self) -> int:
+        """How many CTAs share an SM without padding (the runtime reserves 1 KiB a CTA)."""
+        return SMEM_PER_SM // (self.smem_bytes + 1024)
+
+    def tile_mn(self) -> tuple[int, int]:
+        """The output tile in C's orientation (M, N)."""
+        return (self.tile_n, TILE_M) if self.swap else (TILE_M, self.tile_n)
+
+    # -- legality --------------------------------------------------------------------------
+    def is_valid(self, problem: Problem | None = None, arch: str | None = None) -> Validity:
+        if not (in_space := self.within_space()):
+            return in_space
+        arch = arch or self.ARCHS[0]
+        if arch not in HOPPER_ARCHS:
+            return invalid(f"wgmma and clusters need sm_90a, not {arch}")
+        if self.splits > MAX_CLUSTER:
+            return invalid(f"{self.splits} CTAs in a cluster (> {MAX_CLUSTER})")
+        if self.smem_bytes > SMEM_LIMIT:
+            return invalid(f"{self.smem_bytes} B of shared memory exceed {SMEM_LIMIT} B")
+        if self.ctas_per_sm and self.natural_ctas_per_sm() <= self.ctas_per_sm:
+            return invalid(
+                f"ctas_per_sm={self.ctas_per_sm} changes nothing: {self.smem_bytes} B already "
+                f"leave room for only {self.natural_ctas_per_sm()} CTA(s) an SM"
+            )
+        return self.fits(problem)
+
+    # -- naming and rendering --------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        tm, tn = self.tile_mn()
+        swap = "_swap" if self.swap else ""
+        occupancy = f"_occ{self.ctas_per_sm}" if self.ctas_per_sm else ""
+        return (
+            f"hgemm_longk_{tm}x{tn}x{TILE_K}_s{self.stages}_{self.layout.value}"
+            f"_cluster{self.splits}{swap}{occupancy}"
+        )
+
+    def substitutions(self) -> dict[str, str]:
+        tn = self.layout is Layout.TN
+        p_k_major = tn if self.swap else True
+        q_k_major = True if self.swap else tn
+        swap_desc = (
+            "swapped: C^T = B^T . A^T, so the tile is\n// "
+            f"{self.tile_n} (M) x 64 (N) of C and M lies on the wgmma N side."
+            if self.swap
+            else f"the tile is 64 (M) x {self.tile_n} (N) of C."
+        )
+        return {
+            "b_desc": "NxK row-major (K-major)" if tn else "KxN row-major (N-major)",
+            "tile_n": str(self.tile_n),
+            "stages": str(self.stages),
+            "splits": str(self.splits),
+            "swap": "true" if self.swap else "false",
+            "ctas_per_sm": str(self.ctas_per_sm),
+            "b_kmajor": "true" if tn else "false",
+            "swap_desc": swap_desc,
+            "wgmma_code": wgmma_code(self.tile_n, p_k_major, q_k_major),
+        }
+
+    def problem_fit(self, problem: Problem) -> dict[str, float]:
+        fit = super().problem_fit(problem)
+        tm, tn = self.tile_mn()
+        ctas = math.ceil(problem.m / tm) * math.ceil(problem.n / tn) * self.splits
+        fit["waves"] = ctas / 132
+        fit["effective_splits"] = float(min(self.splits, math.ceil(problem.k / TILE_K)))
+        return fit

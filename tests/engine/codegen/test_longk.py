@@ -1,0 +1,177 @@
+"""The longk family (Hopper cluster split-K): config space, validity, names, rendering, library,
+and an sm_90a build that runs wgmma without spills."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.codegen import FAMILIES, LongKConfig, get_family
+from engine.codegen.library import library
+from engine.compilation import compile as comp
+from engine.problem import Layout, Problem
+
+NN, TN = Layout.NN, Layout.TN
+
+
+def test_the_family_is_registered_under_its_name():
+    assert get_family("longk") is LongKConfig
+    assert FAMILIES["longk"] is LongKConfig
+    assert LongKConfig.archs_for("sm_90") == ("sm_90a",)
+
+
+def test_names_say_tile_stages_layout_cluster_and_swap():
+    assert LongKConfig(layout=NN, tile_n=32, stages=6, splits=16).name == (
+        "hgemm_longk_64x32x64_s6_nn_cluster16"
+    )
+    # swapped: the tile is given in C's orientation, M first
+    assert LongKConfig(layout=TN, tile_n=16, splits=4, swap=True).name == (
+        "hgemm_longk_16x64x64_s4_tn_cluster4_swap"
+    )
+
+
+def test_a_swapped_tile_puts_m_on_the_wgmma_n_side():
+    assert LongKConfig(layout=NN, tile_n=32, swap=True).tile_mn() == (32, 64)
+    assert LongKConfig(layout=NN, tile_n=32).tile_mn() == (64, 32)
+
+
+@pytest.mark.parametrize(
+    ("config", "reason"),
+    [
+        (LongKConfig(layout=NN, tile_n=256, stages=8), "shared memory"),
+        (LongKConfig(layout=NN, tile_n=96), "tile_n=96"),
+        (LongKConfig(layout=NN, splits=32), "splits=32"),
+        (LongKConfig(layout=NN, stages=7), "stages=7"),
+    ],
+)
+def test_it_rejects_illegal_configs_with_a_reason(config, reason):
+    verdict = config.is_valid()
+    assert not verdict.ok
+    assert reason in verdict.reason
+
+
+def test_it_rejects_archs_without_wgmma():
+    verdict = LongKConfig(layout=NN).is_valid(None, "sm_80")
+    assert not verdict.ok
+    assert "sm_90a" in verdict.reason
+
+
+def test_it_rejects_more_splits_than_k_tiles_and_another_layout():
+    config = LongKConfig(layout=NN, splits=16)
+    assert config.is_valid(Problem(128, 128, 1024, NN))  # 16 K tiles of 64
+    assert "only 15 tiles" in config.is_valid(Problem(128, 128, 960, NN)).reason
+    assert "built for layout nn" in config.is_valid(Problem(128, 128, 4096, TN)).reason
+
+
+def test_residues_in_m_n_and_k_are_valid():
+    config = LongKConfig(layout=TN, tile_n=128, splits=4)
+    assert config.is_valid(Problem(200, 264, 3000, TN))
+    assert config.is_valid(Problem(1, 8, 8 * 64 * 4, TN))
+
+
+def test_the_partial_tile_reuses_the_pipeline_memory():
+    # 2 stages of (64 + 256) x 64 fp16 = 80 KiB; the fp32 tile 64 x (256 + 8) = 66 KiB
+    config = LongKConfig(layout=NN, tile_n=256, stages=2)
+    assert config.smem_bytes == 1024 + 2 * 320 * 128 + 2 * 2 * 8
+    small = LongKConfig(layout=NN, tile_n=16, stages=2)
+    assert small.partial_tile_bytes == 64 * 24 * 4
+    assert small.smem_bytes == 1024 + max(2 * 80 * 128, 64 * 24 * 4) + 32
+
+
+def test_one_cta_an_sm_pads_the_launchs_shared_memory_and_is_named():
+    config = LongKConfig(layout=NN, tile_n=64, stages=4, splits=16, ctas_per_sm=1)
+    assert config.name == "hgemm_longk_64x64x64_s4_nn_cluster16_occ1"
+    assert config.natural_ctas_per_sm() == 3
+    assert 2 * (config.smem_request + 1024) > 228 * 1024 >= config.smem_request + 1024
+    assert "constexpr int kCtasPerSm = 1;" in config.render()
+    two = LongKConfig(layout=NN, tile_n=32, stages=4, splits=8, ctas_per_sm=2)
+    assert 3 * (two.smem_request + 1024) > 228 * 1024 >= 2 * (two.smem_request + 1024)
+
+
+def test_it_rejects_an_occupancy_cap_that_changes_nothing():
+    deep = LongKConfig(layout=NN, tile_n=128, stages=6, ctas_per_sm=1)
+    assert deep.natural_ctas_per_sm() == 1
+    assert "changes nothing" in deep.is_valid().reason
+
+
+@pytest.mark.parametrize("swap", [False, True])
+@pytest.mark.parametrize("layout", [NN, TN])
+def test_the_operands_majorness_follows_layout_and_swap(layout, swap):
+    source = LongKConfig(layout=layout, tile_n=32, swap=swap).render()
+    b_k_major = layout is TN
+    assert f"constexpr bool kSwap = {'true' if swap else 'false'};" in source
+    assert f"constexpr bool kBKMajor = {'true' if b_k_major else 'false'};" in source
+    # the wgmma's transpose immediates: P (A side) then Q (B side), 1 for an MN-major operand
+    p_mn_major = swap and not b_k_major
+    q_mn_major = not swap and not b_k_major
+    assert f"p, 1, 1, {int(p_mn_major)}, {int(q_mn_major)};" in source
+    assert "m64n32k16.f32.f16.f16" in source
+
+
+def test_the_wgmma_names_one_accumulator_register_per_two_columns():
+    source = LongKConfig(layout=NN, tile_n=256).render()
+    assert '"+f"(d[127])' in source
+    assert '"+f"(d[128])' not in source
+    assert "%128, %129, p" in source  # the two descriptors follow the accumulators
+
+
+def test_non_portable_clusters_are_opted_in_by_the_launcher():
+    source = LongKConfig(layout=NN, splits=16).render()
+    assert "cudaFuncAttributeNonPortableClusterSizeAllowed" in source
+    assert "constexpr int kSplits = 16;" in source
+
+
+def test_the_library_is_valid_and_covers_the_long_k_shapes_in_one_wave():
+    configs = library("longk", NN)
+    assert configs
+    assert all(c.is_valid() for c in configs)
+    assert len({c.name for c in configs}) == len(configs)
+    for shape in ("128x128x16384", "512x256x8192", "256x256x8192", "64x512x16384"):
+        problem = Problem.parse(shape)
+        ctas = {c.problem_fit(problem)["waves"] * 132 for c in configs if c.is_valid(problem)}
+        assert any(120 <= n <= 132 for n in ctas), shape
+    assert any(c.swap for c in configs)
+    assert any(c.splits == 16 for c in configs)
+
+
+def test_sampling_and_enumeration_give_valid_configs():
+    problem = Problem(128, 256, 12288, NN)
+    sampled = LongKConfig.sample(50, problem, seed=2)
+    assert len(sampled) == 50
+    assert all(c.is_valid(problem) for c in sampled)
+    assert LongKConfig.from_knobs(sampled[0].knobs()) == sampled[0]
+
+
+@pytest.mark.nvcc
+def test_the_extremes_compile_to_wgmma_without_spills(engine_config):
+    configs = [
+        LongKConfig(layout=NN, tile_n=256, stages=4, splits=16),
+        LongKConfig(layout=NN, tile_n=16, stages=2, splits=3, swap=True),
+        LongKConfig(layout=TN, tile_n=128, stages=8, splits=1, swap=True),
+    ]
+    results = comp.compile_many(
+        [c.render() for c in configs], jobs=2, archs=LongKConfig.ARCHS, config=engine_config
+    )
+    for config, result in zip(configs, results, strict=True):
+        assert result.ok, (config.name, result.error, result.log[-3000:])
+        assert not result.spills, config.name
+        assert "C7510" not in result.log, config.name  # wgmma serialised by ptxas
+
+
+def test_the_prior_offers_distinct_tilings_that_fill_64_to_128_ctas():
+    from engine.codegen.library import longk_prior
+
+    problem = Problem(256, 256, 8192, NN)
+    picks = longk_prior(problem, count=4)
+    assert len(picks) == 4
+    assert all(c.is_valid(problem) for c in picks)
+    assert len({(*c.tile_mn(), c.splits) for c in picks}) == 4
+    for config in picks:
+        tm, tn = config.tile_mn()
+        assert 64 <= (256 // tm) * (256 // tn) * config.splits <= 128
+
+
+def test_the_prior_swaps_only_when_m_is_below_the_wgmma_m():
+    from engine.codegen.library import longk_prior
+
+    assert longk_prior(Problem(16, 4096, 16384, NN))[0].tile_mn() == (16, 64)
+    assert not any(c.swap for c in longk_prior(Problem(128, 128, 16384, NN)))
