@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 import random
-import threading
 from pathlib import Path
 
 import pytest
@@ -121,27 +120,6 @@ def test_compile_failures_are_stored_with_their_reason_and_never_executed(table)
     assert all(r.reward == -3.0 and r.reason == "nvcc" and "boom" in r.message for r in failures)
     executed = {name for batch in gpu.batches for name in batch}
     assert not executed & {r.name for r in failures}
-
-
-def test_the_next_batch_compiles_while_the_current_one_executes(table):
-    second_compile_started = threading.Event()
-    calls = []
-
-    def compiler(configs):
-        calls.append(len(configs))
-        if len(calls) == 2:
-            second_compile_started.set()
-        return [fake_compile() for _ in configs]
-
-    def before_execute(index):
-        if index == 0:  # the first batch runs only once the second is compiling
-            assert second_compile_started.wait(5), "the next batch was not compiled in parallel"
-
-    c = campaign(table, SqliteStorage(":memory:"), executor=StubGpu(before_execute), name="c")
-    c.round.compiler = compiler
-    (result,) = c.run()
-    assert result.stopped == "budget"
-    assert len(result.records) == 12
 
 
 def test_an_interrupted_campaign_resumes_without_executing_anything_twice(table, tmp_path):

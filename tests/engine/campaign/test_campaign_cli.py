@@ -253,3 +253,25 @@ def test_the_best_speedups_of_a_shape_are_one_candidates():
     result = ProblemResult(Problem(64, 64, 64), [a, b], stopped="budget")
     assert result.best_speedups("cublaslt_autotune") == a.speedups()
     assert result.best_speedups("torch") == b.speedups()
+
+
+def test_optimize_says_where_the_time_went_in_its_summary_and_json(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("ENGINE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(optimize, "LocalGpuExecutor", FakeGpuExecutor)
+
+    def finals(results, **_kwargs):
+        return {r.problem.key: final_of({r.records[0].name: 8e-6}) for r in results}
+
+    monkeypatch.setattr(optimize, "final_measurements", finals)
+    assert cli.main(gpu_argv(tmp_path)) == 0
+    out = capsys.readouterr().out
+    times = json.loads((tmp_path / "results.json").read_text())["throughput"]
+    assert times["candidates"] == 8
+    parts = times["setup_seconds"] + times["search_seconds"] + times["final_seconds"]
+    assert parts <= times["wall_seconds"] + 0.01
+    assert times["wall_seconds"] == times["to_final_seconds"]
+    assert 0 <= times["gpu_busy_fraction"] <= 1
+    assert times["setup_seconds"] <= times["first_verified_seconds"] <= times["wall_seconds"]
+    assert times["candidates_per_wall_hour"] > 0
+    assert f"time: {times['wall_seconds']:.0f} s wall (setup" in out
+    assert "GPU busy" in out and "per wall-hour" in out and "first verified kernel after" in out
