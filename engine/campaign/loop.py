@@ -29,6 +29,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -43,6 +44,7 @@ from engine.campaign.round import (
 )
 from engine.campaign.storage import CampaignStorage
 from engine.compilation.compile import compile_configs
+from engine.config import load as load_config
 from engine.execution.executor import CompiledCandidate, GpuExecutor, Outcome
 from engine.outcomes import CandidateRecord, CandidateStatus
 from engine.problem import Problem
@@ -169,100 +171,127 @@ class BuiltRound:
     failed: dict[str, Outcome]
 
 
-Build = Callable[[Sequence[Proposal]], tuple[list[CompiledCandidate], dict[str, Outcome]]]
+Builds = tuple[list[CompiledCandidate], dict[str, Outcome]]  # built, and the failures' outcomes
+Build = Callable[[Sequence[Proposal]], Builds]
 
 
 class CompileQueue:
-    """The rounds proposed and not yet run, built in batches: every round waiting when a build
-    starts is built with the others in one compiler call (one config built once however many
-    shapes proposed it), so the compiler's jobs have every core's worth of work.
+    """The rounds proposed and not yet run, and their builds (a config that several rounds
+    proposed is built once).
 
-    ``background``: a thread builds while the GPU runs the rounds built before; otherwise the
-    waiting rounds are built when a round is asked for and none is built."""
+    With ``jobs`` (background): every config is its own build on a pool of ``jobs`` threads, so
+    the rounds submitted together build at once on every core, and a round is ready as soon as
+    its own configs are, while the GPU runs the rounds ready before. Without: the rounds waiting
+    are built together, in one compiler call, when a round is asked for and none is ready."""
 
     def __init__(
-        self, build: Build, *, background: bool, clock: Callable[[], float] = time.monotonic
+        self, build: Build, *, jobs: int | None, clock: Callable[[], float] = time.monotonic
     ) -> None:
         self._build = build
         self._clock = clock
-        self.background = background
+        self.background = jobs is not None
+        self._pool = ThreadPoolExecutor(max(1, jobs), "compile") if jobs is not None else None
+        self._builds: dict[str, Future[Builds]] = {}
         self._waiting: list[PendingRound] = []
         self._built: deque[BuiltRound] = deque()
         self._error: BaseException | None = None
-        self._closed = False
-        self._building = False
         self._changed = threading.Condition()
-        self.batches: list[int] = []  # candidates per build
-        self.build_seconds = 0.0  # wall time of the builds
-        self.waited_seconds = 0.0  # time the GPU's thread waited for a build
-        self._thread: threading.Thread | None = None
-        if background:
-            self._thread = threading.Thread(target=self._build_loop, name="compile", daemon=True)
-            self._thread.start()
+        self._running = 0  # builds running now
+        self._running_since = 0.0
+        # the configs of each build together (background: of each submission, built at once)
+        self.batches: list[int] = []
+        self.build_seconds = 0.0  # wall time while at least one build ran
+        self.waited_seconds = 0.0  # time the GPU's thread waited for a round to be built
 
     def submit(self, rounds: Sequence[PendingRound]) -> None:
-        with self._changed:
+        if self._pool is None:
             self._waiting.extend(rounds)
-            self._changed.notify_all()
+            return
+        self.batches.append(len({p.config.name for pending in rounds for p in pending.batch}))
+        for pending in rounds:
+            builds = [self._build_of(p) for p in pending.batch]
+            left = [len(builds)]
+            for build in builds:
+                build.add_done_callback(lambda _f, r=pending, b=builds, n=left: self._done(r, b, n))
+            if not builds:
+                self._done(pending, [], [1])
 
     def next_built(self) -> BuiltRound:
-        """The first round built (in build order); waits for a build, or builds, when none is."""
+        """The first round whose builds are done; waits for one, or builds the rounds waiting."""
         started = self._clock()
         try:
             with self._changed:
                 while not self._built:
                     if self._error is not None:
                         raise self._error
-                    if not self._waiting and not self._building:
-                        raise RuntimeError("no round waits to be built")
-                    if self.background:
+                    if self._pool is not None:
                         self._changed.wait()
+                    elif self._waiting:
+                        rounds, self._waiting = self._waiting, []
+                        self._built.extend(self._build_together(rounds))
                     else:
-                        self._built.extend(self._build_rounds(self._take_waiting()))
+                        raise RuntimeError("no round waits to be built")
                 return self._built.popleft()
         finally:
             self.waited_seconds += self._clock() - started
 
     def close(self) -> None:
-        """Stops the thread after the build it runs (a build in progress is not cut short)."""
+        """Drops the builds not started (a build in progress is not cut short)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+
+    # -- background: a build per config --------------------------------------------------------
+    def _build_of(self, proposal: Proposal) -> Future[Builds]:
+        name = proposal.config.name
+        if name not in self._builds:
+            assert self._pool is not None
+            self._builds[name] = self._pool.submit(self._timed_build, proposal)
+        return self._builds[name]
+
+    def _timed_build(
+        self, proposal: Proposal
+    ) -> tuple[list[CompiledCandidate], dict[str, Outcome]]:
         with self._changed:
-            self._closed = True
+            if self._running == 0:
+                self._running_since = self._clock()
+            self._running += 1
+        try:
+            return self._build([proposal])
+        finally:
+            with self._changed:
+                self._running -= 1
+                if self._running == 0:
+                    self.build_seconds += self._clock() - self._running_since
+
+    def _done(
+        self,
+        pending: PendingRound,
+        builds: Sequence[Future[Builds]],
+        left: list[int],
+    ) -> None:
+        with self._changed:
+            left[0] -= 1
+            if left[0] > 0:
+                return
+            try:
+                compiled = [c for build in builds for c in build.result()[0]]
+                failed = {n: o for build in builds for n, o in build.result()[1].items()}
+            except BaseException as exc:  # a build that raised, or was cancelled by close()
+                self._error = self._error or exc
+            else:
+                self._built.append(BuiltRound(pending, compiled, failed))
             self._changed.notify_all()
 
-    def _take_waiting(self) -> list[PendingRound]:
-        rounds, self._waiting = self._waiting, []
-        return rounds
-
-    def _build_loop(self) -> None:
-        while True:
-            with self._changed:
-                while not self._waiting and not self._closed:
-                    self._changed.wait()
-                if self._closed:
-                    return
-                rounds = self._take_waiting()
-                self._building = True
-            try:
-                built = self._build_rounds(rounds)
-            except BaseException as exc:  # the GPU's thread raises it
-                with self._changed:
-                    self._error, self._building = exc, False
-                    self._changed.notify_all()
-                return
-            with self._changed:
-                self._built.extend(built)
-                self._building = False
-                self._changed.notify_all()
-
-    def _build_rounds(self, rounds: Sequence[PendingRound]) -> list[BuiltRound]:
+    # -- in the GPU's thread: the rounds waiting, in one call ----------------------------------
+    def _build_together(self, rounds: Sequence[PendingRound]) -> list[BuiltRound]:
         unique: dict[str, Proposal] = {}
         for pending in rounds:
             for proposal in pending.batch:
                 unique.setdefault(proposal.config.name, proposal)
+        self.batches.append(len(unique))
         started = self._clock()
         compiled, failed = self._build(list(unique.values()))
         self.build_seconds += self._clock() - started
-        self.batches.append(len(unique))
         by_name = {c.name: c for c in compiled}
         out = []
         for pending in rounds:
@@ -310,7 +339,9 @@ class Campaign:
 
     ``learner``: where the policy learns each round (engine.propose.policy.PolicyFile or
     InMemoryLearner; None: it does not learn online). ``policy``: the one the rl proposer
-    samples, for the entropy stop. ``clock``: what the run's times are read from."""
+    samples, for the entropy stop. ``compile_jobs``: the builds at once (default: the engine
+    configuration's, ENGINE_COMPILE_JOBS or every core). ``clock``: what the run's times are
+    read from."""
 
     def __init__(
         self,
@@ -326,9 +357,11 @@ class Campaign:
         compiler: Compiler | None = None,
         progress: Callable[[Progress], None] | None = None,
         after_record: Callable[[CandidateRecord], None] | None = None,
+        compile_jobs: int | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.problems = list(problems)
+        self.compile_jobs = compile_jobs
         self.clock = clock
         self.settings = settings
         self.executor = executor
@@ -366,7 +399,8 @@ class Campaign:
         starts = [self._start(problem) for problem in self.problems]
         shapes = [shape for shape in starts if isinstance(shape, ShapeRun)]
         background = s.pipeline and self.executor.needs_libraries
-        self.queue = queue = CompileQueue(self._build, background=background, clock=self.clock)
+        jobs = (self.compile_jobs or load_config().compile_jobs) if background else None
+        self.queue = queue = CompileQueue(self._build, jobs=jobs, clock=self.clock)
         try:
             first = [pending for shape in shapes if (pending := self._next_round(shape))]
             queue.submit(first)
@@ -438,9 +472,7 @@ class Campaign:
         self._stop(shape, self._stop_reason(shape) or "exhausted")
         return None
 
-    def _build(
-        self, batch: Sequence[Proposal]
-    ) -> tuple[list[CompiledCandidate], dict[str, Outcome]]:
+    def _build(self, batch: Sequence[Proposal]) -> Builds:
         return self.round.compile(batch, needs_libraries=self.executor.needs_libraries)
 
     def _run_round(self, built: BuiltRound) -> None:

@@ -364,6 +364,7 @@ def run(args: argparse.Namespace) -> int:
         compiler=compiler,
         progress=print_progress,
         after_record=after_record_hook,
+        compile_jobs=args.jobs,
     )
     try:
         results = campaign.run()

@@ -274,4 +274,6 @@ def test_optimize_says_where_the_time_went_in_its_summary_and_json(tmp_path, mon
     assert times["setup_seconds"] <= times["first_verified_seconds"] <= times["wall_seconds"]
     assert times["candidates_per_wall_hour"] > 0
     assert f"time: {times['wall_seconds']:.0f} s wall (setup" in out
-    assert "GPU busy" in out and "per wall-hour" in out and "first verified kernel after" in out
+    assert "GPU busy" in out
+    assert "per wall-hour" in out
+    assert "first verified kernel after" in out

@@ -21,6 +21,8 @@ from engine.propose.space import SearchSpace
 ROOT = Path(__file__).resolve().parents[3]
 RUN1 = ROOT / "bench/results/2026-12-02-h200-families/families-run1.json"
 SHAPES = [Problem.parse(s, "tn") for s in ("4096x4096x4096", "1024x1024x1024", "256x256x256")]
+# two shapes whose configs differ by name (one layout each): no build is shared between them
+APART = [Problem.parse("4096x4096x4096", "tn"), Problem.parse("1024x1024x1024", "nn")]
 
 
 @pytest.fixture(scope="module")
@@ -43,16 +45,20 @@ def built(ok: bool = True) -> CompileResult:
 
 
 class RecordingCompiler:
-    """Builds everything; keeps the names of each call's configs."""
+    """Builds everything; keeps the names of each call's configs (calls may come from several
+    threads at once)."""
 
     def __init__(self, on_call=None):
         self.calls: list[list[str]] = []
         self.on_call = on_call
+        self.lock = threading.Lock()
 
     def __call__(self, configs):
-        self.calls.append([c.name for c in configs])
+        names = [c.name for c in configs]
+        with self.lock:
+            self.calls.append(names)
         if self.on_call is not None:
-            self.on_call(len(self.calls) - 1)
+            self.on_call(names)
         return [built() for _ in configs]
 
 
@@ -99,7 +105,7 @@ def rounds_by_shape(results) -> dict[str, dict[int, set[str]]]:
     return out
 
 
-def test_every_shapes_round_is_compiled_in_one_batch(table):
+def test_without_pipelining_every_shapes_round_is_compiled_in_one_call(table):
     compiler = RecordingCompiler()
     c = campaign(table, executor=TableGpu(table), compiler=compiler, pipeline=False)
     results = c.run()
@@ -140,31 +146,61 @@ def test_a_shapes_next_round_is_proposed_only_after_its_round_was_rewarded(table
             assert mine.index(("learnt", n - 1)) < mine.index(("proposed", n))
 
 
-def test_a_shapes_next_round_compiles_while_the_gpu_runs_another_shapes_round(table):
-    second_build_started = threading.Event()
+def test_every_shapes_first_round_builds_at_once_on_the_compile_jobs(table):
+    first_rounds = threading.Barrier(8, timeout=5)  # two rounds of 4: broken unless all 8 build
+    calls = [0]
+    lock = threading.Lock()
 
-    def on_call(index):
-        if index == 1:
-            second_build_started.set()
+    def on_call(names):
+        with lock:
+            calls[0] += 1
+            first = calls[0] <= 8
+        if first:
+            first_rounds.wait()
+
+    compiler = RecordingCompiler(on_call)
+    c = campaign(table, executor=TableGpu(table), shapes=APART, compiler=compiler)
+    c.compile_jobs = 8
+    results = c.run()
+    assert [len(r.records) for r in results] == [12, 12]
+    assert all(len(call) == 1 for call in compiler.calls)  # a build per config
+    assert len(compiler.calls) == 24  # each built once
+    assert c.throughput()["compiles"]["batches"] == 1 + 4  # the first rounds, then one by one
+
+
+def test_a_shapes_next_round_builds_while_the_gpu_runs_another_shapes_round(table):
+    later_rounds: set[str] = set()
+    later_build_started = threading.Event()
+
+    def on_call(names):
+        if later_rounds & set(names):
+            later_build_started.set()
 
     def before_execute(index, problem):
-        if index == 1:  # the second shape's first round runs only once the next build started
-            assert second_build_started.wait(5), "nothing was compiled while the GPU ran"
+        if index == 1:  # the second round on the GPU runs only once a later round builds
+            assert later_build_started.wait(5), "nothing was built while the GPU ran"
 
     compiler = RecordingCompiler(on_call)
     gpu = TableGpu(table, before_execute)
-    c = campaign(table, executor=gpu, shapes=SHAPES[:2], compiler=compiler)
+    c = campaign(table, executor=gpu, shapes=APART, compiler=compiler)
+    c.compile_jobs = 4
+    propose = c.round.propose
+
+    def recording_propose(problem, space, history, *, round_no, **kwargs):
+        batch = propose(problem, space, history, round_no=round_no, **kwargs)
+        if round_no > 0:
+            later_rounds.update(p.config.name for p in batch)
+        return batch
+
+    c.round.propose = recording_propose
     results = c.run()
     assert [len(r.records) for r in results] == [12, 12]
-    first_shape_round_one = {r.name for r in results[0].records if r.round == 1}
-    assert first_shape_round_one <= set(compiler.calls[1])
-    assert gpu.calls[1][0] == SHAPES[1].key
+    assert {key for key, _ in gpu.calls[:2]} == {p.key for p in APART}
 
 
-def test_a_build_error_reaches_the_campaign_and_stops_the_compile_thread(table):
-    def on_call(index):
-        if index == 1:
-            raise RuntimeError("the compiler crashed")
+def test_a_build_error_reaches_the_campaign(table):
+    def on_call(names):
+        raise RuntimeError("the compiler crashed")
 
     c = campaign(table, executor=TableGpu(table), compiler=RecordingCompiler(on_call))
     with pytest.raises(RuntimeError, match="the compiler crashed"):
