@@ -314,21 +314,26 @@ class CompileCount:
     cached: int = 0
     failed: int = 0
     build_seconds: float = 0.0  # the builds' own times, summed over parallel jobs
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def counting(self, compiler: Compiler) -> Compiler:
         def compile_and_count(configs: Sequence[Any]) -> list[Any]:
             results = compiler(configs)
-            for result in results:
-                if getattr(result, "cached", False):
-                    self.cached += 1
-                elif getattr(result, "ok", False):
-                    self.built += 1
-                    self.build_seconds += float(getattr(result, "seconds", 0.0) or 0.0)
-                else:
-                    self.failed += 1
+            with self.lock:
+                self._count(results)
             return results
 
         return compile_and_count
+
+    def _count(self, results: Sequence[Any]) -> None:
+        for result in results:
+            if getattr(result, "cached", False):
+                self.cached += 1
+            elif getattr(result, "ok", False):
+                self.built += 1
+                self.build_seconds += float(getattr(result, "seconds", 0.0) or 0.0)
+            else:
+                self.failed += 1
 
 
 class Campaign:
