@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from engine import cli
+from engine.campaign.storage import SqliteStorage
 from engine.commands import optimize_command as optimize
 from engine.execution.executor import ReplayExecutor
 
@@ -277,3 +278,34 @@ def test_optimize_says_where_the_time_went_in_its_summary_and_json(tmp_path, mon
     assert "GPU busy" in out
     assert "per wall-hour" in out
     assert "first verified kernel after" in out
+
+
+@pytest.mark.gpu
+@pytest.mark.nvcc
+def test_optimize_on_the_gpu_runs_every_shapes_rounds_and_says_where_the_time_went(
+    tmp_path, monkeypatch, capsys
+):
+    """The real path: nvcc builds the rounds in the background while the GPU verifies and times
+    the other shape's round, then the finals."""
+    monkeypatch.setenv("ENGINE_CACHE_DIR", str(tmp_path / "cache"))
+    args = gpu_argv(tmp_path)
+    args[args.index("--batch") + 1] = "2"
+    args[args.index("--final-top") + 1] = "1"
+    args += ["--device-seconds", "1", "--final-device-seconds", "1", "--no-save-policy"]
+    assert cli.main(args) == 0
+    out = capsys.readouterr().out
+    report = json.loads((tmp_path / "results.json").read_text())
+    times = report["throughput"]
+    assert [p["candidates"] for p in report["problems"]] == [4, 4]
+    assert times["candidates"] == 8
+    assert 0 < times["gpu_busy_fraction"] <= 1
+    assert times["first_verified_seconds"] <= times["wall_seconds"]
+    assert times["final_seconds"] > 0
+    compiles = times["compiles"]
+    assert compiles["background"] is True
+    storage = SqliteStorage(tmp_path / "c.sqlite")
+    (name,) = storage.campaign_names()
+    names = {r.name for p in storage.problems(name) for r in storage.candidates(name, p.key)}
+    assert compiles["built"] + compiles["cached"] + compiles["failed"] == len(names)  # once each
+    assert compiles["batches"] >= 2  # the first rounds together, then each shape's next
+    assert "GPU busy" in out

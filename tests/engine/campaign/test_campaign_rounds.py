@@ -304,3 +304,30 @@ def test_the_run_says_its_wall_time_gpu_share_first_verified_kernel_and_pace(tab
     report = campaign_report(results, c.settings, throughput=times)
     assert report["throughput"] == times
     assert "throughput" not in campaign_report(results, c.settings)
+
+
+def test_a_campaigns_background_builds_go_through_the_compile_cache(table, tmp_path):
+    """compile_configs with a stand-in nvcc: the first campaign builds each config once, the
+    same campaign again (a fresh database) finds every build in the cache."""
+    from engine.compilation.compile import compile_configs
+    from tests.engine.compile_fakes import fake_nvcc, machine
+
+    engine_config = machine(tmp_path, fake_nvcc(tmp_path))
+
+    def compiler(configs):
+        return compile_configs(configs, config=engine_config, target_arch="sm_90")
+
+    counts = []
+    for run in ("first", "again"):
+        storage = SqliteStorage(tmp_path / f"{run}.sqlite")
+        c = campaign(table, executor=TableGpu(table), storage=storage, compiler=compiler)
+        c.compile_jobs = 4
+        results = c.run()
+        assert [len(r.records) for r in results] == [12, 12, 12]
+        assert all(r.status == "ok" for result in results for r in result.records)
+        names = {r.name for result in results for r in result.records}
+        counts.append(c.throughput()["compiles"])
+        assert counts[-1]["built"] + counts[-1]["cached"] == len(names)
+    first, again = counts
+    assert first["built"] > 0
+    assert (again["built"], again["cached"]) == (0, first["built"] + first["cached"])
