@@ -179,10 +179,12 @@ class CompileQueue:
     """The rounds proposed and not yet run, and their builds (a config that several rounds
     proposed is built once).
 
-    With ``jobs`` (background): every config is its own build on a pool of ``jobs`` threads, so
-    the rounds submitted together build at once on every core, and a round is ready as soon as
-    its own configs are, while the GPU runs the rounds ready before. Without: the rounds waiting
-    are built together, in one compiler call, when a round is asked for and none is ready."""
+    Rounds are handed out in the order they were submitted (so what is learnt before each
+    proposal, and so every proposal, does not depend on how long builds take). With ``jobs``
+    (background): every config is its own build on a pool of ``jobs`` threads, so the rounds
+    submitted together build at once on every core, while the GPU runs the rounds before them.
+    Without: the rounds waiting are built together, in one compiler call, when the next round is
+    asked for."""
 
     def __init__(
         self, build: Build, *, jobs: int | None, clock: Callable[[], float] = time.monotonic
@@ -192,8 +194,9 @@ class CompileQueue:
         self.background = jobs is not None
         self._pool = ThreadPoolExecutor(max(1, jobs), "compile") if jobs is not None else None
         self._builds: dict[str, Future[Builds]] = {}
-        self._waiting: list[PendingRound] = []
-        self._built: deque[BuiltRound] = deque()
+        self._order: deque[PendingRound] = deque()  # submitted and not yet handed out
+        self._waiting: list[PendingRound] = []  # without a pool: not yet built
+        self._built: dict[int, BuiltRound] = {}  # by id() of its PendingRound
         self._error: BaseException | None = None
         self._changed = threading.Condition()
         self._running = 0  # builds running now
@@ -204,6 +207,8 @@ class CompileQueue:
         self.waited_seconds = 0.0  # time the GPU's thread waited for a round to be built
 
     def submit(self, rounds: Sequence[PendingRound]) -> None:
+        with self._changed:
+            self._order.extend(rounds)
         if self._pool is None:
             self._waiting.extend(rounds)
             return
@@ -217,21 +222,25 @@ class CompileQueue:
                 self._done(pending, [], [1])
 
     def next_built(self) -> BuiltRound:
-        """The first round whose builds are done; waits for one, or builds the rounds waiting."""
+        """The round submitted first, once built: waits for its builds, or builds the rounds
+        waiting."""
         started = self._clock()
         try:
             with self._changed:
-                while not self._built:
+                if not self._order:
+                    raise RuntimeError("no round was submitted")
+                head = id(self._order[0])
+                while head not in self._built:
                     if self._error is not None:
                         raise self._error
                     if self._pool is not None:
                         self._changed.wait()
-                    elif self._waiting:
-                        rounds, self._waiting = self._waiting, []
-                        self._built.extend(self._build_together(rounds))
                     else:
-                        raise RuntimeError("no round waits to be built")
-                return self._built.popleft()
+                        rounds, self._waiting = self._waiting, []
+                        for built in self._build_together(rounds):
+                            self._built[id(built.pending)] = built
+                self._order.popleft()
+                return self._built.pop(head)
         finally:
             self.waited_seconds += self._clock() - started
 
@@ -279,7 +288,7 @@ class CompileQueue:
             except BaseException as exc:  # a build that raised, or was cancelled by close()
                 self._error = self._error or exc
             else:
-                self._built.append(BuiltRound(pending, compiled, failed))
+                self._built[id(pending)] = BuiltRound(pending, compiled, failed)
             self._changed.notify_all()
 
     # -- in the GPU's thread: the rounds waiting, in one call ----------------------------------

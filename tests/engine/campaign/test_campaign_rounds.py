@@ -331,3 +331,52 @@ def test_a_campaigns_background_builds_go_through_the_compile_cache(table, tmp_p
     first, again = counts
     assert first["built"] > 0
     assert (again["built"], again["cached"]) == (0, first["built"] + first["cached"])
+
+
+def test_a_pipelined_campaign_proposes_what_an_unpipelined_one_does_whatever_its_builds_take(
+    table,
+):
+    """The GPU takes the rounds in the order they were proposed: the first shape's slow builds
+    (held until the second shape's first round is built) change nothing the policy learns."""
+    from engine.propose.policy import InMemoryLearner, Policy
+
+    second_shape_built = threading.Event()
+    second_builds = [0]
+    lock = threading.Lock()
+
+    def on_call(names):
+        (name,) = names if len(names) == 1 else (None,)
+        if name is None:  # unpipelined: one call per wave
+            return
+        if "nn" in name.split("_"):  # the second shape's layout
+            with lock:
+                second_builds[0] += 1
+                if second_builds[0] == 4:
+                    second_shape_built.set()
+        elif not second_shape_built.is_set():
+            assert second_shape_built.wait(5)
+
+    mix = {"rl": 0.5, "evolve": 0.25, "random": 0.25}
+    proposed = []
+    for pipeline in (True, False):
+        policy = Policy(["sm90", "sm80"])
+        c = Campaign(
+            APART,
+            settings=CampaignSettings(
+                name="c", budget=12, batch_size=4, mix=mix, seed=3, pipeline=pipeline
+            ),
+            executor=TableGpu(table),
+            storage=SqliteStorage(":memory:"),
+            proposers=make_proposers(mix, policy=policy),
+            space_for=lambda p: SearchSpace.from_configs(p, table.configs_for(p)),
+            policy=policy,
+            learner=InMemoryLearner(policy),
+            compiler=RecordingCompiler(on_call),
+            compile_jobs=8,
+        )
+        results = c.run()
+        proposed.append([[(r.round, r.name, r.proposer) for r in res.records] for res in results])
+        assert c.throughput()["compiles"]["background"] is pipeline
+    assert second_shape_built.is_set()
+    assert proposed[0] == proposed[1]
+    assert {proposer for _, _, proposer in proposed[0][0]} == set(mix)
