@@ -91,8 +91,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--no-pipeline",
         action="store_true",
-        help="GPU runs: propose each round after the one before was learnt (as the dashboard's "
-        "steps do) instead of compiling the next batch while the GPU runs this one",
+        help="GPU runs: build each wave of rounds once the GPU has run the one before (the same "
+        "candidates) instead of building a shape's next round while the GPU runs the others'",
     )
     parser.add_argument(
         "--proposers",
