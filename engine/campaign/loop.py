@@ -43,6 +43,7 @@ from engine.campaign.round import (
     batch_size_for,
 )
 from engine.campaign.storage import CampaignStorage
+from engine.codegen import KernelConfig
 from engine.compilation.compile import compile_configs
 from engine.config import load as load_config
 from engine.execution.executor import CompiledCandidate, GpuExecutor, Outcome
@@ -354,8 +355,9 @@ class Campaign:
     ``learner``: where the policy learns each round (engine.propose.policy.PolicyFile or
     InMemoryLearner; None: it does not learn online). ``policy``: the one the rl proposer
     samples, for the entropy stop. ``compile_jobs``: the builds at once (default: the engine
-    configuration's, ENGINE_COMPILE_JOBS or every core). ``clock``: what the run's times are
-    read from."""
+    configuration's, ENGINE_COMPILE_JOBS or every core). ``before_first_builds``: shown the
+    configs of the first rounds before they build (when the executor needs libraries), e.g. to
+    say how long building them will take. ``clock``: what the run's times are read from."""
 
     def __init__(
         self,
@@ -372,10 +374,12 @@ class Campaign:
         progress: Callable[[Progress], None] | None = None,
         after_record: Callable[[CandidateRecord], None] | None = None,
         compile_jobs: int | None = None,
+        before_first_builds: Callable[[Sequence[KernelConfig]], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.problems = list(problems)
         self.compile_jobs = compile_jobs
+        self.before_first_builds = before_first_builds
         self.clock = clock
         self.settings = settings
         self.executor = executor
@@ -417,6 +421,9 @@ class Campaign:
         self.queue = queue = CompileQueue(self._build, jobs=jobs, clock=self.clock)
         try:
             first = [pending for shape in shapes if (pending := self._next_round(shape))]
+            if self.before_first_builds is not None and self.executor.needs_libraries:
+                configs = {p.config.name: p.config for pending in first for p in pending.batch}
+                self.before_first_builds(list(configs.values()))
             queue.submit(first)
             in_flight = len(first)
             while in_flight:

@@ -27,6 +27,8 @@ from engine.campaign.round import MAX_BATCH, batch_size_for
 from engine.campaign.storage import SqliteStorage, default_campaign_name
 from engine.codegen import FAMILIES
 from engine.commands.common import torch_baselines
+from engine.compilation.compile import config_keys, try_load
+from engine.compilation.toolkit import CompileSetupError
 from engine.config import VerifyWarm
 from engine.config import load as load_config
 from engine.execution.executor import LocalGpuExecutor, ReplayExecutor, ReplayTable
@@ -58,6 +60,8 @@ from engine.timing.protocol_names import DEFAULT_PROTOCOL, PROTOCOLS
 from engine.verify import sanitize
 
 CLI_PROPOSERS = (*PROPOSER_NAMES, *INPUT_PROPOSER_NAMES, "llm")
+# A library build's time on one core: 35 s median, 58.5 s p90 (sm90 CUTLASS, bench/NOTES.md §14)
+BUILD_SECONDS = 45.0
 
 # Called after each stored candidate; tests use it to interrupt a campaign part-way.
 after_record_hook: Callable[[CandidateRecord], None] | None = None
@@ -365,6 +369,9 @@ def run(args: argparse.Namespace) -> int:
         progress=print_progress,
         after_record=after_record_hook,
         compile_jobs=args.jobs,
+        before_first_builds=lambda configs: print_first_builds(
+            configs, jobs=args.jobs or config.compile_jobs, config=config, arch=executor.arch
+        ),
     )
     try:
         results = campaign.run()
@@ -469,6 +476,34 @@ def with_final_choices(
     return missing
 
 
+def uncached(configs: Sequence[Any], *, config: Any, arch: str) -> int | None:
+    """How many of the family ``configs`` the kernel cache lacks (None: no toolchain to ask)."""
+    family_configs = [c for c in configs if c.FAMILY in FAMILIES]
+    try:
+        keys = config_keys(family_configs, config=config, target_arch=arch)
+    except CompileSetupError:
+        return None
+    return sum(try_load(key, config) is None for key in keys)
+
+
+def first_builds_estimate(missing: int, total: int, *, jobs: int) -> str:
+    """What building the first rounds' ``missing`` configs will take on ``jobs`` cores."""
+    jobs = max(1, jobs)
+    waves = math.ceil(missing / jobs)
+    return (
+        f"compiles: {missing} of the first rounds' {total} configs are not in the kernel cache: "
+        f"about {_clock(waves * BUILD_SECONDS)} on {jobs} jobs before the GPU starts "
+        f"({BUILD_SECONDS:.0f} s a build), and later rounds' builds alike while the GPU runs; "
+        "`engine prebuild --library` builds the library once"
+    )
+
+
+def print_first_builds(configs: Sequence[Any], *, jobs: int, config: Any, arch: str) -> None:
+    missing = uncached(configs, config=config, arch=arch)
+    if missing:
+        print(first_builds_estimate(missing, len(configs), jobs=jobs), flush=True)
+
+
 def felt_times(
     search: dict[str, Any],
     *,
@@ -511,10 +546,11 @@ def throughput_lines(times: dict[str, Any]) -> list[str]:
     ]
     compiles = times.get("compiles") or {}
     if compiles.get("built") or compiles.get("cached"):
-        waited = compiles["gpu_waited_seconds"]
+        waited, batches = compiles["gpu_waited_seconds"], compiles["batches"]
         lines.append(
             f"compiles: {compiles['built']} built ({compiles['build_seconds']:.0f} s of compiler "
-            f"time in {compiles['batches']} batches, {compiles['wall_seconds']:.0f} s of wall), "
+            f"time in {batches} batch{'es' if batches != 1 else ''}, "
+            f"{compiles['wall_seconds']:.0f} s of wall), "
             f"{compiles['cached']} from the cache; the GPU waited {waited:.0f} s for builds"
         )
     return lines

@@ -309,3 +309,46 @@ def test_optimize_on_the_gpu_runs_every_shapes_rounds_and_says_where_the_time_we
     assert compiles["built"] + compiles["cached"] + compiles["failed"] == len(names)  # once each
     assert compiles["batches"] >= 2  # the first rounds together, then each shape's next
     assert "GPU busy" in out
+
+
+def test_the_kernel_cache_says_how_many_configs_it_lacks(tmp_path):
+    from engine.codegen.sm80 import Sm80Config
+    from engine.compilation.compile import compile_configs
+    from engine.problem import Layout
+    from tests.engine.compile_fakes import fake_nvcc, machine
+
+    config = machine(tmp_path, fake_nvcc(tmp_path))
+    configs = [Sm80Config(layout=Layout.TN), Sm80Config(layout=Layout.NN)]
+    assert optimize.uncached(configs, config=config, arch="sm_90") == 2
+    compile_configs(configs[:1], config=config, target_arch="sm_90")
+    assert optimize.uncached(configs, config=config, arch="sm_90") == 1
+
+
+def test_a_campaign_with_an_empty_cache_says_how_long_its_first_compiles_will_take(
+    tmp_path, monkeypatch, capsys
+):
+    from engine.compilation.compile import CompileResult
+    from tests.engine.compile_fakes import fake_nvcc
+
+    monkeypatch.setenv("ENGINE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("ENGINE_NVCC", str(fake_nvcc(tmp_path)))
+
+    class NeedsLibraries(FakeGpuExecutor):
+        needs_libraries = True
+
+    def compile_configs(configs, **_kwargs):
+        library = tmp_path / "lib.so"
+        return [
+            CompileResult(True, library, "x", ("sm_90a",), "nvcc", "", 40.0, False)
+            for _ in configs
+        ]
+
+    monkeypatch.setattr(optimize, "LocalGpuExecutor", NeedsLibraries)
+    monkeypatch.setattr(optimize, "compile_configs", compile_configs)
+    monkeypatch.setattr(optimize, "final_measurements", lambda results, **_: {})
+    cli.main([*gpu_argv(tmp_path), "--jobs", "3"])
+    out = capsys.readouterr().out
+    # two shapes' first rounds of 4 (no config in both): 8 builds of 45 s, 3 at once
+    assert "compiles: 8 of the first rounds' 8 configs are not in the kernel cache" in out
+    assert "about 0:02:15 on 3 jobs before the GPU starts" in out
+    assert "compiles: 8 built (320 s of compiler time in 1 batch," in out
