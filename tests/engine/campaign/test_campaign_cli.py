@@ -339,8 +339,7 @@ def test_a_campaign_with_an_empty_cache_says_how_long_its_first_compiles_will_ta
     def compile_configs(configs, **_kwargs):
         library = tmp_path / "lib.so"
         return [
-            CompileResult(True, library, "x", ("sm_90a",), "nvcc", "", 40.0, False)
-            for _ in configs
+            CompileResult(True, library, "x", ("sm_90a",), "nvcc", "", 40.0, False) for _ in configs
         ]
 
     monkeypatch.setattr(optimize, "LocalGpuExecutor", NeedsLibraries)
