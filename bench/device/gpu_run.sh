@@ -420,14 +420,32 @@ if [[ $stage == throughput ]]; then  # issue 43's acceptance campaign: 8 shapes 
   # time, the GPU's busy share and where the time went from its summary and results JSON.
   # THROUGHPUT_CACHE=empty: an empty kernel cache (every core compiles); else the device cache
   # with the carried kernels (.carry/kernels*.tar.xz: the library prebuilt elsewhere)
+  # THROUGHPUT_PREBUILD_SECONDS=N: first `engine prebuild --library` of the GPU's families in
+  # THROUGHPUT_LAYOUT for about N s (what it built stays in the device cache while the machine
+  # is warm, so calls add up; THROUGHPUT_CAMPAIGN=0 skips the campaign and packs what was built
+  # as kernels-device.tar.xz, to carry as .carry/ to a later machine)
   cache=$ENGINE_CACHE_DIR
   if [[ ${THROUGHPUT_CACHE:-prebuilt} == empty ]]; then
     cache=$(mktemp -d /tmp/throughput-cache.XXXX)
+  elif [[ -n ${THROUGHPUT_PREBUILD_SECONDS:-} ]]; then
+    prebuild_started=$SECONDS
+    for family in ${THROUGHPUT_FAMILIES:-sm90 sm80 triton}; do
+      left=$((THROUGHPUT_PREBUILD_SECONDS - (SECONDS - prebuild_started)))
+      ((left > 0)) || break
+      # on INT it lets its running builds finish (each in its own session: a KILL would orphan
+      # them), so it ends up to a build's time (about a minute) after N s
+      timeout -k 120 -s INT "$left" python3 -m engine prebuild --family "$family" --library \
+        --layout "${THROUGHPUT_LAYOUT:-tn}" --arch sm_90 --jobs 16
+    done >>"$OUT/throughput-prebuild.log" 2>&1
+    echo "prebuild: $((SECONDS - prebuild_started)) s" | tee -a "$OUT/throughput-prebuild.log"
   fi
   work=$(mktemp -d /tmp/throughput.XXXX)  # a fresh campaign and policy file: nothing resumed
   nproc >"$OUT/throughput-host.txt"
   echo "kernel cache $cache: $(find "$cache/kernels" -name lib.so 2>/dev/null | wc -l) kernels" \
     | tee -a "$OUT/throughput-host.txt"
+  if [[ ${THROUGHPUT_CAMPAIGN:-1} == 0 ]]; then
+    pack_device_kernels
+  else
   # shellcheck disable=SC2086
   ENGINE_CACHE_DIR=$cache timeout -k 20 -s INT "${THROUGHPUT_SECONDS:-560}" python3 -m engine \
     optimize --shapes "${THROUGHPUT_SHAPES:-64x4096x4096,256x1024x8192,512x512x512,1024x1024x1024,2048x2048x2048,4096x4096x4096,8192x1024x4096,1024x8192x2048}" \
@@ -457,6 +475,7 @@ check = {
 (out / "throughput-check.json").write_text(json.dumps(check, indent=1))
 print(json.dumps(check, indent=1))
 PY
+  fi
 fi
 # PACK_OUT=1: everything under $OUT but the kernel pack travels back as one results.tar.xz (the
 # device returns at most 8 files)
