@@ -292,6 +292,7 @@ def test_optimize_on_the_gpu_runs_every_shapes_rounds_and_says_where_the_time_we
     args[args.index("--batch") + 1] = "2"
     args[args.index("--final-top") + 1] = "1"
     args += ["--device-seconds", "1", "--final-device-seconds", "1", "--no-save-policy"]
+    args += ["--final-torch-baselines", ""]
     assert cli.main(args) == 0
     out = capsys.readouterr().out
     report = json.loads((tmp_path / "results.json").read_text())
