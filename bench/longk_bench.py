@@ -11,7 +11,7 @@ Sets of configs (``--set``, several separated by commas):
 
 For each shape the set's configs valid for it are verified (the GPU step's verifier, fresh random
 inputs) and the verified ones are timed in the device protocol beside torch.matmul, cuBLAS and
-cuBLASLt (heuristic and autotuned), interleaved in one child process (engine.campaign.final).
+cuBLASLt (heuristic and autotuned), interleaved in one child process (engine.execution.final).
 
     python3 bench/longk_bench.py --set baseline [--shapes ...] [--compile-only] [--out FILE]
 """
@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {name}: {error}")
         return 1 if failed else 0
 
-    from engine.campaign.final import remeasure_batch
+    from engine.execution.final import remeasure_batch
     from engine.gpu import cuda_driver
     from engine.verify.verifier import Verifications, new_fork_server
 

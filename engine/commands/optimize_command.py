@@ -10,6 +10,7 @@ import argparse
 import json
 import math
 import sys
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -22,10 +23,12 @@ from engine.campaign.loop import (
     campaign_report,
     compile_configs,
 )
-from engine.campaign.round import batch_size_for
+from engine.campaign.round import MAX_BATCH, batch_size_for
 from engine.campaign.storage import SqliteStorage, default_campaign_name
 from engine.codegen import FAMILIES
 from engine.commands.common import torch_baselines
+from engine.compilation.compile import config_keys, try_load
+from engine.compilation.toolkit import CompileSetupError
 from engine.config import VerifyWarm
 from engine.config import load as load_config
 from engine.execution.executor import LocalGpuExecutor, ReplayExecutor, ReplayTable
@@ -57,6 +60,8 @@ from engine.timing.protocol_names import DEFAULT_PROTOCOL, PROTOCOLS
 from engine.verify import sanitize
 
 CLI_PROPOSERS = (*PROPOSER_NAMES, *INPUT_PROPOSER_NAMES, "llm")
+# A library build's time on one core: 35 s median, 58.5 s p90 (sm90 CUTLASS, bench/NOTES.md §14)
+BUILD_SECONDS = 45.0
 
 # Called after each stored candidate; tests use it to interrupt a campaign part-way.
 after_record_hook: Callable[[CandidateRecord], None] | None = None
@@ -90,8 +95,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--no-pipeline",
         action="store_true",
-        help="GPU runs: propose each round after the one before was learnt (as the dashboard's "
-        "steps do) instead of compiling the next batch while the GPU runs this one",
+        help="GPU runs: build each wave of rounds once the GPU has run the one before (the same "
+        "candidates) instead of building a shape's next round while the GPU runs the others'",
     )
     parser.add_argument(
         "--proposers",
@@ -153,7 +158,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--heat-seconds", type=float, default=1.0, help="GPU heat-up before each batch's timing"
     )
     parser.add_argument(
-        "--verify-jobs", type=int, default=1, help="verifications at once (each its own process)"
+        "--verify-jobs",
+        type=int,
+        help="verifications at once, each its own process (default: the round's candidates, "
+        f"at most {MAX_BATCH})",
     )
     parser.add_argument("--out", type=Path, help="results JSON (default: beside the db)")
     parser.add_argument(
@@ -227,6 +235,7 @@ def mirror_targets(args: argparse.Namespace, problems: list[Problem]) -> dict[st
 
 
 def run(args: argparse.Namespace) -> int:
+    started = time.monotonic()
     try:
         layout = Layout.parse(args.layout)
         problems = [Problem.parse(s, layout) for s in expand_shapes(args.shapes)]
@@ -276,7 +285,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         executor = LocalGpuExecutor(
             protocols=(args.protocol,),
-            verify_jobs=args.verify_jobs,
+            verify_jobs=args.verify_jobs or min(settings.batch, MAX_BATCH),
             device_seconds=args.device_seconds,
             heat_seconds=args.heat_seconds,
         )
@@ -359,6 +368,10 @@ def run(args: argparse.Namespace) -> int:
         compiler=compiler,
         progress=print_progress,
         after_record=after_record_hook,
+        compile_jobs=args.jobs,
+        before_first_builds=lambda configs: print_first_builds(
+            configs, jobs=args.jobs or config.compile_jobs, config=config, arch=executor.arch
+        ),
     )
     try:
         results = campaign.run()
@@ -367,11 +380,20 @@ def run(args: argparse.Namespace) -> int:
         raise
     finally:
         storage.close()
-    report = campaign_report(results, settings, executor=type(executor).__name__)
+    search = campaign.throughput()
+    setup_seconds = campaign.started - started
+    report = campaign_report(
+        results,
+        settings,
+        executor=type(executor).__name__,
+        throughput=felt_times(search, setup_seconds=setup_seconds),
+    )
     out = args.out or Path(db).with_name(f"{name}.json")
     write_report(out, report)  # before the finals: what the search found is kept whatever follows
     without_final: list[str] = []
-    if isinstance(executor, LocalGpuExecutor) and args.final_top > 0:
+    finals_started = time.monotonic()
+    finals_run = isinstance(executor, LocalGpuExecutor) and args.final_top > 0
+    if finals_run:
         report["final"] = final_measurements(
             results,
             baseline=settings.baseline,
@@ -386,10 +408,19 @@ def run(args: argparse.Namespace) -> int:
             extra_baselines=torch_baselines(args.final_torch_baselines),
         )
         without_final = with_final_choices(report, results, settings.baseline)
-        write_report(out, report)
+    report["throughput"] = felt_times(
+        search,
+        setup_seconds=setup_seconds,
+        final_seconds=time.monotonic() - finals_started if finals_run else None,
+        wall_seconds=time.monotonic() - started,
+    )
+    write_report(out, report)
+    if finals_run:
         print_finals(report["final"], settings.baseline)
     for entry in report["problems"]:
         print(summary_line(entry, settings.baseline))
+    for line in throughput_lines(report["throughput"]):
+        print(line)
     print(f"results: {out}")
     if without_final:
         print(
@@ -443,6 +474,86 @@ def with_final_choices(
             final_speedups=speedups,
         )
     return missing
+
+
+def uncached(configs: Sequence[Any], *, config: Any, arch: str) -> int | None:
+    """How many of the family ``configs`` the kernel cache lacks (None: no toolchain to ask)."""
+    family_configs = [c for c in configs if c.FAMILY in FAMILIES]
+    try:
+        keys = config_keys(family_configs, config=config, target_arch=arch)
+    except CompileSetupError:
+        return None
+    return sum(try_load(key, config) is None for key in keys)
+
+
+def first_builds_estimate(missing: int, total: int, *, jobs: int) -> str:
+    """What building the first rounds' ``missing`` configs will take on ``jobs`` cores."""
+    jobs = max(1, jobs)
+    waves = math.ceil(missing / jobs)
+    return (
+        f"compiles: {missing} of the first rounds' {total} configs are not in the kernel cache: "
+        f"about {_clock(waves * BUILD_SECONDS)} on {jobs} jobs before the GPU starts "
+        f"({BUILD_SECONDS:.0f} s a build), and later rounds' builds alike while the GPU runs; "
+        "`engine prebuild --library` builds the library once"
+    )
+
+
+def print_first_builds(configs: Sequence[Any], *, jobs: int, config: Any, arch: str) -> None:
+    missing = uncached(configs, config=config, arch=arch)
+    if missing:
+        print(first_builds_estimate(missing, len(configs), jobs=jobs), flush=True)
+
+
+def felt_times(
+    search: dict[str, Any],
+    *,
+    setup_seconds: float,
+    final_seconds: float | None = None,
+    wall_seconds: float | None = None,
+) -> dict[str, Any]:
+    """The search's numbers (engine.campaign.loop.Campaign.throughput) as the command's user felt
+    them: times from the command's start, the finals' time, and the whole wall time once known
+    (``to_final_seconds``: when the finals' choice was written, the search's end without
+    finals)."""
+    first = search.get("first_verified_seconds")
+    out = dict(search)
+    out.update(
+        setup_seconds=round(setup_seconds, 3),
+        first_verified_seconds=None if first is None else round(setup_seconds + first, 3),
+        final_seconds=None if final_seconds is None else round(final_seconds, 3),
+        wall_seconds=None if wall_seconds is None else round(wall_seconds, 3),
+        to_final_seconds=None if wall_seconds is None else round(wall_seconds, 3),
+    )
+    return out
+
+
+def throughput_lines(times: dict[str, Any]) -> list[str]:
+    """Where the wall time went, for the summary."""
+    wall, search = times.get("wall_seconds") or 0.0, times["search_seconds"]
+    parts = [f"setup {times['setup_seconds']:.0f} s", f"search {search:.0f} s"]
+    if times.get("final_seconds") is not None:
+        parts.append(f"finals {times['final_seconds']:.0f} s")
+    busy = times.get("gpu_busy_fraction")
+    busy_text = "-" if busy is None else f"{busy:.0%}"
+    first = times.get("first_verified_seconds")
+    rate = times.get("candidates_per_wall_hour")
+    lines = [
+        f"time: {wall:.0f} s wall ({', '.join(parts)}); GPU busy {busy_text} of the search "
+        f"({times['gpu_busy_seconds']:.0f} s)",
+        f"first verified kernel after {'-' if first is None else f'{first:.0f} s'}, final after "
+        f"{wall:.0f} s; {times['candidates']} candidates, "
+        f"{'-' if rate is None else f'{rate:.0f}'} per wall-hour",
+    ]
+    compiles = times.get("compiles") or {}
+    if compiles.get("built") or compiles.get("cached"):
+        waited, batches = compiles["gpu_waited_seconds"], compiles["batches"]
+        lines.append(
+            f"compiles: {compiles['built']} built ({compiles['build_seconds']:.0f} s of compiler "
+            f"time in {batches} batch{'es' if batches != 1 else ''}, "
+            f"{compiles['wall_seconds']:.0f} s of wall), "
+            f"{compiles['cached']} from the cache; the GPU waited {waited:.0f} s for builds"
+        )
+    return lines
 
 
 def summary_line(entry: dict[str, Any], baseline: str) -> str:

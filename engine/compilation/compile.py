@@ -521,25 +521,31 @@ def compile_configs(
     config: Any = None,
     target_arch: str | None = None,
 ) -> list[CompileResult]:
-    """Render and compile kernel configs (engine.codegen; compile_many per family, cached);
-    results keep order. Imports no torch, so a GPU step can look its batch up in the cache
-    before it does.
+    """Render and compile kernel configs (engine.codegen; cached); results keep order. Every
+    family's builds share one pool of ``jobs`` (default ``config.compile_jobs``), so a batch
+    that mixes families keeps every core busy. Imports no torch, so a GPU step can look its
+    batch up in the cache before it does.
 
     ``target_arch`` (the GPU's, e.g. ``sm_90``) builds only the SASS that GPU runs."""
 
-    results: list[CompileResult | None] = [None] * len(configs)
-    families = sorted({c.FAMILY for c in configs})
-    for family in families:
-        where = [i for i, c in enumerate(configs) if family == c.FAMILY]
-        built = compile_many(
-            [configs[i].render() for i in where],
-            jobs=jobs,
-            archs=get_family(family).archs_for(target_arch),
-            config=config,
-        )
-        for i, result in zip(where, built, strict=True):
-            results[i] = result
-    return [r for r in results if r is not None]
+    if not configs:
+        return []
+    config = config or load_config()
+    jobs = max(1, jobs or config.compile_jobs)
+    # Resolve (and cache) the toolchain facts once, so setup errors surface here, not in a thread.
+    nvcc_version(config.nvcc)
+    cutlass_version()
+    with ThreadPoolExecutor(max_workers=min(jobs, len(configs))) as pool:
+        futures = [
+            pool.submit(
+                compile_source,
+                c.render(),
+                config=config,
+                archs=get_family(c.FAMILY).archs_for(target_arch),
+            )
+            for c in configs
+        ]
+        return [future.result() for future in futures]
 
 
 def config_keys(

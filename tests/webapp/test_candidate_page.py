@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 from django.conf import settings
-from engine.campaign.executor import ReplayTable
 
+from engine.execution.executor import ReplayTable
 from engine.outcomes import CandidateRecord
 from webapp.campaigns.failures import is_harness_failure
 from webapp.campaigns.models import Candidate

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from engine import cli
+from engine.campaign.storage import SqliteStorage
 from engine.commands import optimize_command as optimize
 from engine.execution.executor import ReplayExecutor
 
@@ -253,3 +254,101 @@ def test_the_best_speedups_of_a_shape_are_one_candidates():
     result = ProblemResult(Problem(64, 64, 64), [a, b], stopped="budget")
     assert result.best_speedups("cublaslt_autotune") == a.speedups()
     assert result.best_speedups("torch") == b.speedups()
+
+
+def test_optimize_says_where_the_time_went_in_its_summary_and_json(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("ENGINE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(optimize, "LocalGpuExecutor", FakeGpuExecutor)
+
+    def finals(results, **_kwargs):
+        return {r.problem.key: final_of({r.records[0].name: 8e-6}) for r in results}
+
+    monkeypatch.setattr(optimize, "final_measurements", finals)
+    assert cli.main(gpu_argv(tmp_path)) == 0
+    out = capsys.readouterr().out
+    times = json.loads((tmp_path / "results.json").read_text())["throughput"]
+    assert times["candidates"] == 8
+    parts = times["setup_seconds"] + times["search_seconds"] + times["final_seconds"]
+    assert parts <= times["wall_seconds"] + 0.01
+    assert times["wall_seconds"] == times["to_final_seconds"]
+    assert 0 <= times["gpu_busy_fraction"] <= 1
+    assert times["setup_seconds"] <= times["first_verified_seconds"] <= times["wall_seconds"]
+    assert times["candidates_per_wall_hour"] > 0
+    assert f"time: {times['wall_seconds']:.0f} s wall (setup" in out
+    assert "GPU busy" in out
+    assert "per wall-hour" in out
+    assert "first verified kernel after" in out
+
+
+@pytest.mark.gpu
+@pytest.mark.nvcc
+def test_optimize_on_the_gpu_runs_every_shapes_rounds_and_says_where_the_time_went(
+    tmp_path, monkeypatch, capsys
+):
+    """The real path: nvcc builds the rounds in the background while the GPU verifies and times
+    the other shape's round, then the finals."""
+    monkeypatch.setenv("ENGINE_CACHE_DIR", str(tmp_path / "cache"))
+    args = gpu_argv(tmp_path)
+    args[args.index("--batch") + 1] = "2"
+    args[args.index("--final-top") + 1] = "1"
+    args += ["--device-seconds", "1", "--final-device-seconds", "1", "--no-save-policy"]
+    args += ["--final-torch-baselines", ""]
+    assert cli.main(args) == 0
+    out = capsys.readouterr().out
+    report = json.loads((tmp_path / "results.json").read_text())
+    times = report["throughput"]
+    assert [p["candidates"] for p in report["problems"]] == [4, 4]
+    assert times["candidates"] == 8
+    assert 0 < times["gpu_busy_fraction"] <= 1
+    assert times["first_verified_seconds"] <= times["wall_seconds"]
+    assert times["final_seconds"] > 0
+    compiles = times["compiles"]
+    assert compiles["background"] is True
+    storage = SqliteStorage(tmp_path / "c.sqlite")
+    (name,) = storage.campaign_names()
+    names = {r.name for p in storage.problems(name) for r in storage.candidates(name, p.key)}
+    assert compiles["built"] + compiles["cached"] + compiles["failed"] == len(names)  # once each
+    assert compiles["batches"] >= 2  # the first rounds together, then each shape's next
+    assert "GPU busy" in out
+
+
+def test_the_kernel_cache_says_how_many_configs_it_lacks(tmp_path):
+    from engine.codegen.sm80 import Sm80Config
+    from engine.compilation.compile import compile_configs
+    from engine.problem import Layout
+    from tests.engine.compile_fakes import fake_nvcc, machine
+
+    config = machine(tmp_path, fake_nvcc(tmp_path))
+    configs = [Sm80Config(layout=Layout.TN), Sm80Config(layout=Layout.NN)]
+    assert optimize.uncached(configs, config=config, arch="sm_90") == 2
+    compile_configs(configs[:1], config=config, target_arch="sm_90")
+    assert optimize.uncached(configs, config=config, arch="sm_90") == 1
+
+
+def test_a_campaign_with_an_empty_cache_says_how_long_its_first_compiles_will_take(
+    tmp_path, monkeypatch, capsys
+):
+    from engine.compilation.compile import CompileResult
+    from tests.engine.compile_fakes import fake_nvcc
+
+    monkeypatch.setenv("ENGINE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("ENGINE_NVCC", str(fake_nvcc(tmp_path)))
+
+    class NeedsLibraries(FakeGpuExecutor):
+        needs_libraries = True
+
+    def compile_configs(configs, **_kwargs):
+        library = tmp_path / "lib.so"
+        return [
+            CompileResult(True, library, "x", ("sm_90a",), "nvcc", "", 40.0, False) for _ in configs
+        ]
+
+    monkeypatch.setattr(optimize, "LocalGpuExecutor", NeedsLibraries)
+    monkeypatch.setattr(optimize, "compile_configs", compile_configs)
+    monkeypatch.setattr(optimize, "final_measurements", lambda results, **_: {})
+    cli.main([*gpu_argv(tmp_path), "--jobs", "3"])
+    out = capsys.readouterr().out
+    # two shapes' first rounds of 4 (no config in both): 8 builds of 45 s, 3 at once
+    assert "compiles: 8 of the first rounds' 8 configs are not in the kernel cache" in out
+    assert "about 0:02:15 on 3 jobs before the GPU starts" in out
+    assert "compiles: 8 built (320 s of compiler time in 1 batch," in out

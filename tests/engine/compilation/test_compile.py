@@ -179,6 +179,33 @@ def test_a_build_out_of_memory_under_its_limit_is_not_cached(tmp_path):
     assert comp.try_load(result.key, config) is None
 
 
+def test_compile_configs_builds_every_family_of_a_batch_at_once_and_keeps_its_order(
+    monkeypatch, tmp_path
+):
+    import threading
+
+    from engine.codegen.sm80 import Sm80Config
+    from engine.codegen.sm90 import Sm90Config
+    from engine.problem import Layout
+
+    both_running = threading.Barrier(2, timeout=5)  # broken unless both families build together
+    archs_of: dict[str, tuple[str, ...]] = {}
+
+    def compile_source(source, *, config, archs):
+        both_running.wait()
+        archs_of[source] = tuple(archs)
+        return source
+
+    monkeypatch.setattr(comp, "compile_source", compile_source)
+    monkeypatch.setattr(comp, "nvcc_version", lambda nvcc: "13.0")
+    monkeypatch.setattr(comp, "cutlass_version", lambda: "4.0")
+    configs = [Sm90Config(layout=Layout.TN), Sm80Config(layout=Layout.TN)]
+    engine_config = EngineConfig(cache_dir=tmp_path, compile_jobs=2)
+    results = comp.compile_configs(configs, config=engine_config, target_arch="sm_90")
+    assert results == [c.render() for c in configs]
+    assert archs_of[configs[1].render()] == comp.get_family("sm80").archs_for("sm_90")
+
+
 # ---- nvcc ----------------------------------------------------------------------------------
 
 
