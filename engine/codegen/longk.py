@@ -44,6 +44,18 @@ TILE_K = 64  # one 128-byte swizzle row of fp16
 ALIGN_SLACK = 1024  # the kernel aligns its shared memory to the 128-byte swizzle's 1024 bytes
 MAX_CLUSTER = 16  # CTAs in a cluster on Hopper (above 8 non-portable)
 HOPPER_ARCHS = ("sm_90a",)
+# The class the family is for, a little wider than the long-K class it is measured on (M·N ≤ 2^20,
+# K ≥ 4·max(M, N)): one launch of one tile's splits per cluster has no persistent scheduler, so a
+# shape of many output tiles belongs to the sm90 family.
+MAX_MN_LOG2 = 22
+MIN_K_OVER_MN = 2
+
+
+def serves(problem: Problem) -> bool:
+    """Whether ``problem`` is long-K with few output tiles, where the family is searched."""
+    return problem.m * problem.n <= 2**MAX_MN_LOG2 and problem.k >= MIN_K_OVER_MN * max(
+        problem.m, problem.n
+    )
 
 
 def wgmma_code(tile_n: int, p_k_major: bool, q_k_major: bool) -> str:
@@ -141,6 +153,11 @@ class LongKConfig(KernelConfig):
             return invalid(
                 f"ctas_per_sm={self.ctas_per_sm} changes nothing: {self.smem_bytes} B already "
                 f"leave room for only {self.natural_ctas_per_sm()} CTA(s) an SM"
+            )
+        if problem is not None and not serves(problem):
+            return invalid(
+                f"{problem.key} is not long-K with few output tiles (M·N ≤ 2^{MAX_MN_LOG2}, "
+                f"K ≥ {MIN_K_OVER_MN}·max(M, N)): the family is searched only there"
             )
         return self.fits(problem)
 

@@ -44,7 +44,7 @@ from engine.llm.proposer import LLMProposer
 from engine.outcomes import CandidateRecord
 from engine.problem import Layout, Problem, ProblemError
 from engine.propose.mirror import MirrorFileError, load_targets, with_exact_mirrors
-from engine.propose.mix import INPUT_PROPOSER_NAMES, PROPOSER_NAMES, make_proposers
+from engine.propose.mix import DEFAULT_MIX, INPUT_PROPOSER_NAMES, PROPOSER_NAMES, make_proposers
 from engine.propose.policy import (
     InMemoryLearner,
     Policy,
@@ -100,8 +100,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--proposers",
-        default="rl,evolve,random",
-        help=f"from {','.join(CLI_PROPOSERS)}",
+        help=f"from {','.join(CLI_PROPOSERS)}, at equal weights (default: the engine's mix, "
+        f"{','.join(f'{n}={w:g}' for n, w in DEFAULT_MIX.items())})",
     )
     parser.add_argument("--mix", help="weights, e.g. rl=0.5,evolve=0.3,random=0.2")
     parser.add_argument(
@@ -197,7 +197,9 @@ def chosen_families(args: argparse.Namespace, arch: str) -> tuple[str, ...]:
     return chosen
 
 
-def parse_mix(proposers: str, mix: str | None) -> dict[str, float]:
+def parse_mix(proposers: str | None, mix: str | None) -> dict[str, float]:
+    if not mix and proposers is None:
+        return dict(DEFAULT_MIX)
     if mix:
         out = {}
         for part in mix.split(","):
@@ -207,7 +209,7 @@ def parse_mix(proposers: str, mix: str | None) -> dict[str, float]:
             except ValueError:
                 raise SystemExit(f"error: cannot read --mix part {part!r}") from None
     else:
-        names = [p.strip() for p in proposers.split(",") if p.strip()]
+        names = [p.strip() for p in (proposers or "").split(",") if p.strip()]
         out = {name: 1.0 / len(names) for name in names} if names else {}
     unknown = sorted(set(out) - set(CLI_PROPOSERS))
     if unknown or not out:
@@ -244,7 +246,7 @@ def run(args: argparse.Namespace) -> int:
     if not problems:
         raise SystemExit("error: --shapes names no shape")
     mix = parse_mix(args.proposers, args.mix)
-    wants_kernels = "mirror" in mix or (args.cublaslt_kernels and "llm" in mix)
+    wants_kernels = "mirror" in mix or (args.cublaslt_kernels and ("llm" in mix or "seed" in mix))
     targets = mirror_targets(args, problems) if wants_kernels else None
     config = load_config()
     name = args.name or default_campaign_name(problems, replay=bool(args.replay))

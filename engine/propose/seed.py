@@ -8,6 +8,8 @@ try there:
 - triton: what torch Inductor's max-autotune tries with its Triton mm template
   (engine.codegen.triton.inductor_configs, K-mask-free where K divides) and, on long-K shapes, its
   decompose-K splits as the family's in-kernel split-K (inductor_split_configs);
+- longk: the library configs the first H100 run's long-K winners resemble most
+  (engine.codegen.library.longk_prior);
 - sm90 and sm80 (CUTLASS): the configs nearest to the kernels cuBLASLt runs on the problem, as
   the mirror proposer ranks them (engine.propose.mirror), from the kernels measured on the
   problem where known, else from the recorded kernels of the nearest recorded problem (the file
@@ -31,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.codegen import KernelConfig
+from engine.codegen.library import longk_prior
 from engine.codegen.triton import inductor_configs, inductor_split_configs
 from engine.outcomes import CandidateRecord, CandidateStatus
 from engine.problem import Problem
@@ -135,6 +138,8 @@ class SeedProposer:
             ranking = self.mirror.ranking(problem, space)
             picks = [space.config(name) for _, _, name, _ in ranking]
             picks = [c for c in picks if family == c.FAMILY]
+        elif family == "longk":
+            picks = [c for c in longk_prior(problem) if c.name in space]
         else:
             picks = []
         return self.ranked(problem, space, picks)

@@ -19,7 +19,10 @@ from engine.codegen import FAMILIES, KernelConfig
 from engine.codegen.library import LIBRARIES, library
 from engine.problem import Layout, Problem
 
-DEFAULT_FAMILIES_BY_ARCH = {"sm_90": ("sm90", "sm80"), "sm_90a": ("sm90", "sm80")}
+DEFAULT_FAMILIES_BY_ARCH = {
+    "sm_90": ("sm90", "sm80", "longk"),
+    "sm_90a": ("sm90", "sm80", "longk"),
+}
 OTHER_FAMILY_DISTANCE = 99  # knob distance between configs of different families
 
 

@@ -352,3 +352,11 @@ def test_a_campaign_with_an_empty_cache_says_how_long_its_first_compiles_will_ta
     assert "compiles: 8 of the first rounds' 8 configs are not in the kernel cache" in out
     assert "about 0:02:15 on 3 jobs before the GPU starts" in out
     assert "compiles: 8 built (320 s of compiler time in 1 batch," in out
+
+
+def test_optimize_searches_with_the_engines_mix_unless_told_otherwise():
+    from engine.propose.mix import DEFAULT_MIX
+
+    assert optimize.parse_mix(None, None) == DEFAULT_MIX
+    assert optimize.parse_mix("rl,evolve", None) == {"rl": 0.5, "evolve": 0.5}
+    assert optimize.parse_mix(None, "seed=0.5,rl=0.5") == {"seed": 0.5, "rl": 0.5}

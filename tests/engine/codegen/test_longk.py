@@ -175,3 +175,13 @@ def test_the_prior_swaps_only_when_m_is_below_the_wgmma_m():
 
     assert longk_prior(Problem(16, 4096, 16384, NN))[0].tile_mn() == (16, 64)
     assert not any(c.swap for c in longk_prior(Problem(128, 128, 16384, NN)))
+
+
+def test_it_is_searched_only_on_long_k_shapes_with_few_output_tiles():
+    config = LongKConfig(layout=NN, splits=8)
+    assert config.is_valid(Problem(128, 128, 16384, NN))
+    assert config.is_valid(Problem(264, 280, 1032, NN))  # the sanitizer's small problem
+    assert (
+        "not long-K with few output tiles" in config.is_valid(Problem(4096, 4096, 4096, NN)).reason
+    )
+    assert not config.is_valid(Problem(512, 512, 512, NN))  # K under 2·max(M, N)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import random
 
 from engine.campaign.round import Round, RoundSettings
+from engine.codegen.library import longk_prior
 from engine.codegen.triton import (
     inductor_configs,
     inductor_k_splits,
@@ -25,7 +26,7 @@ from engine.propose.seed import (
     recorded_kernels_document,
     with_family_floor,
 )
-from engine.propose.space import SearchSpace
+from engine.propose.space import SearchSpace, families_for_arch
 
 SMALL = Problem(128, 256, 128, Layout.NN)
 
@@ -259,3 +260,20 @@ def test_a_family_without_prior_picks_still_gets_its_floor_from_its_members():
     triton = [Proposal(c, "rl") for c in space.configs if c.FAMILY == "triton"][:3]
     out = floor(triton, space, 3, seed=seed)
     assert [p.config.FAMILY for p in out] == ["triton", "triton", "sm90"]
+
+
+LONG_K = Problem(128, 128, 16384, Layout.NN)
+
+
+def test_a_long_k_shapes_first_round_offers_the_longk_familys_prior():
+    space = library_space(LONG_K, families=("sm90", "longk"))
+    picks = SeedProposer(recorded={}).priors(LONG_K, space, "longk")
+    assert picks
+    assert {c.name for c in picks} <= {c.name for c in longk_prior(LONG_K)}
+
+
+def test_the_default_hopper_search_holds_longk_only_where_it_serves():
+    assert "longk" in families_for_arch("sm_90a")
+    big = Problem(4096, 4096, 4096, Layout.NN)
+    assert not any(c.FAMILY == "longk" for c in library_space(big, ("sm90", "longk")).configs)
+    assert any(c.FAMILY == "longk" for c in library_space(LONG_K, ("sm90", "longk")).configs)
