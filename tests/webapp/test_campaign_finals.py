@@ -307,3 +307,35 @@ def test_an_expired_finals_lease_is_sent_again_to_the_finals_task(
     item.refresh_from_db()
     assert (item.status, item.attempts) == (WorkItem.Status.QUEUED, 1)
     assert sent == [([item.id], "gpu.sm90")]
+
+
+def test_a_shape_in_its_finals_says_what_it_waits_for(alice):
+    from webapp.campaigns import live
+
+    campaign = make_campaign(alice)
+    item = search(campaign)
+    waits = live.campaign_waits(campaign=campaign)
+    assert waits == {item.problem_id: f"round {item.round}: finals waits for a worker of "
+                     "gpu.sm90 (none online)"}  # fmt: skip
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_on_a_gpu_a_dashboard_shapes_finals_sanitize_and_re_measure_its_best_kernel(
+    alice, monkeypatch
+):
+    """The real finals step: the replayed search's best configs built with nvcc, run under
+    compute-sanitizer and re-measured beside every baseline in a fresh process."""
+    campaign = make_campaign(alice, budget=4, final_top=1)
+    item = search(campaign)
+    monkeypatch.setattr(runner, "executor_spec", lambda: "local")
+    result = run_item(item)
+    assert "final" in result, result
+    problem = campaign.problems.get()
+    chosen = Candidate.objects.get(problem=problem, name=result["final"])
+    assert chosen.verification_result["sanitize"]["ok"] is True
+    assert problem.best["name"] == chosen.name
+    assert problem.best["session"]["name"] == "final"
+    assert problem.final_error == ""
+    campaign.refresh_from_db()
+    assert campaign.status == Campaign.Status.DONE

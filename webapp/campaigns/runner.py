@@ -13,8 +13,11 @@ process (``python -m engine.execution.gpu_step`` in the candidate sandbox of
 engine.isolation.sandbox: allow-listed environment, CUDA_VISIBLE_DEVICES pinned, the GPU children's
 limits, its process group killed on timeout; the worker never initialises CUDA), probe the GPU's
 health (engine.gpu.health_probe.check), record the outcomes through DjangoStorage and queue the next
-round's compile step. Each step commits only while it holds its work item's lease, so a step that
-lost its lease (its worker was presumed dead) changes nothing, and a candidate is recorded once.
+round's compile step. Once a problem's search stops, its finals step (queue ``gpu.<arch>`` too)
+runs engine.execution.final for that shape, as ``engine optimize`` does at its end, and stores it
+as an imported final is stored (webapp.campaigns.finals). Each step commits only while it holds its
+work item's lease, so a step that lost its lease (its worker was presumed dead) changes nothing, and
+a candidate is recorded once.
 """
 
 from __future__ import annotations
