@@ -37,6 +37,7 @@ from engine.execution.final import (
     final_choice,
     final_measurements,
     no_choice_reason,
+    sanitize_library,
 )
 from engine.llm.backends import BackendSpec, make_backend
 from engine.llm.evaluate import SourceCompiler
@@ -57,7 +58,6 @@ from engine.propose.space import SearchSpace, families_for_arch
 from engine.publish.bundle.buckets import expand_shapes
 from engine.timing.baseline_names import TORCH_TUNED
 from engine.timing.protocol_names import DEFAULT_PROTOCOL, PROTOCOLS
-from engine.verify import sanitize
 
 CLI_PROPOSERS = (*PROPOSER_NAMES, *INPUT_PROPOSER_NAMES, "llm")
 # A library build's time on one core: 35 s median, 58.5 s p90 (sm90 CUTLASS, bench/NOTES.md §14)
@@ -604,13 +604,6 @@ def pretrain(policy: Policy, tables: list[Path], *, baseline: str, steps: int) -
             tasks.append((problem, space, rewards))
     policy.pretrain(tasks, steps=steps)
     print(f"policy: pretrained on {len(tasks)} recorded problems ({steps} steps)", flush=True)
-
-
-def sanitize_library(library: Path, kernel: Any, problem: Problem):
-    """The sanitizers on ``library`` at the problems its config accepts and at the shape it
-    serves (engine.verify.sanitize.sanitize_problems), in the campaign's layout."""
-
-    return sanitize.sanitize(library, sanitize.sanitize_problems(kernel, problem), timeout=60)
 
 
 def print_finals(finals: dict, baseline: str) -> None:

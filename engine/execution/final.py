@@ -267,6 +267,16 @@ def torch_tuning(record: dict[str, Any]) -> dict[str, Any]:
 Sanitizer = Callable[[Path, Any, Problem], Any]  # library, its config, the problem it serves
 # → a result with .ok and .to_dict() (engine.verify.sanitize.SanitizeResult)
 GIVE_UP_FACTOR = 3  # a shape's finals try at most this many kernels per kernel they re-measure
+SANITIZE_TIMEOUT = 60.0
+
+
+def sanitize_library(library: Path, kernel: Any, problem: Problem) -> sanitize.SanitizeResult:
+    """The finals' sanitizer: compute-sanitizer on ``library`` at the problems its config
+    accepts and at the shape it serves (engine.verify.sanitize.sanitize_problems)."""
+
+    return sanitize.sanitize(
+        library, sanitize.sanitize_problems(kernel, problem), timeout=SANITIZE_TIMEOUT
+    )
 
 
 def kernel_id(name: str, source_hash: str) -> str:
@@ -593,6 +603,23 @@ def final_measurements(
             extra_baselines=extra_baselines,
         )
     return finals
+
+
+@dataclass(frozen=True)
+class ShapeSearch:
+    """One shape's searched candidates, as :func:`final_measurements` reads a campaign's results
+    (engine.campaign.loop.ProblemResult): for a caller that runs one shape's final at a time."""
+
+    problem: Problem
+    records: Sequence[CandidateRecord]
+
+
+def shape_final(
+    problem: Problem, records: Sequence[CandidateRecord], **options: Any
+) -> dict[str, Any]:
+    """One shape's final summary, or ``{"error": why}`` (with ``sanitize``): what
+    :func:`final_measurements` (given ``options``) makes of this shape alone."""
+    return final_measurements([ShapeSearch(problem, records)], **options)[problem.key]
 
 
 def main(argv: list[str]) -> int:

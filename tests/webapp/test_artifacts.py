@@ -172,7 +172,7 @@ def manifest_kernels(zf: zipfile.ZipFile) -> list[dict]:
 
 def sanitize_all(campaign) -> None:
     """A passing compute-sanitizer verdict on every verified candidate, as imported finals
-    leave it (webapp.campaigns.database_imports.import_final_verdicts)."""
+    leave it (webapp.campaigns.finals.candidates_apply_final_verdicts)."""
     for candidate in Candidate.objects.filter(
         problem__campaign=campaign, status=Candidate.Status.DONE
     ):

@@ -2,7 +2,8 @@
 resources per kernel), a shape's best kernel source, and the campaign's kernel bundle.
 
 The bundle is engine.publish.bundle.build_bundle's, as `engine bundle` makes it, over the
-campaign's records and the verdicts its imported finals left (webapp.campaigns.database_imports).
+campaign's records and the verdicts its finals left (webapp.campaigns.finals: imported, or run by
+a live campaign's finals steps).
 """
 
 from __future__ import annotations
@@ -193,7 +194,8 @@ def campaign_results(*, campaign: Campaign) -> CampaignResults:
 
 
 def sanitized_verdicts(*, campaign: Campaign) -> Callable[[BundleKernel], bool]:
-    """Whether a bundle kernel passed compute-sanitizer in the campaign's imported finals."""
+    """Whether a bundle kernel passed compute-sanitizer in the campaign's finals (imported, or
+    run by its finals steps: webapp.campaigns.finals)."""
     rows = Candidate.objects.filter(
         problem__campaign=campaign, verification_result__sanitize__ok=True
     ).select_related("problem")

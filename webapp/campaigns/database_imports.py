@@ -10,8 +10,9 @@ The engine's ``--out`` report beside the database (any ``*.json`` there whose se
 campaign) adds its ``final`` section: each shape's top kernels re-measured in a fresh process
 against the four baselines in both layouts, with the GPU environment. The baselines become
 BaselineResult rows (which the shape and candidate pages divide by), the top kernels' times go
-into their timings. Without that report the pages show the search's own per-candidate baselines
-only.
+into their timings, the sanitizer verdicts onto the candidates (webapp.campaigns.finals, as a
+live campaign's finals). Without that report the pages show the search's own per-candidate
+baselines only.
 
 Re-importing is idempotent: the campaign is found by (name, owner), a problem by its shape,
 records already stored are skipped, and the final section is written again in place.
@@ -36,12 +37,8 @@ from engine.codegen.library import LIBRARIES, library
 from engine.outcomes import CandidateRecord
 from engine.problem import Layout as EngineLayout
 from engine.problem import Problem as EngineProblem
-from engine.timing.baseline_names import tuned_label
-from engine.timing.baselines import best_of_layouts
-from engine.timing.ratios import baseline_runner, with_quartiles
-from webapp.campaigns.imports import BASELINES, environment_record, import_baselines
-from webapp.campaigns.models import Campaign, Candidate, Layout, Problem
-from webapp.campaigns.ratios import problem_refresh_best
+from webapp.campaigns.finals import problem_apply_final
+from webapp.campaigns.models import Campaign, Candidate, Layout
 from webapp.campaigns.storage import DjangoStorage
 
 SQLITE_HEADER = b"SQLite format 3\x00"
@@ -49,7 +46,6 @@ DATABASE_SUFFIXES = (".sqlite", ".sqlite3", ".db")
 CAMPAIGN_TABLES = ("campaigns", "problems", "candidates")
 UNFINISHED = (None, "pending", "running")  # an interrupted session leaves its problem running
 REPORT_MAX_BYTES = 64 * 2**20
-BASELINE_KEYS = {f"{b}_{v}" for b in BASELINES for v in ("nn", "tn")}
 
 
 class CampaignDatabaseError(ValueError):
@@ -226,121 +222,12 @@ def campaign_import_engine(
 
 
 def import_final(*, campaign: Campaign, final: Mapping[str, Any]) -> int:
-    """The final re-measurement: baseline timings per protocol, and the top kernels' times."""
+    """The report's final section, shape by shape (webapp.campaigns.finals.problem_apply_final,
+    as a live campaign's finals store theirs). Returns how many baseline timings it stored."""
     count = 0
     problems = {str(p): p for p in campaign.problems.all()}
     for key, section in final.items():
         problem = problems.get(key)
-        if problem is None or not isinstance(section, Mapping):
-            continue
-        import_final_verdicts(problem=problem, section=section)
-        if not isinstance(section.get("environment"), Mapping):
-            problem_refresh_best(problem=problem)
-            continue  # a baseline time means nothing without the GPU it was taken on
-        environment = environment_record(dict(section["environment"]))
-        for protocol, result in (section.get("protocols") or {}).items():
-            seconds = dict(result.get("seconds") or {})
-            statistic = result.get("statistic", "median")
-            count += import_baselines(
-                problem,
-                seconds,
-                environment,
-                protocol=protocol,
-                kernels={**cublaslt_kernel_labels(section), **torch_baseline_labels(section)},
-                statistic=statistic,
-            )
-            kernels = {n: s for n, s in seconds.items() if n not in BASELINE_KEYS}
-            rejected = set(result.get("rejected_while_timed") or ())
-            # the baselines of this very session, by the rule the engine's summary used, with
-            # each runner's interquartile range where the final kept it
-            kept = dict(result.get("quartiles") or {})
-            baselines = {
-                b: with_quartiles(v["seconds"], baseline_runner(b, v), kept)
-                for b, v in best_of_layouts(seconds).items()
-            }
-            baselines = {b: t if len(t) > 1 else t["seconds"] for b, t in baselines.items()}
-            for candidate in Candidate.objects.filter(problem=problem, name__in=kernels):
-                if candidate.name in rejected:
-                    continue  # wrong values while timed: its time is no result
-                entry = dict(candidate.timings.get(protocol) or {})
-                for stale in ("final_s", "final_statistic", "final_gpu_environment"):
-                    entry.pop(stale, None)  # written by earlier imports, before "final"
-                # the final's own session: its kernel time beside the baselines it timed
-                entry["final"] = {
-                    "seconds": kernels[candidate.name],
-                    **(kept.get(candidate.name) or {}),
-                    "statistic": statistic,
-                    "baselines": baselines,
-                    "gpu_environment": environment.id,
-                }
-                candidate.timings = {**candidate.timings, protocol: entry}
-                candidate.save(update_fields=["timings"])
-        problem_refresh_best(problem=problem)
+        if problem is not None and isinstance(section, Mapping):
+            count += problem_apply_final(problem=problem, section=section)
     return count
-
-
-def import_final_verdicts(*, problem: Problem, section: Mapping[str, Any]) -> None:
-    """What the final said of each top kernel it names, kept on the candidate's
-    ``verification_result``: its compute-sanitizer verdict (``sanitize``), its rejection while
-    timed (``final_rejection``) and the final's error (``final_error``: e.g. "no top kernel
-    passed"). A kernel that failed the sanitizer or was rejected is REJECTED, so it never
-    becomes the shape's best; the bundle reads the verdicts (webapp.campaigns.artifacts)."""
-    from engine.publish.bundle import final_rejections
-
-    sanitize = section.get("sanitize")
-    sanitize = (
-        {n: v for n, v in sanitize.items() if isinstance(v, Mapping)}
-        if isinstance(sanitize, Mapping)
-        else {}
-    )
-    rejected = final_rejections(section)
-    error = section.get("error")
-    for candidate in Candidate.objects.filter(problem=problem, name__in=[*sanitize, *rejected]):
-        verification = dict(candidate.verification_result or {})
-        verdict = sanitize.get(candidate.name)
-        why = ""
-        if verdict is not None:
-            verification["sanitize"] = dict(verdict)
-            if not verdict.get("ok"):
-                message = verdict.get("message")
-                why = f"compute-sanitizer: {verdict.get('reason', 'failed')}"
-                why += f": {message}" if message else ""
-        if candidate.name in rejected:
-            verification["final_rejection"] = rejected[candidate.name]
-            why = why or f"rejected in the finals: {rejected[candidate.name]}"
-        if isinstance(error, str) and error:
-            verification["final_error"] = error
-        candidate.verification_result = verification
-        fields = ["verification_result"]
-        if why:
-            candidate.status, candidate.failure_reason = Candidate.Status.REJECTED, why
-            fields += ["status", "failure_reason"]
-        candidate.save(update_fields=fields)
-
-
-def torch_baseline_labels(section: Mapping[str, Any]) -> dict[str, str]:
-    """``inductor_max_autotune_<layout>`` and ``tunableop_<layout>`` → what it ran (Inductor's
-    pick, TunableOp's kernels), from a final's ``torch_baselines`` (engine.execution.final)."""
-    labels: dict[str, str] = {}
-    for runner, report in (section.get("torch_baselines") or {}).items():
-        if isinstance(report, Mapping) and (label := tuned_label(dict(report))):
-            labels[str(runner)] = label
-    return labels
-
-
-def cublaslt_kernel_labels(section: Mapping[str, Any]) -> dict[str, str]:
-    """``cublaslt_autotune_<layout>`` and ``cublaslt_heuristic_<layout>`` → the label of the
-    kernel it ran, from a final's ``cublaslt_kernels`` (engine.execution.final)."""
-    labels: dict[str, str] = {}
-    for runner, pair in (section.get("cublaslt_kernels") or {}).items():
-        if not isinstance(pair, Mapping) or not runner.startswith("cublaslt_autotune_"):
-            continue
-        layout = runner.removeprefix("cublaslt_autotune_")
-        for which, baseline in (
-            ("autotune", "cublaslt_autotune"),
-            ("heuristic", "cublaslt_heuristic"),
-        ):
-            kernel = pair.get(which)
-            if isinstance(kernel, Mapping) and kernel.get("label"):
-                labels[f"{baseline}_{layout}"] = str(kernel["label"])
-    return labels

@@ -84,10 +84,16 @@ def served_queues() -> set[str]:
     return queues
 
 
+STEPS = {  # work item kind → (its step, what it does)
+    WorkItem.Kind.COMPILE: ("compile", "nvcc"),
+    WorkItem.Kind.GPU: ("GPU step", "verification and timing"),
+    WorkItem.Kind.FINAL: ("finals", "compute-sanitizer and the final re-measurement"),
+}
+
+
 def wait_text(item: dict[str, Any], served: set[str]) -> str:
     """Which step is next and who it waits for."""
-    step = "compile" if item["kind"] == WorkItem.Kind.COMPILE else "GPU step"
-    what = "verification and timing" if item["kind"] == WorkItem.Kind.GPU else "nvcc"
+    step, what = STEPS[item["kind"]]
     if item["status"] == WorkItem.Status.RUNNING:
         return f"round {item['round']}: {step} running on {item['worker'] or 'a worker'} ({what})"
     if item["queue"] not in served:

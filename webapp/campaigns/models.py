@@ -5,6 +5,7 @@ from __future__ import annotations
 import secrets
 
 from django.conf import settings
+from django.core.validators import MinValueValidator
 from django.db import models
 
 from engine.problem import Layout as EngineLayout
@@ -78,6 +79,18 @@ class Campaign(models.Model):
         help_text="The configs its proposers choose from (the replay executor always uses the "
         "recorded table's).",
     )
+    final_top = models.PositiveSmallIntegerField(
+        default=2,
+        validators=[MinValueValidator(1)],
+        help_text="Kernels each shape's finals re-measure: its best verified ones that pass "
+        "compute-sanitizer, in rank order (engine.execution.final; `engine optimize --final-top`).",
+    )
+    final_device_seconds = models.FloatField(
+        default=20.0,
+        validators=[MinValueValidator(0.1)],
+        help_text="The finals' device-protocol run per shape, in seconds "
+        "(`engine optimize --final-device-seconds`).",
+    )
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)
 
@@ -98,6 +111,7 @@ class Problem(models.Model):
     class Status(models.TextChoices):
         QUEUED = "queued", "Queued"
         RUNNING = "running", "Running"
+        FINALS = "finals", "Finals running"  # the search stopped; its finals are queued or run
         DONE = "done", "Done"
         FAILED = "failed", "Failed"
         CANCELLED = "cancelled", "Cancelled"
@@ -125,6 +139,11 @@ class Problem(models.Model):
         help_text="The shape's chosen kernel (webapp.campaigns.ratios): candidate id, name, the "
         "session its times come from and its same-session ratios; empty until one is timed "
         "beside a baseline.",
+    )
+    final_error = models.TextField(
+        blank=True,
+        help_text="Why its finals chose no kernel (engine.execution.final.no_choice_reason); "
+        "empty when they chose one or have not run.",
     )
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)
@@ -268,7 +287,8 @@ class BaselineResult(models.Model):
 
 
 class WorkItem(models.Model):
-    """One unit of a running campaign: a round's compile step or its GPU step for one problem.
+    """One unit of a running campaign: a round's compile step or its GPU step for one problem,
+    or the problem's finals once its search stopped (a GPU step too: queue ``gpu.<arch>``).
 
     The database, not the broker, is the source of truth: a task claims its item with a
     conditional UPDATE (status queued → running, a fresh lease token), extends the lease while it
@@ -279,6 +299,7 @@ class WorkItem(models.Model):
     class Kind(models.TextChoices):
         COMPILE = "compile", "Compile"
         GPU = "gpu", "GPU"
+        FINAL = "final", "Finals"
 
     class Status(models.TextChoices):
         QUEUED = "queued", "Queued"

@@ -13,20 +13,25 @@ process (``python -m engine.execution.gpu_step`` in the candidate sandbox of
 engine.isolation.sandbox: allow-listed environment, CUDA_VISIBLE_DEVICES pinned, the GPU children's
 limits, its process group killed on timeout; the worker never initialises CUDA), probe the GPU's
 health (engine.gpu.health_probe.check), record the outcomes through DjangoStorage and queue the next
-round's compile step. Each step commits only while it holds its work item's lease, so a step that
-lost its lease (its worker was presumed dead) changes nothing, and a candidate is recorded once.
+round's compile step. Once a problem's search stops, its finals step (queue ``gpu.<arch>`` too)
+runs engine.execution.final for that shape, as ``engine optimize`` does at its end, and stores it
+as an imported final is stored (webapp.campaigns.finals). Each step commits only while it holds its
+work item's lease, so a step that lost its lease (its worker was presumed dead) changes nothing, and
+a candidate is recorded once.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
 import json
 import logging
+import os
 import shlex
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +52,15 @@ from engine.campaign.round import (
 from engine.config import load as load_engine_config
 from engine.execution import gpu_child
 from engine.execution.executor import Outcome, ReplayTable
+from engine.execution.final import (
+    GIVE_UP_FACTOR,
+    SavedFinals,
+    final_choice,
+    no_choice_reason,
+    sanitize_library,
+    shape_final,
+    top_records,
+)
 from engine.execution.gpu_child import StandbyStep
 from engine.gpu import health_probe, mps
 from engine.isolation import processes
@@ -57,6 +71,8 @@ from engine.propose.proposers import TRANSFER_TOP
 from engine.propose.space import SearchSpace, families_for_arch
 from engine.timing.phases import Phases
 from webapp.campaigns import artifact_store
+from webapp.campaigns.artifacts import bundle_records
+from webapp.campaigns.finals import problem_apply_final
 from webapp.campaigns.models import Campaign, Candidate, Problem, WorkItem
 from webapp.campaigns.storage import DjangoStorage, measured_winners, source_hash, source_of
 from webapp.campaigns.work import (
@@ -280,14 +296,108 @@ def compile_batch(configs: list[Any], *, arch: str | None = None) -> dict[str, A
 
 
 def _finish_problem(item: WorkItem, token: str, reason: str) -> dict[str, Any]:
+    """The search of the item's problem stopped (``reason``): its finals are queued on the
+    problem's GPU queue, and the problem is in its finals until they are done."""
     with transaction.atomic():
         item = work_item_hold(item_id=item.id, token=token)
         DjangoStorage(item.campaign).set_problem_status(
             item.campaign.name, item.problem.as_engine().key, reason
         )
+        Problem.objects.filter(id=item.problem_id).update(status=Problem.Status.FINALS)
+        work_item_create(problem=item.problem, kind=WorkItem.Kind.FINAL, round=item.round)
         work_item_done(item, result={"stopped": reason})
-        campaign_finish_if_done(campaign_id=item.campaign_id)
     return {"stopped": reason}
+
+
+# -- the finals --------------------------------------------------------------------------------
+NO_GPU_FINALS = "no GPU: finals not run (replay executor)"
+
+
+def final_step(*, item_id: int, token: str) -> dict[str, Any]:
+    """A shape's finals once its search stopped (engine.execution.final, as `engine optimize`
+    runs them at its end): its best verified kernels sanitized in rank order until the
+    campaign's ``final_top`` pass, then re-measured in a fresh process beside every baseline.
+    The final section is stored as an imported one is (webapp.campaigns.finals), and the shape
+    is done; the campaign is, once every shape is."""
+    item = WorkItem.objects.select_related("problem", "campaign").get(id=item_id)
+    campaign, problem = item.campaign, item.problem
+    crash_hook("final")
+    section = shape_finals(campaign, problem)
+    phases = Phases()
+    health_check(phases, fresh=False)
+    with transaction.atomic():
+        item = work_item_hold(item_id=item_id, token=token)
+        problem_apply_final(problem=problem, section=section)
+        problem.status = Problem.Status.DONE
+        problem.save(update_fields=["status", "updated"])
+        result = final_result(section)
+        work_item_done(item, result=result)
+        campaign_finish_if_done(campaign_id=campaign.id)
+    return result
+
+
+def shape_finals(campaign: Campaign, problem: Problem) -> dict[str, Any]:
+    """The shape's final section (engine.execution.final.shape_final) over its recorded
+    candidates, with the campaign's settings; with the replay executor, which has no GPU to
+    sanitize or time on, the reason there is none."""
+    if executor_spec() != "local":
+        return {"error": NO_GPU_FINALS}
+    baseline = round_settings(campaign).baseline
+    records = bundle_records(problem=problem, protocol=campaign.reward_protocol)
+    ranked = top_records(records, baseline, GIVE_UP_FACTOR * campaign.final_top)
+    artifact_store.artifacts_fetch_batch(  # what compile workers elsewhere built
+        candidates=[(r.family, r.knobs) for r in ranked if r.source is None], arch=problem.arch
+    )
+    with gpu_pinned(settings.GEMMFORGE_GPU_DEVICE):
+        return shape_final(
+            problem.as_engine(),
+            records,
+            baseline=baseline,
+            top=campaign.final_top,
+            compile=lambda configs: compile_configs(configs, target_arch=problem.arch),
+            device_seconds=campaign.final_device_seconds,
+            sanitizer=sanitize_library,
+            progress=lambda message: logger.info("finals of %s: %s", problem, message),
+            saved=SavedFinals(saved_finals_path(problem)),
+        )
+
+
+def saved_finals_path(problem: Problem) -> Path:
+    """Where a shape's finals keep what they measured (engine.execution.final.SavedFinals), in
+    the engine's cache: a retried finals item on this host sanitizes and measures nothing twice."""
+    folder = load_engine_config().cache_dir / "web-finals"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder / f"campaign-{problem.campaign_id}-problem-{problem.id}.json"
+
+
+@contextlib.contextmanager
+def gpu_pinned(device: str) -> Iterator[None]:
+    """The finals' children (compute-sanitizer, the re-measurement) take their GPU from this
+    process's environment (engine.isolation.sandbox passes CUDA_ variables on): this worker's."""
+    before = os.environ.get("CUDA_VISIBLE_DEVICES")
+    os.environ["CUDA_VISIBLE_DEVICES"] = device
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+        else:
+            os.environ["CUDA_VISIBLE_DEVICES"] = before
+
+
+def final_result(section: dict[str, Any]) -> dict[str, Any]:
+    """The finals item's result: the kernel the final chose and in which protocol, or why none;
+    how many kernels it sanitized and how many passed."""
+    verdicts = section.get("sanitize") or {}
+    result = {
+        "sanitized": len(verdicts),
+        "passed": sum(bool(v.get("ok")) for v in verdicts.values()),
+    }
+    choice = final_choice(section)
+    if choice is None:
+        return {**result, "no_final": no_choice_reason(section)}
+    kernel, protocol = choice
+    return {**result, "final": kernel, "protocol": protocol}
 
 
 # -- the GPU step ------------------------------------------------------------------------------

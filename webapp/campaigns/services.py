@@ -24,6 +24,8 @@ def campaign_create(
     gpu_pool: str = "",
     search_space: str = Campaign.SearchSpace.FULL,
     seed: int | None = None,
+    final_top: int = 2,
+    final_device_seconds: float = 20.0,
 ) -> Campaign:
     """A queued campaign with one queued Problem per distinct shape.
 
@@ -39,6 +41,8 @@ def campaign_create(
         reward_protocol=reward_protocol,
         gpu_pool=gpu_pool,
         search_space=Campaign.SearchSpace(search_space),
+        final_top=final_top,
+        final_device_seconds=final_device_seconds,
         **({} if seed is None else {"seed": seed}),
     )
     distinct = dict.fromkeys(problems)

@@ -28,6 +28,14 @@ def gpu_step(self, item_id: int) -> dict[str, Any]:
     return runner.work_item_run(item_id=item_id, hostname=hostname, step=runner.gpu_step)
 
 
+@shared_task(name="webapp.campaigns.tasks.final_step", bind=True)
+def final_step(self, item_id: int) -> dict[str, Any]:
+    """Sanitize and re-measure one shape's best kernels once its search stopped (queue
+    ``gpu.<arch>``)."""
+    hostname = str(self.request.hostname or "")
+    return runner.work_item_run(item_id=item_id, hostname=hostname, step=runner.final_step)
+
+
 @shared_task(name="webapp.campaigns.tasks.work_requeue")
 def work_requeue() -> dict[str, int]:
     """Periodic (Celery beat): start queued campaigns, re-queue expired leases, fail items past

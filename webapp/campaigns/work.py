@@ -41,7 +41,11 @@ def work_send(*, item_id: int, kind: str, queue: str, countdown: float = 0) -> N
     """Send the item's task now; a broker error is logged (work_requeue sends it again)."""
     from webapp.campaigns import tasks
 
-    task = tasks.compile_step if kind == WorkItem.Kind.COMPILE else tasks.gpu_step
+    task = {
+        WorkItem.Kind.COMPILE: tasks.compile_step,
+        WorkItem.Kind.GPU: tasks.gpu_step,
+        WorkItem.Kind.FINAL: tasks.final_step,
+    }[WorkItem.Kind(kind)]
     try:
         task.apply_async(args=[item_id], queue=queue, countdown=countdown or None)
     except Exception:
@@ -225,10 +229,14 @@ def work_item_retry_or_fail(
         return item.status
 
 
+UNFINISHED = (Problem.Status.QUEUED, Problem.Status.RUNNING, Problem.Status.FINALS)
+
+
 def campaign_finish_if_done(*, campaign_id: int) -> None:
-    """Once no problem is queued or running: done if any finished, failed if all failed."""
+    """Once no problem is queued, running or in its finals: done if any finished, failed if
+    all failed."""
     problems = Problem.objects.filter(campaign_id=campaign_id)
-    if problems.filter(status__in=(Problem.Status.QUEUED, Problem.Status.RUNNING)).exists():
+    if problems.filter(status__in=UNFINISHED).exists():
         return
     final = (
         Campaign.Status.DONE
