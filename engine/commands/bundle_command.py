@@ -49,13 +49,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def sanitized_in(finals: Path):
-    """Whether a bundle kernel passed compute-sanitizer in the campaign's finals (the verdicts
-    engine.execution.final.SavedFinals keeps, by kernel, source and the problems its config was
-    sanitized at)."""
+    """Whether a bundle kernel passed compute-sanitizer in the campaign's finals: a passing
+    verdict engine.execution.final.SavedFinals keeps for it (by kernel, source and the problems
+    its config was sanitized at), or the one its shape's final summary recorded, which is what
+    the dashboard imports (so both bundle the same kernels)."""
 
     saved = SavedFinals(finals if finals.is_file() else None)
+    recorded = {
+        key: (entry.get("summary") or {}).get("sanitize") or {}
+        for key, entry in saved.data["finals"].items()
+    }
 
     def admissible(kernel) -> bool:
+        verdict = recorded.get(kernel.problem.key, {}).get(kernel.name)
+        if isinstance(verdict, dict) and verdict.get("ok"):
+            return True
         return sanitizer_passed(saved, kernel.name, kernel_config(kernel), kernel.problem)
 
     return admissible

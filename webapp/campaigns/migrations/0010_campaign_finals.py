@@ -6,7 +6,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("campaigns", "0008_problem_best_candidate_speedup"),
+        ("campaigns", "0009_problem_cancelled"),
     ]
 
     operations = [
