@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import json
+import lzma
 import math
 from collections.abc import Mapping
 from pathlib import Path
@@ -26,13 +27,21 @@ from engine.propose.space import SearchSpace
 Task = tuple[Problem, SearchSpace, Mapping[str, float]]
 
 
+def read_text(path: Path) -> str:
+    """A results file's text; ``.xz`` files (large tables are committed compressed) unpacked."""
+    if path.suffix == ".xz":
+        return lzma.decompress(path.read_bytes()).decode()
+    return path.read_text()
+
+
 def _json_files(results: Path, marker: str) -> list[tuple[Path, Any]]:
-    """(path, parsed JSON) of the files under ``results`` whose text holds ``marker``."""
+    """(path, parsed JSON) of the files under ``results`` (``.json``, or ``.json.xz``) whose text
+    holds ``marker``."""
     out = []
-    for path in sorted(results.rglob("*.json")):
+    for path in sorted([*results.rglob("*.json"), *results.rglob("*.json.xz")]):
         try:
-            text = path.read_text()
-        except OSError:
+            text = read_text(path)
+        except (OSError, lzma.LZMAError):
             continue
         if marker not in text:
             continue
@@ -110,7 +119,7 @@ def named_configs(problem: Problem) -> dict[str, KernelConfig]:
 def speedup_table_tasks(path: Path, baseline: str) -> tuple[str, list[Task], int]:
     """(arch, one task per problem, how many named configs this engine does not know) of a
     speedup table; no task where the table's speedups are over another baseline."""
-    data = json.loads(path.read_text())
+    data = json.loads(read_text(path))
     arch = str((data.get("environment") or {}).get("arch") or "sm_90")
     if data.get("baseline") != baseline:
         return arch, [], 0

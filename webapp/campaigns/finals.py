@@ -17,7 +17,6 @@ from typing import Any
 
 from engine.execution.final import final_choice, no_choice_reason
 from engine.timing.baseline_names import tuned_label
-from engine.timing.baselines import best_of_layouts
 from engine.timing.ratios import baseline_runner, with_quartiles
 from webapp.campaigns.imports import BASELINES, environment_record, import_baselines
 from webapp.campaigns.models import Candidate, Problem
@@ -46,6 +45,8 @@ def problem_apply_final(*, problem: Problem, section: Mapping[str, Any]) -> int:
 def final_timings_apply(*, problem: Problem, section: Mapping[str, Any]) -> int:
     """The final's baselines per protocol as BaselineResult rows, and each top kernel's time
     (not one rejected while timed) as its ``final`` session. Returns the baseline count."""
+    from engine.timing.baselines import best_of_layouts  # imports torch: not in the web process
+
     count = 0
     environment = environment_record(dict(section["environment"]))
     for protocol, result in (section.get("protocols") or {}).items():

@@ -20,7 +20,6 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 
 from engine.problem import Problem as EngineProblem
-from engine.timing.baselines import best_of_layouts
 from webapp.campaigns.models import BaselineResult, Campaign, Candidate, Layout, Problem
 from webapp.campaigns.ratios import problem_refresh_best
 from webapp.workers.models import GpuEnvironment
@@ -59,6 +58,8 @@ def cublas_version_text(raw: str) -> str:
 def best_baseline_seconds(seconds: dict[str, float]) -> dict[str, float]:
     """Baseline name → its time as the engine states it (engine.timing.baselines.best_of_layouts:
     the faster of its NN/TN calls, cuBLASLt-autotune never slower than the heuristic's pick)."""
+    from engine.timing.baselines import best_of_layouts  # imports torch: not in the web process
+
     return {b: v["seconds"] for b, v in best_of_layouts(seconds).items()}
 
 

@@ -63,8 +63,10 @@ def test_the_command_learns_speedup_tables_and_ships_cublaslts_kernels(tmp_path,
     assert cli.main(args) == 0
     policy = Policy.load(out / "sm_90.pt", policy_families("sm_90"))
     assert policy is not None
-    assert policy.trained_on == [f"{results / 'h100' / 'triton.json'} (1 problems, 1 configs "
-                                 "this engine does not know left out)"]
+    assert policy.trained_on == [
+        f"{results / 'h100' / 'triton.json'} (1 problems, 1 configs "
+        "this engine does not know left out)"
+    ]
     best, worst = (c.name for c in inductor_configs(SMALL)[:2])
     tasks = speedup_table_tasks(results / "h100" / "triton.json", "cublaslt_autotune")[1]
     probabilities = policy.probabilities(SMALL, tasks[0][1])
@@ -72,3 +74,17 @@ def test_the_command_learns_speedup_tables_and_ships_cublaslts_kernels(tmp_path,
     recorded = load_recorded_kernels(out / "cublaslt_kernels.json")
     assert len(recorded) == 80
     assert "cuBLASLt's kernels of 80 problems" in capsys.readouterr().out
+
+
+def test_a_table_committed_compressed_is_learnt_like_a_plain_one(tmp_path):
+    import lzma
+
+    plain = tmp_path / "plain" / "triton.json"
+    speedup_table(plain)
+    packed = tmp_path / "packed" / "triton.json.xz"
+    packed.parent.mkdir()
+    packed.write_bytes(lzma.compress(plain.read_bytes()))
+    assert speedup_tables(tmp_path / "packed") == [packed]
+    [(problem, _, rewards)] = speedup_table_tasks(packed, "cublaslt_autotune")[1]
+    [(plain_problem, _, plain_rewards)] = speedup_table_tasks(plain, "cublaslt_autotune")[1]
+    assert (problem, rewards) == (plain_problem, plain_rewards)

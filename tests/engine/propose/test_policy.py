@@ -136,3 +136,13 @@ def test_the_shipped_policy_reaches_triton_on_a_small_shape_it_never_saw():
     assert next(i for i, name in enumerate(ranked) if name in inductor) < 20
     large = Problem.parse("4096x4096x4096", "nn")
     assert family_mass(policy, large, SearchSpace.library(large, families=families))["sm90"] > 0.5
+
+
+def test_the_shipped_policy_reaches_longk_on_a_long_k_shape_it_never_saw():
+    from engine.propose.policy import policy_families, pretrained_path
+
+    policy = Policy.load(pretrained_path("sm_90"), policy_families("sm_90"))
+    assert policy is not None, "the shipped policy is for another knob space: retrain it"
+    long_k = Problem.parse("192x320x12288", "nn")  # in no recorded table
+    space = SearchSpace.library(long_k, families=("sm90", "sm80", "triton", "longk"))
+    assert family_mass(policy, long_k, space)["longk"] > 0.2
