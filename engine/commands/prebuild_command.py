@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import math
 import os
 import shutil
 import sys
@@ -34,6 +33,7 @@ from engine.compilation.compile import (
     entry_dir,
     try_load,
 )
+from engine.compilation.toolkit import CompileSetupError
 from engine.config import EngineConfig
 from engine.config import load as load_config
 from engine.gpu import cuda_driver
@@ -42,6 +42,9 @@ from engine.problem import Layout, Problem, ProblemError
 from engine.propose.mirror import MirrorFileError, exact_mirrors, load_targets
 from engine.propose.space import families_for_arch
 
+# A build's time on one core before the first of its family has finished: the campaign's
+# BUILD_SECONDS for the CUTLASS families, and for these (measured, docs/cli.md "Prebuilding"):
+FAMILY_BUILD_SECONDS = {"longk": 5.0, "triton": 5.0}
 NO_GPU_ARCH = "sm_90a"  # the arch a prebuild targets on a machine without a GPU
 INTERRUPTED_EXIT = 130
 STOP_REASON = "prebuild interrupted"
@@ -201,9 +204,10 @@ class Failure:
 class Progress:
     """A prebuild's counts as its builds finish: the numbers of its progress line and summary.
 
-    ``cut``: builds stopped by an interruption, which left nothing in the cache."""
+    ``left``: per family, the builds not yet done; ``cut``: builds stopped by an interruption,
+    which left nothing in the cache."""
 
-    total: int
+    left: dict[str, int]
     jobs: int
     started: float = field(default_factory=time.monotonic)
     cached: int = 0
@@ -211,39 +215,54 @@ class Progress:
     failed: list[Failure] = field(default_factory=list)
     cached_failed: list[Failure] = field(default_factory=list)  # failed in an earlier build
     cut: int = 0
-    build_seconds: list[float] = field(default_factory=list)  # each fresh build's own time
+    seconds: dict[str, list[float]] = field(default_factory=dict)  # fresh builds' own times
+    total: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.total = sum(self.left.values())
 
     @property
     def done(self) -> int:
         return self.cached + self.built + len(self.failed)
 
-    def count(self, name: str, result: CompileResult, *, interrupted: bool = False) -> str:
+    @property
+    def build_seconds(self) -> list[float]:
+        return [s for family in self.seconds.values() for s in family]
+
+    def count(
+        self, family: str, name: str, result: CompileResult, *, interrupted: bool = False
+    ) -> str:
         """Counts one build's result; returns its kind: cached, built, failed or cut."""
+        if interrupted and not result.ok and not result.cached and result.entry is None:
+            self.cut += 1
+            return "cut"
+        self.left[family] -= 1
         if result.cached:
             self.cached += 1
             if not result.ok:
                 self.cached_failed.append(Failure(name, result.error or "failed"))
             return "cached"
-        if interrupted and not result.ok and result.entry is None:
-            self.cut += 1
-            return "cut"
-        self.build_seconds.append(result.seconds)
+        self.seconds.setdefault(family, []).append(result.seconds)
         if result.ok:
             self.built += 1
             return "built"
         self.failed.append(Failure(name, result.error or "failed"))
         return "failed"
 
-    def seconds_per_build(self) -> float:
-        """The mean of this run's builds, BUILD_SECONDS before the first has finished."""
-        if not self.build_seconds:
-            return BUILD_SECONDS
-        return sum(self.build_seconds) / len(self.build_seconds)
+    def seconds_per_build(self, family: str | None = None) -> float:
+        """The mean of this run's builds (of ``family``), before the first has finished the
+        family's prior (FAMILY_BUILD_SECONDS, else the campaign's BUILD_SECONDS)."""
+        times = self.build_seconds if family is None else self.seconds.get(family, [])
+        if not times:
+            return FAMILY_BUILD_SECONDS.get(family or "", BUILD_SECONDS)
+        return sum(times) / len(times)
 
     def eta_seconds(self) -> float:
-        """The builds left, in waves of ``jobs``, at this run's mean build time."""
-        left = self.total - self.done - self.cut
-        return math.ceil(left / max(1, self.jobs)) * self.seconds_per_build()
+        """The builds left at their family's mean, spread over ``jobs`` (at least the longest
+        of them)."""
+        means = [(n, self.seconds_per_build(f)) for f, n in self.left.items() if n > 0]
+        work = sum(n * mean for n, mean in means)
+        return max(work / max(1, self.jobs), max((mean for _, mean in means), default=0.0))
 
     def line(self, now: float | None = None) -> str:
         """``[done/total pct%] built, cached, failed | elapsed, ETA``."""
@@ -388,7 +407,8 @@ def summary(
 ) -> str:
     now = time.monotonic() if now is None else now
     total = len(builds)
-    mean = f", {progress.seconds_per_build():.1f} s a build" if progress.build_seconds else ""
+    means = ", ".join(f"{f} {progress.seconds_per_build(f):.1f} s" for f in progress.seconds)
+    mean = f"; a build took {means}" if means else ""
     left = total - progress.done  # stopped (never cached) or never started
     lines = [
         ("interrupted: " if interrupted else "")
@@ -417,10 +437,15 @@ def header(
         counts[label] = counts.get(label, 0) + 1
     parts = ", ".join(f"{label} {n}" for label, n in counts.items())
     left = len(builds) - progress.cached
+    priors = ", ".join(
+        f"{family} {progress.seconds_per_build(family):.0f} s"
+        for family, n in progress.left.items()
+        if n > 0
+    )
     return (
         f"prebuild for {arch}: {len(builds)} configs ({parts}); {progress.cached} in the cache, "
-        f"{left} to build on {progress.jobs} jobs, about {clock(progress.eta_seconds())} "
-        f"at {progress.seconds_per_build():.0f} s a build"
+        f"{left} to build on {progress.jobs} jobs, about {clock(progress.eta_seconds())}"
+        + (f" (a build: {priors})" if priors else "")
     )
 
 
@@ -430,19 +455,27 @@ def run(args: argparse.Namespace, *, stream: TextIO | None = None) -> int:
     configs = chosen_configs(args, arch)
     config = load_config()
     jobs = max(1, args.jobs or config.compile_jobs)
-    builds = plan(configs, arch=arch, config=config)
-    progress = Progress(total=len(builds), jobs=jobs)
+    try:
+        builds = plan(configs, arch=arch, config=config)
+    except CompileSetupError as exc:
+        raise SystemExit(f"error: {exc}") from None
+    left: dict[str, int] = {}
+    for build in builds:
+        left[build.config.FAMILY] = left.get(build.config.FAMILY, 0) + 1
+    progress = Progress(left=left, jobs=jobs)
     todo = []
     for build in builds:
         if (hit := try_load(build.key, config)) is not None:
-            progress.count(build.config.name, hit)
+            progress.count(build.config.FAMILY, build.config.name, hit)
         else:
             todo.append(build)
     print(header(configs, builds, progress, arch), file=stream, flush=True)
     printer = ProgressPrinter(progress, stream, redraw=stream.isatty())
 
     def finished(build: Build, result: CompileResult, interrupted: bool) -> None:
-        kind = progress.count(build.config.name, result, interrupted=interrupted)
+        kind = progress.count(
+            build.config.FAMILY, build.config.name, result, interrupted=interrupted
+        )
         if kind == "cut":
             return
         printer.finished(build.config.name, result)

@@ -158,7 +158,8 @@ def test_library_without_a_family_builds_each_family_in_both_layouts(machine, ca
     out = capsys.readouterr().out
     assert out.splitlines()[0] == (
         "prebuild for sm_90a: 6 configs (sm90 nn 1, sm90 tn 1, sm80 nn 1, sm80 tn 1, longk nn 1, "
-        "longk tn 1); 0 in the cache, 6 to build on 2 jobs, about 0:02:15 at 45 s a build"
+        "longk tn 1); 0 in the cache, 6 to build on 2 jobs, about 0:01:35 (a build: sm90 45 s, "
+        "sm80 45 s, longk 5 s)"
     )
     assert "6 built, 0 cached, 0 failed of 6; " in out
     config = load_config()
@@ -167,7 +168,8 @@ def test_library_without_a_family_builds_each_family_in_both_layouts(machine, ca
         arch="sm_90a",
         config=config,
     ):
-        assert (hit := try_load(build.key, config)) is not None and hit.ok
+        assert (hit := try_load(build.key, config)) is not None
+        assert hit.ok
 
 
 def test_a_second_prebuild_counts_the_cache_and_builds_nothing(machine, monkeypatch, capsys):
@@ -248,26 +250,29 @@ def test_it_requires_a_family_without_library(machine):
 
 
 def test_the_progress_line_counts_and_estimates_from_the_builds_so_far():
-    progress = prebuild.Progress(total=10, jobs=2, started=100.0)
+    progress = prebuild.Progress(left={"sm90": 8, "longk": 2}, jobs=2, started=100.0)
     assert progress.line(now=100.0) == (
-        "[ 0/10   0%] 0 built, 0 cached, 0 failed | 0:00:00 elapsed, ETA 0:03:45"
-    )  # 5 waves of BUILD_SECONDS before a build has finished
-    progress.count("a", result(cached=True))
-    progress.count("b", result(seconds=20.0))
-    progress.count("c", result(seconds=40.0))
-    progress.count("d", result(ok=False, seconds=60.0))
+        "[ 0/10   0%] 0 built, 0 cached, 0 failed | 0:00:00 elapsed, ETA 0:03:05"
+    )  # (8 × BUILD_SECONDS + 2 × longk's 5 s) on 2 jobs before a build has finished
+    progress.count("sm90", "a", result(cached=True))
+    progress.count("sm90", "b", result(seconds=20.0))
+    progress.count("sm90", "c", result(seconds=40.0))
+    progress.count("sm90", "d", result(ok=False, seconds=60.0))
+    progress.count("longk", "e", result(seconds=2.0))
     assert progress.line(now=175.0) == (
-        "[ 4/10  40%] 2 built, 1 cached, 1 failed | 0:01:15 elapsed, ETA 0:02:00"
-    )  # 6 left: 3 waves of the 40 s mean
+        "[ 5/10  50%] 3 built, 1 cached, 1 failed | 0:01:15 elapsed, ETA 0:01:21"
+    )  # (4 × the sm90 mean of 40 s + 1 × 2 s) on 2 jobs
+    progress = prebuild.Progress(left={"sm90": 1}, jobs=16)
+    assert progress.eta_seconds() == prebuild.BUILD_SECONDS  # one build takes a whole build
 
 
 def test_in_a_pipe_each_build_gets_a_line_and_on_a_terminal_one_line_is_redrawn():
-    progress = prebuild.Progress(total=2, jobs=1, started=time.monotonic())
+    progress = prebuild.Progress(left={"sm80": 2}, jobs=1, started=time.monotonic())
     pipe = io.StringIO()
     printer = prebuild.ProgressPrinter(progress, pipe, redraw=False)
-    progress.count("hgemm_a", result())
+    progress.count("sm80", "hgemm_a", result())
     printer.finished("hgemm_a", result())
-    progress.count("hgemm_b", result(ok=False))
+    progress.count("sm80", "hgemm_b", result(ok=False))
     printer.finished("hgemm_b", result(ok=False))
     printer.end()
     lines = pipe.getvalue().splitlines()
@@ -278,14 +283,16 @@ def test_in_a_pipe_each_build_gets_a_line_and_on_a_terminal_one_line_is_redrawn(
     assert "\r" not in pipe.getvalue()
 
     terminal = io.StringIO()
-    progress = prebuild.Progress(total=2, jobs=1, started=time.monotonic())
+    progress = prebuild.Progress(left={"sm80": 2}, jobs=1, started=time.monotonic())
     printer = prebuild.ProgressPrinter(progress, terminal, redraw=True)
     for name in ("hgemm_a", "hgemm_b"):
-        progress.count(name, result())
+        progress.count("sm80", name, result())
         printer.finished(name, result())
     printer.end()
     text = terminal.getvalue()
-    assert text.count("\r") == 2 and text.count("\n") == 1 and text.endswith("\n")
+    assert text.count("\r") == 2
+    assert text.count("\n") == 1
+    assert text.endswith("\n")
     assert "[2/2 100%] 2 built" in text.split("\r")[-1]
 
 
@@ -295,16 +302,16 @@ def test_the_summary_gives_counts_failures_wall_time_and_the_bytes_on_disk(machi
     builds = prebuild.plan(
         [c for lay in Layout for c in library("longk", lay, 2)], arch="sm_90a", config=config
     )
-    progress = prebuild.Progress(total=4, jobs=2, started=0.0)
-    progress.count("x", result(seconds=10.0))
-    progress.count("y", result(seconds=30.0))
-    progress.count("z", result(cached=True))
-    progress.count("w", result(ok=False))
+    progress = prebuild.Progress(left={"longk": 4}, jobs=2, started=0.0)
+    progress.count("longk", "x", result(seconds=10.0))
+    progress.count("longk", "y", result(seconds=30.0))
+    progress.count("longk", "z", result(cached=True))
+    progress.count("longk", "w", result(ok=False))
     text = prebuild.summary(progress, builds=builds, config=config, interrupted=False, now=90.0)
     ours = prebuild.disk_bytes([config.kernel_cache / b.key[:2] / b.key for b in builds])
     assert ours > 0
     assert text.splitlines() == [
-        "2 built, 1 cached, 1 failed of 4; 0:01:30 wall on 2 jobs, 23.3 s a build",
+        "2 built, 1 cached, 1 failed of 4; 0:01:30 wall on 2 jobs; a build took longk 23.3 s",
         "  failed: w: kernel.cu(1): error: boom",
         f"on disk: {prebuild.size(ours)} for these, "
         f"{prebuild.size(prebuild.disk_bytes([config.kernel_cache]))} in {config.kernel_cache}",
