@@ -43,8 +43,9 @@ from engine.propose.mirror import MirrorFileError, exact_mirrors, load_targets
 from engine.propose.space import families_for_arch
 
 # A build's time on one core before the first of its family has finished: the campaign's
-# BUILD_SECONDS for the CUTLASS families, and for these (measured, docs/cli.md "Prebuilding"):
-FAMILY_BUILD_SECONDS = {"longk": 5.0, "triton": 5.0}
+# BUILD_SECONDS for the CUTLASS families (sm90, sm80), and for these their mean rounded up
+# (3.4 s and 2.6 s over 10 builds each on a loaded 2-core machine, docs/cli.md "Prebuilding").
+FAMILY_BUILD_SECONDS = {"longk": 4.0, "triton": 3.0}
 NO_GPU_ARCH = "sm_90a"  # the arch a prebuild targets on a machine without a GPU
 INTERRUPTED_EXIT = 130
 STOP_REASON = "prebuild interrupted"
@@ -131,16 +132,18 @@ def library_configs(
     *,
     arch: str,
     limit: int | None = None,
-    problem: Problem | None = None,
+    shape: str | None = None,
 ) -> list[KernelConfig]:
     """Each family's library in each layout (``limit`` of each, spread over it) that builds
-    for ``arch`` (and is valid for ``problem`` when given), family by family."""
+    for ``arch`` (and is valid for the ``shape`` MxNxK problem in its layout when given),
+    family by family."""
+    problems = {layout: Problem.parse(shape, layout) if shape else None for layout in layouts}
     return [
         c
         for family in families
         for layout in layouts
         for c in library(family, layout, limit)
-        if builds_for(c, arch) and (problem is None or c.is_valid(problem))
+        if builds_for(c, arch) and c.is_valid(problems[layout])
     ]
 
 
@@ -184,7 +187,7 @@ def chosen_configs(args: argparse.Namespace, arch: str) -> list[KernelConfig]:
         if not families:
             raise SystemExit(f"error: no family with a library runs on {arch}")
         return library_configs(
-            families, layouts or list(Layout), arch=arch, limit=args.limit, problem=problem
+            families, layouts or list(Layout), arch=arch, limit=args.limit, shape=args.shape
         )
     layout = layouts[0] if layouts else Layout.TN
     family = get_family(args.family)

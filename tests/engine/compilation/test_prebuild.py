@@ -116,6 +116,16 @@ def test_the_library_holds_every_family_in_both_layouts():
     assert {c.layout for c in configs} == {Layout.NN, Layout.TN}
 
 
+def test_a_shape_keeps_the_library_configs_valid_for_it_in_each_layout():
+    configs = prebuild.library_configs(
+        HOPPER_WITHOUT_TRITON, list(Layout), arch="sm_90a", shape="64x64x64"
+    )
+    everything = prebuild.library_configs(HOPPER_WITHOUT_TRITON, list(Layout), arch="sm_90a")
+    assert 0 < len(configs) < len(everything)
+    assert {c.layout for c in configs} == {Layout.NN, Layout.TN}
+    assert all(c.is_valid(Problem(64, 64, 64, c.layout)) for c in configs)
+
+
 def test_on_an_ampere_gpu_it_leaves_out_what_needs_hopper():
     configs = prebuild.library_configs(("sm80",), [Layout.TN], arch="sm_80")
     assert configs
@@ -158,8 +168,8 @@ def test_library_without_a_family_builds_each_family_in_both_layouts(machine, ca
     out = capsys.readouterr().out
     assert out.splitlines()[0] == (
         "prebuild for sm_90a: 6 configs (sm90 nn 1, sm90 tn 1, sm80 nn 1, sm80 tn 1, longk nn 1, "
-        "longk tn 1); 0 in the cache, 6 to build on 2 jobs, about 0:01:35 (a build: sm90 45 s, "
-        "sm80 45 s, longk 5 s)"
+        "longk tn 1); 0 in the cache, 6 to build on 2 jobs, about 0:01:34 (a build: sm90 45 s, "
+        "sm80 45 s, longk 4 s)"
     )
     assert "6 built, 0 cached, 0 failed of 6; " in out
     config = load_config()
@@ -252,8 +262,8 @@ def test_it_requires_a_family_without_library(machine):
 def test_the_progress_line_counts_and_estimates_from_the_builds_so_far():
     progress = prebuild.Progress(left={"sm90": 8, "longk": 2}, jobs=2, started=100.0)
     assert progress.line(now=100.0) == (
-        "[ 0/10   0%] 0 built, 0 cached, 0 failed | 0:00:00 elapsed, ETA 0:03:05"
-    )  # (8 × BUILD_SECONDS + 2 × longk's 5 s) on 2 jobs before a build has finished
+        "[ 0/10   0%] 0 built, 0 cached, 0 failed | 0:00:00 elapsed, ETA 0:03:04"
+    )  # (8 × BUILD_SECONDS + 2 × longk's 4 s) on 2 jobs before a build has finished
     progress.count("sm90", "a", result(cached=True))
     progress.count("sm90", "b", result(seconds=20.0))
     progress.count("sm90", "c", result(seconds=40.0))
