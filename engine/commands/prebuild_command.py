@@ -377,8 +377,8 @@ def build_all(
             if future not in reported and future.done() and not future.cancelled():
                 finished(build, future.result(), True)
         return True
-    finally:
-        pool.shutdown(wait=True)
+    finally:  # all done, or a build raised (a setup error): the queued ones need not run
+        pool.shutdown(wait=True, cancel_futures=True)
     return False
 
 
