@@ -309,11 +309,14 @@ def test_the_exact_mirrors_copy_tile_cluster_stages_and_split_k_in_both_schedule
     )
 
 
-def test_prebuild_builds_the_exact_mirrors_of_the_files_problems_in_its_layout(tmp_path, capsys):
-    from unittest import mock
-
+def test_prebuild_builds_the_exact_mirrors_of_the_files_problems_in_its_layout(
+    tmp_path, capsys, monkeypatch
+):
     from engine.commands import prebuild_command as prebuild
+    from tests.engine.compile_fakes import fake_nvcc
 
+    monkeypatch.setenv("ENGINE_NVCC", str(fake_nvcc(tmp_path)))
+    monkeypatch.setenv("ENGINE_CACHE_DIR", str(tmp_path / "cache"))
     path = tmp_path / "cublaslt-kernels.json"
     path.write_text(
         json.dumps(
@@ -327,19 +330,18 @@ def test_prebuild_builds_the_exact_mirrors_of_the_files_problems_in_its_layout(t
     )
     built = []
 
-    def fake_compile_many(sources, *, jobs, archs, config, progress):
-        built.extend(sources)
-        return []
+    def fake_build_all(builds, *, jobs, config, finished):
+        built.extend(b.config.render() for b in builds)
+        return False
 
-    with mock.patch.object(prebuild, "compile_many", side_effect=fake_compile_many):
-        cli.main(["prebuild", "--family", "sm90", "--mirror", str(path), "--layout", "nn"])
+    monkeypatch.setattr(prebuild, "build_all", fake_build_all)
+    cli.main(["prebuild", "--family", "sm90", "--mirror", str(path), "--layout", "nn"])
     assert len(built) == 2  # 128x128 c2x1, cooperative and ping-pong
     assert all("_nn_" in source.split("\n", 1)[0] for source in built)
-    assert "compiling 2 variants" in capsys.readouterr().out
+    assert "2 configs (sm90 nn 2)" in capsys.readouterr().out
     built.clear()
-    with mock.patch.object(prebuild, "compile_many", side_effect=fake_compile_many):
-        argv = ["prebuild", "--family", "sm90", "--mirror", str(path), "--layout", "nn"]
-        cli.main([*argv, "--shapes", "4096x4096x4096,64x64x64"])
+    argv = ["prebuild", "--family", "sm90", "--mirror", str(path), "--layout", "nn"]
+    cli.main([*argv, "--shapes", "4096x4096x4096,64x64x64"])
     assert built == []  # 8192x8192x2048 is not among the shapes asked for
     with pytest.raises(SystemExit, match="--family sm90"):
         cli.main(["prebuild", "--family", "sm80", "--mirror", str(path)])
