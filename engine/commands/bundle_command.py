@@ -16,6 +16,7 @@ from engine.publish.bundle import (
     BundleError,
     CampaignResults,
     build_bundle,
+    final_algos,
     final_rejections,
     final_sessions,
     has_timed_kernel,
@@ -111,6 +112,7 @@ def campaign_results(storage: SqliteStorage, campaign: str, db: Path) -> Campaig
         environment=settings.get("environment") or finals_environment(finals),
         rejected_in_finals={k: final_rejections(f) for k, f in finals.items()},
         final_sessions={k: final_sessions(f) for k, f in finals.items()},
+        cublaslt_algos=final_algos(problems, finals),
     )
 
 
