@@ -93,6 +93,21 @@ def shim_command() -> list[str] | str:
     return [*argv, f"-Xlinker=-rpath={lib_dir}", "-o", str(SHIM)]
 
 
+def ops_flags(torch_dir: Path, abi: int) -> list[str]:
+    """nvcc's flags for csrc/ops.cpp against the torch installed at ``torch_dir`` (its headers,
+    its C++ ABI; its headers need C++20)."""
+    api = torch_dir / "include" / "torch" / "csrc" / "api" / "include"
+    return [
+        "-std=c++20",
+        "-O2",
+        "-Xcompiler",
+        "-fPIC",
+        f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
+        f"-I{torch_dir / 'include'}",
+        f"-I{api}",
+    ]
+
+
 def ops_command() -> list[str] | str:
     """nvcc's command for the C++ ops against this Python's torch, or why there is none."""
     import torch
@@ -101,10 +116,7 @@ def ops_command() -> list[str] | str:
         return f"torch {torch.__version__} has no CUDA"
     torch_dir = Path(torch.__file__).resolve().parent
     lib_dir = torch_dir / "lib"
-    abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
-    argv = [nvcc(), "-std=c++20", "-O2", "-shared", "-Xcompiler", "-fPIC"]
-    argv += [f"-D_GLIBCXX_USE_CXX11_ABI={abi}", f"-I{torch_dir / 'include'}"]
-    argv += [f"-I{torch_dir / 'include' / 'torch' / 'csrc' / 'api' / 'include'}"]
+    argv = [nvcc(), *ops_flags(torch_dir, int(torch._C._GLIBCXX_USE_CXX11_ABI)), "-shared"]
     argv += ["-x", "c++", str(CSRC / "ops.cpp"), f"-L{lib_dir}"]
     argv += ["-lc10", "-lc10_cuda", "-ltorch", "-ltorch_cpu", "-ltorch_cuda"]
     return [*argv, f"-Xlinker=-rpath={lib_dir}", "-o", str(EXTENSION)]
