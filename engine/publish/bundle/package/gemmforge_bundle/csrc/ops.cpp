@@ -263,15 +263,26 @@ at::Tensor hgemm_linear_other(const at::Tensor& x, const at::Tensor& w) {
   return at::matmul(x, w.t());
 }
 
-at::Tensor call_below_autograd(const char* name, const at::Tensor& a, const at::Tensor& b) {
-  static auto hgemm = c10::Dispatcher::singleton()
-                          .findSchemaOrThrow("gemmforge::hgemm", "")
-                          .typed<at::Tensor(const at::Tensor&, const at::Tensor&)>();
-  static auto linear = c10::Dispatcher::singleton()
-                           .findSchemaOrThrow("gemmforge::hgemm_linear", "")
-                           .typed<at::Tensor(const at::Tensor&, const at::Tensor&)>();
+using BinaryOp = c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, const at::Tensor&)>;
+
+// gemmforge::<name> with autograd already handled: straight to the device's kernel.
+at::Tensor call_below_autograd(const BinaryOp& op, const at::Tensor& a, const at::Tensor& b) {
   at::AutoDispatchBelowADInplaceOrView guard;
-  return name[0] == 'h' && name[5] == '\0' ? hgemm.call(a, b) : linear.call(a, b);
+  return op.call(a, b);
+}
+
+const BinaryOp& hgemm_op() {
+  static const BinaryOp op = c10::Dispatcher::singleton()
+                                 .findSchemaOrThrow("gemmforge::hgemm", "")
+                                 .typed<at::Tensor(const at::Tensor&, const at::Tensor&)>();
+  return op;
+}
+
+const BinaryOp& hgemm_linear_op() {
+  static const BinaryOp op = c10::Dispatcher::singleton()
+                                 .findSchemaOrThrow("gemmforge::hgemm_linear", "")
+                                 .typed<at::Tensor(const at::Tensor&, const at::Tensor&)>();
+  return op;
 }
 
 using torch::autograd::AutogradContext;
@@ -281,7 +292,7 @@ using torch::autograd::variable_list;
 struct HgemmFunction : public torch::autograd::Function<HgemmFunction> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& a, const at::Tensor& b) {
     ctx->save_for_backward({a, b});
-    return call_below_autograd("hgemm", a, b);
+    return call_below_autograd(hgemm_op(), a, b);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
@@ -297,7 +308,7 @@ struct HgemmFunction : public torch::autograd::Function<HgemmFunction> {
 struct HgemmLinearFunction : public torch::autograd::Function<HgemmLinearFunction> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w) {
     ctx->save_for_backward({x, w});
-    return call_below_autograd("hgemm_linear", x, w);
+    return call_below_autograd(hgemm_linear_op(), x, w);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
@@ -316,12 +327,12 @@ bool needs_graph(const at::Tensor& a, const at::Tensor& b) {
 }
 
 at::Tensor hgemm_autograd(const at::Tensor& a, const at::Tensor& b) {
-  if (!needs_graph(a, b)) return call_below_autograd("hgemm", a, b);
+  if (!needs_graph(a, b)) return call_below_autograd(hgemm_op(), a, b);
   return HgemmFunction::apply(a, b);
 }
 
 at::Tensor hgemm_linear_autograd(const at::Tensor& x, const at::Tensor& w) {
-  if (!needs_graph(x, w)) return call_below_autograd("hgemm_linear", x, w);
+  if (!needs_graph(x, w)) return call_below_autograd(hgemm_linear_op(), x, w);
   return HgemmLinearFunction::apply(x, w);
 }
 
