@@ -229,3 +229,32 @@ def test_a_format_2_manifest_reads_as_kernels_only(root, tmp_path):
     entries = [{"m": 16, "m_lo": 1, "m_hi": 31, "n": 64, "k": 64, "layout": "nn", "name": "x"}]
     out = run(f"print(_ops.bucket_table({json.dumps(entries)})[(64, 64, 'nn')][0].kind)", root)
     assert out.strip() == "kernel"
+
+
+GRID64 = Path(__file__).resolve().parents[3] / "bench" / "results" / "grid64" / "campaign.sqlite"
+
+
+@pytest.mark.skipif(not GRID64.is_file(), reason="the recorded grid64 campaign is not here")
+def test_the_cli_pins_the_algorithms_the_recorded_finals_picked(tmp_path):
+    # the H200 grid64 NN campaign: its finals recorded cuBLASLt-autotune's pick on 21 shapes
+    from engine.cli import main
+
+    out = tmp_path / "grid64.zip"
+    assert main(["bundle", "nn-64shapes-2bacba6c", "--db", str(GRID64), "--out", str(out)]) == 0
+    manifest = read_manifest(out)
+    pinned = [e for e in manifest["kernels"] if e["kind"] == CUBLASLT]
+    assert pinned
+    assert manifest["cublaslt"]["gpu_name"] == "NVIDIA H200"
+    for e in pinned:
+        assert len(e["algo"]) == len(CONFIG_ATTRIBUTES)
+        assert e["algo"][0] >= 0
+        assert e["algo_label"].startswith(f"algo{e['algo'][0]} ")
+        assert e["speedups"]["cublaslt_autotune"] == 1.0
+    # every shape whose final recorded a pick is served by it, or by a kernel that beat it
+    finals = json.loads(GRID64.with_suffix(".finals.json").read_text())["finals"]
+    recorded = {k for k, f in finals.items() if (f.get("summary") or {}).get("cublaslt_kernels")}
+    served = {f"{e['m']}x{e['n']}x{e['k']}_{e['layout']}": e for e in manifest["kernels"]}
+    assert recorded <= set(served)
+    for key in recorded:
+        e = served[key]
+        assert e["kind"] == CUBLASLT or e["speedups"]["cublaslt_autotune"] > 1.0, key
