@@ -173,24 +173,18 @@ bool takes(const at::Tensor& t) {
          reinterpret_cast<uintptr_t>(t.data_ptr()) % kAlignment == 0;
 }
 
-// C = A.B by the entry serving this problem; nullopt when torch.matmul must do it.
-std::optional<at::Tensor> bundle_matmul(const at::Tensor& a, const at::Tensor& b) {
-  if (!a.is_cuda() || a.dim() != 2 || b.dim() != 2 || a.device() != b.device() || !takes(a)) {
+// C = A.B with B given as a kernel takes it, `operand`: B (K x N) row-major for layout 0 (NN),
+// B^T (N x K) row-major for layout 1 (TN); nullopt when torch.matmul must do it.
+std::optional<at::Tensor> bundle_run(const at::Tensor& a, const at::Tensor& operand,
+                                     int64_t layout) {
+  if (!a.is_cuda() || a.dim() != 2 || operand.dim() != 2 || a.device() != operand.device() ||
+      !takes(a) || !takes(operand)) {
     return std::nullopt;
   }
-  at::Tensor operand;
-  int64_t layout;
-  if (b.is_contiguous()) {
-    operand = b;
-    layout = 0;
-  } else if (b.t().is_contiguous()) {
-    operand = b.t();
-    layout = 1;
-  } else {
-    return std::nullopt;
-  }
-  const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
-  if (!takes(operand) || m == 0 || n == 0 || k == 0 || b.size(0) != k) return std::nullopt;
+  const int64_t m = a.size(0), k = a.size(1);
+  const int64_t n = layout == 0 ? operand.size(1) : operand.size(0);
+  const int64_t operand_k = layout == 0 ? operand.size(0) : operand.size(1);
+  if (m == 0 || n == 0 || k == 0 || operand_k != k) return std::nullopt;
   Entry* e = entry_for(m, n, k, layout);
   const int device = a.get_device();
   if (e == nullptr || device >= kMaxDevices) return std::nullopt;
@@ -242,18 +236,28 @@ std::optional<at::Tensor> bundle_matmul(const at::Tensor& a, const at::Tensor& b
   return std::nullopt;
 }
 
+// C = A.B for any B: B row-major is NN, B^T row-major (nn.Linear's weight, transposed) TN.
+std::optional<at::Tensor> bundle_matmul(const at::Tensor& a, const at::Tensor& b) {
+  if (b.dim() != 2) return std::nullopt;
+  if (b.is_contiguous()) return bundle_run(a, b, 0);
+  if (b.stride(0) == 1 && b.stride(1) == b.size(0)) return bundle_run(a, b.t(), 1);
+  return std::nullopt;
+}
+
 at::Tensor hgemm_cuda(const at::Tensor& a, const at::Tensor& b) {
   if (auto c = bundle_matmul(a, b)) return *c;
   return at::matmul(a, b);  // a fresh tensor: the op never returns a view of its inputs
 }
 
+// Y = X.W^T: W (N x K) row-major is the TN operand as it is (no view made per call).
 at::Tensor hgemm_linear_cuda(const at::Tensor& x, const at::Tensor& w) {
   if (x.dim() > 2 && x.is_contiguous()) {
     std::vector<int64_t> out(x.sizes().begin(), x.sizes().end() - 1);
     out.push_back(w.size(0));
-    return hgemm_cuda(x.reshape({-1, x.size(-1)}), w.t()).view(out);
+    return hgemm_linear_cuda(x.reshape({-1, x.size(-1)}), w).view(out);
   }
-  return hgemm_cuda(x, w.t());
+  if (auto c = bundle_run(x, w, 1)) return *c;
+  return at::matmul(x, w.t());
 }
 
 // The CPU (and any other device): torch.matmul, so the ops work wherever torch.matmul does.
