@@ -154,7 +154,7 @@ print('ok')
 def pinned_algo(problem: Problem) -> tuple[PinnedAlgo, int]:
     """cuBLASLt's first heuristic algorithm for ``problem`` on this GPU, read through the engine's
     shim as the finals record it, and the cuBLASLt version."""
-    from engine.config import load_config
+    from engine.config import load as load_config
     from engine.timing.baselines import LT_WORKSPACE_BYTES
     from engine.timing.measure import load_shim
 
