@@ -199,6 +199,13 @@ def final_algo(section: Mapping[str, Any], layout: str) -> PinnedAlgo | None:
     return PinnedAlgo.of(pair.get("autotune")) if isinstance(pair, Mapping) else None
 
 
+def pinnable(environment: Mapping[str, Any]) -> bool:
+    """Whether algorithms picked in ``environment`` can be pinned: it names the GPU and the
+    cuBLASLt version, which the runtime must find again before it uses them."""
+    version = str(environment.get("cublaslt_version") or "")
+    return bool(environment.get("gpu_name")) and version.isdigit()
+
+
 def final_algos(
     problems: Iterable[Problem], finals: Mapping[str, Mapping[str, Any]]
 ) -> dict[str, PinnedAlgo]:
@@ -370,6 +377,7 @@ def bundle_contents(
     bundled or not, and our kernels only."""
     chosen, left_out = shape_choices(results, admissible)
     problems = results.problems
+    algos = results.cublaslt_algos if pinnable(results.environment) else {}
     kernels = [
         served
         for p in problems
@@ -379,7 +387,7 @@ def bundle_contents(
                 p,
                 shown_from(chosen[p.key][0], kernel_from_record(p, chosen[p.key][1])),
                 chosen[p.key][0],
-                results.cublaslt_algos.get(p.key),
+                algos.get(p.key),
                 over=over,
                 include_slower=include_slower,
             )
@@ -585,19 +593,23 @@ def manifest_entry(k: BundleKernel) -> dict[str, Any]:
 def manifest(kernels: Iterable[BundleKernel], environment: dict[str, Any]) -> dict[str, Any]:
     """The dispatch table. Format 3 adds to format 2 (each entry's range of M) an entry's
     ``kind`` (a runtime reading format 2 treats every entry as a kernel, which is what they
-    were) and, for cuBLASLt entries, the pinned ``algo``; ``cublaslt`` names the GPU and
-    cuBLASLt version they were pinned on (the runtime uses them only on the same)."""
-    return {
+    were) and, for cuBLASLt entries, the pinned ``algo``; ``cublaslt`` (where there are such
+    entries) names the GPU and cuBLASLt version they were pinned on (the runtime uses them only
+    on the same)."""
+    kernels = list(kernels)
+    out = {
         "format": MANIFEST_FORMAT,
         "nvcc_flags": list(NVCC_FLAGS),
         "environment": environment,
-        "cublaslt": {
+        "kernels": [manifest_entry(k) for k in kernels],
+    }
+    if any(k.kind == CUBLASLT for k in kernels):
+        out["cublaslt"] = {
             "gpu_name": environment.get("gpu_name", ""),
             "version": environment.get("cublaslt_version", ""),
             "config_attributes": list(CONFIG_ATTRIBUTES),
-        },
-        "kernels": [manifest_entry(k) for k in kernels],
-    }
+        }
+    return out
 
 
 def results_csv(kernels: Sequence[BundleKernel]) -> str:

@@ -27,6 +27,7 @@ from engine.publish.bundle import (
     bundle_contents,
     final_algo,
     final_algos,
+    pinnable,
     read_manifest,
     unpack,
 )
@@ -87,6 +88,15 @@ def test_a_tie_with_autotunes_pick_goes_to_the_pinned_algorithm():
 def test_without_a_pinned_algorithm_a_kernel_that_beats_torch_is_still_bundled():
     assert served(campaign({128: (0.9, 1.0, 0.8)}, pinned=False)) == {128: "kernel"}
     assert served(campaign({128: (1.1, 1.0, 0.8)}, pinned=False)) == {}  # torch.matmul
+
+
+def test_nothing_is_pinned_from_a_campaign_that_did_not_record_its_gpu_and_cublaslt_version():
+    results = campaign({128: (0.9, 1.0, 0.8)})
+    unrecorded = replace(results, environment={"gpu_name": "NVIDIA H200"})
+    assert served(unrecorded) == {128: "kernel"}  # the kernel still beats torch.matmul
+    assert not pinnable({"cublaslt_version": "130100"})
+    assert not pinnable({"gpu_name": "NVIDIA H200", "cublaslt_version": "unknown"})
+    assert pinnable(H200)
 
 
 def test_a_pinned_algorithm_slower_than_torch_matmul_leaves_the_shape_to_torch():

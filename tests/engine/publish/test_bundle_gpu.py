@@ -1,5 +1,5 @@
-"""The bundle's Python ops on a GPU: built with nvcc, loaded, its arch guard, dynamic M, torch.compile and
-CUDA-graph capture (child process: the ops register once per process)."""
+"""The bundle's Python ops on a GPU: built with nvcc, loaded, its arch guard, dynamic M,
+torch.compile and CUDA-graph capture (child process: the ops register once per process)."""
 
 from __future__ import annotations
 
