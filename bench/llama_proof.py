@@ -141,19 +141,53 @@ class CudaTimer:
         return self.timing.graph_us(dict(sides), self.args.calls, self.args.replays)
 
 
-def time_sides(sides: Mapping[str, Callable[[], Any]], timer: Timer) -> dict[str, dict[str, float]]:
-    """Mode → side → µs per call."""
-    return {
-        "graph": timer.graph(sides),
-        "eager": {name: timer.eager(fn) for name, fn in sides.items()},
-        "host": {name: timer.host(fn) for name, fn in sides.items()},
-    }
+def time_sides(
+    sides: Mapping[str, Callable[[], Any]], timer: Timer, errors: dict[str, str]
+) -> dict[str, dict[str, float]]:
+    """Mode → side → µs per call. A side that fails in a mode is left out of it, its error in
+    ``errors`` (a failed capture of all sides at once: each side captured alone instead)."""
+    try:
+        graph = timer.graph(sides)
+    except Exception as exc:  # e.g. a side that cannot be captured
+        errors["graph"] = f"{type(exc).__name__}: {exc}"
+        graph = {}
+        for name, fn in sides.items():
+            alone = attempt(
+                lambda fn=fn, name=name: timer.graph({name: fn}), f"graph:{name}", errors
+            )
+            graph.update(alone or {})
+    out = {"graph": graph, "eager": {}, "host": {}}
+    for mode, measure in (("eager", timer.eager), ("host", timer.host)):
+        for name, fn in sides.items():
+            value = attempt(lambda fn=fn, measure=measure: measure(fn), f"{mode}:{name}", errors)
+            if value is not None:
+                out[mode][name] = value
+    return out
 
 
-def max_abs_diff(sides: Mapping[str, Callable[[], Any]]) -> float:
-    """The largest difference of any side's output from torch's."""
+def attempt(fn: Callable[[], Any], what: str, errors: dict[str, str]) -> Any:
+    """``fn()``, or None with its error kept under ``what``."""
+    try:
+        return fn()
+    except Exception as exc:
+        errors[what] = f"{type(exc).__name__}: {exc}"
+        return None
+
+
+def max_abs_diffs(
+    sides: Mapping[str, Callable[[], Any]], errors: dict[str, str]
+) -> dict[str, float]:
+    """Each side's largest difference from torch's output (its first call: a compiled side
+    compiles, a TunableOp side was tuned before); a side that fails is left out."""
     ref = sides["torch"]().float()
-    return max(float((fn().float() - ref).abs().max()) for fn in sides.values())
+    out = {}
+    for name, fn in sides.items():
+        diff = attempt(
+            lambda fn=fn: float((fn().float() - ref).abs().max()), f"check:{name}", errors
+        )
+        if diff is not None:
+            out[name] = diff
+    return out
 
 
 # -- the sides, on the GPU ------------------------------------------------------------------------
@@ -162,6 +196,18 @@ def tunable(on: bool, tuning: bool = False) -> None:
 
     torch.cuda.tunable.enable(on)
     torch.cuda.tunable.tuning_enable(tuning)
+
+
+def configure_torch() -> None:
+    """TunableOp keeps its results in memory (no CSV left behind); Dynamo may recompile the
+    same code for every shape and M measured (its default limit of 8 would fall back to eager)."""
+    import torch
+
+    torch.cuda.tunable.write_file_on_exit(False)
+    for knob in ("cache_size_limit", "recompile_limit", "accumulated_cache_size_limit",
+                 "accumulated_recompile_limit"):  # fmt: skip
+        if hasattr(torch._dynamo.config, knob):
+            setattr(torch._dynamo.config, knob, 1024)
 
 
 def with_tunableop(fn: Callable[[], Any]) -> Callable[[], Any]:
@@ -249,16 +295,23 @@ def mlp_sides(
 def row(
     part: str, m: int, n: int | None, k: int | None, served: Any, sides, timer: Timer
 ) -> dict[str, Any]:
-    """One measured row: its sides' outputs checked against torch's, then timed."""
-    return {
+    """One measured row: its sides' outputs checked against torch's, then timed (a side that
+    failed its check is not timed; errors are kept in the row)."""
+    errors: dict[str, str] = {}
+    diffs = max_abs_diffs(sides, errors)
+    working = {name: fn for name, fn in sides.items() if name in diffs}
+    out = {
         "part": part,
         "m": m,
         "n": n,
         "k": k,
         "served": served,
-        "max_abs_diff_vs_torch": max_abs_diff(sides),
-        "us": time_sides(sides, timer),
+        "max_abs_diff_vs_torch": diffs,
+        "us": time_sides(working, timer, errors),
     }
+    if errors:
+        out["errors"] = errors
+    return out
 
 
 def geomean(values: Iterable[float]) -> float | None:
@@ -298,11 +351,13 @@ def summary(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
                         "at_least_0.99": sum(r >= 0.99 for r in ratios),
                         "of": len(ratios),
                     }
-        extra = [r["us"]["host"]["bundle"] - r["us"]["host"]["torch"] for r in chosen]
-        part_summary["host_us_over_torch"] = {
-            "max": max(extra),
-            "median": sorted(extra)[len(extra) // 2],
-        }
+        host = [r["us"]["host"] for r in chosen]
+        extra = sorted(h["bundle"] - h["torch"] for h in host if "bundle" in h and "torch" in h)
+        if extra:
+            part_summary["host_us_over_torch"] = {
+                "max": extra[-1],
+                "median": extra[len(extra) // 2],
+            }
         out[part] = part_summary
     return out
 
@@ -333,11 +388,11 @@ def table(report: Mapping[str, Any]) -> str:
                     f"{part} {mode}: bundle vs {other}: geomean {v['geomean']:.3f}x, worst "
                     f"{v['worst']:.3f}x, >= 0.99x on {v['at_least_0.99']} of {v['of']}"
                 )
-        host = s["host_us_over_torch"]
-        lines.append(
-            f"{part} host: bundle - torch.matmul: max {host['max']:+.2f} µs, median "
-            f"{host['median']:+.2f} µs per call"
-        )
+        if host := s.get("host_us_over_torch"):
+            lines.append(
+                f"{part} host: bundle - torch.matmul: max {host['max']:+.2f} µs, median "
+                f"{host['median']:+.2f} µs per call"
+            )
     return "\n".join(lines)
 
 
@@ -418,6 +473,7 @@ def main(argv: list[str] | None = None) -> int:
     def save(r: dict[str, Any]) -> None:
         (args.out / REPORT).write_text(json.dumps(r, indent=1, default=str))
 
+    configure_torch()
     measure(args, CudaTimer(args), save=save, report=report)
     text = table(report)
     (args.out / "llama_proof.txt").write_text(text + "\n")

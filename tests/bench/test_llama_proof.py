@@ -96,10 +96,41 @@ def test_every_projection_and_the_block_is_timed_at_every_m_in_every_mode(proof,
     assert len(saved) == len(rows) + 1  # after every row, and with the summary
     assert rows[0]["served"] == "hgemm_for_4096x4096"
     assert rows[1]["served"] is None
-    assert rows[0]["max_abs_diff_vs_torch"] == 0.0
+    assert rows[0]["max_abs_diff_vs_torch"] == dict.fromkeys(TIMES, 0.0)
+    assert "errors" not in rows[0]
     assert rows[0]["us"]["graph"] == TIMES
     assert rows[0]["us"]["host"] == HOST
     assert timer.graphed[0] == sorted(TIMES)  # every side captured, replayed together
+
+
+class FailingTimer(FakeTimer):
+    """Capturing the compile side fails, as a side that cannot be captured would."""
+
+    def graph(self, sides) -> dict[str, float]:
+        if "compile" in sides:
+            raise RuntimeError("operation not permitted when stream is capturing")
+        return super().graph(sides)
+
+
+def test_a_side_that_fails_is_left_out_of_that_mode_with_its_error(proof, tmp_path):
+    args = proof.parse_args(
+        ["--zip", "b.zip", "--out", str(tmp_path), "--ms", "16", "--parts", "proj"]
+    )
+
+    def wrong_shape(p, m, wanted):
+        sides, served = fake_sides(p, m, wanted)
+        sides["tunableop"] = side("tunableop", torch.ones(m + 1, p.n))  # cannot be compared
+        return sides, served
+
+    report = proof.measure(args, FailingTimer(), make_projection=wrong_shape, make_mlp=fake_mlp)
+    first = report["rows"][0]
+    assert set(first["us"]["graph"]) == {"torch", "bundle"}  # each captured alone
+    assert "compile" in first["us"]["eager"]
+    assert "tunableop" not in first["us"]["eager"]  # failed its check: not timed
+    assert "check:tunableop" in first["errors"]
+    assert "graph:compile" in first["errors"]
+    assert "stream is capturing" in first["errors"]["graph"]
+    assert proof.table(report)  # the table shows what was measured
 
 
 def test_the_summary_gives_the_bundle_over_each_side_and_its_added_host_time(proof):
