@@ -4,7 +4,7 @@
 #   usage (on the device): bash bench/device/gpu_run.sh
 #     [tests|bench|clock|all|checks|families|campaign|library|smoke|library2|library3|resume|
 #      stack|bundle|grid64|profile|splitk|raster|reduction|tiles|cublaslt|interference|warm|
-#      baselines|timed|triton|fresh|offline|evenk|longk|longk-profile|throughput]
+#      baselines|timed|triton|fresh|offline|evenk|longk|longk-profile|throughput|llama]
 #   [extra args]
 set -uo pipefail  # pipefail: a pipeline's status is its first failing command's
 stage=${1:-all}; shift || true
@@ -506,6 +506,37 @@ check = {
 print(json.dumps(check, indent=1))
 PY
   fi
+fi
+if [[ $stage == llama ]]; then  # the user's proof (bench/llama_proof.py): a bundle against
+  # torch.matmul, TunableOp and torch.compile max-autotune on a Llama layer's projections and
+  # MLP block, eager and CUDA-graph, device and host time; the bundle is LLAMA_BUNDLE (a zip),
+  # else written from LLAMA_DB (a campaign's SQLite with its finals beside it; default the
+  # recorded H200 grid64 campaign), campaign LLAMA_CAMPAIGN or the database's latest
+  zip=${LLAMA_BUNDLE:-$OUT/llama-bundle.zip}
+  if [[ -z ${LLAMA_BUNDLE:-} ]]; then
+    python3 - "${LLAMA_DB:-bench/results/grid64/campaign.sqlite}" "${LLAMA_CAMPAIGN:-}" "$zip" \
+        <<'PY' || status=1
+import sys
+from pathlib import Path
+sys.path.insert(0, "bench")
+from bundle_check import choose_campaign, write_zip
+db, given, out = Path(sys.argv[1]), sys.argv[2] or None, Path(sys.argv[3])
+chosen = choose_campaign(db, given)
+if chosen["name"] is None:
+    sys.exit(f"error: {chosen['error']}")
+error = write_zip(db, chosen["name"], out, include_slower=False)
+sys.exit(f"error: {error}" if error else 0)
+PY
+  fi
+  # the bundle's C++ ops and pinned-algorithm path on this GPU first (LLAMA_TESTS=0 skips)
+  if [[ ${LLAMA_TESTS:-1} != 0 ]]; then
+    python3 -m pytest -q -o addopts="" -p no:cacheprovider -m gpu \
+      tests/engine/publish/test_bundle_native.py >"$OUT/llama-gpu-tests.log" 2>&1 || status=1
+    tail -3 "$OUT/llama-gpu-tests.log"
+  fi
+  timeout -k 10 "${LLAMA_SECONDS:-480}" python3 bench/llama_proof.py --zip "$zip" \
+    --out "$OUT/llama" "$@" >"$OUT/llama.log" 2>&1 || status=1
+  tail -60 "$OUT/llama.log"
 fi
 # PACK_OUT=1: everything under $OUT but the kernel pack travels back as one results.tar.xz (the
 # device returns at most 8 files)

@@ -13,9 +13,11 @@ from engine.compilation.source_kernel import SourceKernel
 from engine.execution.final import SavedFinals, sanitizer_passed
 from engine.problem import ProblemError
 from engine.publish.bundle import (
+    CUBLASLT,
     BundleError,
     CampaignResults,
     build_bundle,
+    final_algos,
     final_rejections,
     final_sessions,
     has_timed_kernel,
@@ -111,6 +113,7 @@ def campaign_results(storage: SqliteStorage, campaign: str, db: Path) -> Campaig
         environment=settings.get("environment") or finals_environment(finals),
         rejected_in_finals={k: final_rejections(f) for k, f in finals.items()},
         final_sessions={k: final_sessions(f) for k, f in finals.items()},
+        cublaslt_algos=final_algos(problems, finals),
     )
 
 
@@ -138,10 +141,11 @@ def run(args: argparse.Namespace) -> int:
         )
     except BundleError as exc:
         raise SystemExit(f"error: {exc}") from None
+    pinned = sum(k.kind == CUBLASLT for k in contents.kernels)
     print(
-        f"wrote {args.out}: {len(contents.kernels)} of {len(results.problems)} shapes have a "
-        f"kernel; {len(contents.left_out)} shape(s) passed over a better-ranked kernel "
-        "(README.md says why)",
+        f"wrote {args.out}: {len(contents.kernels) - pinned} of {len(results.problems)} shapes "
+        f"have a kernel, {pinned} cuBLASLt's pinned algorithm; {len(contents.left_out)} shape(s) "
+        "passed over a better-ranked kernel (README.md says why)",
         file=sys.stderr,
     )
     return 0

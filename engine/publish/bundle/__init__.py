@@ -2,9 +2,14 @@
 
 The zip holds the Python package ``gemmforge_bundle`` (engine/publish/bundle/package/):
 kernel sources, the ABI header, a manifest that is the dispatch table, the ops
-(``torch.ops.gemmforge.hgemm`` and ``hgemm_linear``, falling back to torch.matmul for shapes
-without a kernel), a build script, a verification script, and the campaign's results with their
-environment.
+(``torch.ops.gemmforge.hgemm`` and ``hgemm_linear``, registered from C++ once built, from Python
+otherwise), a cuBLASLt shim, a build script, a verification script, and the campaign's results
+with their environment.
+
+Best of: per measured shape the table holds our kernel where it beat cuBLASLt-autotune's pick
+beyond the noise, else cuBLASLt running the algorithm that autotuning pinned for the shape
+(recorded by the finals: engine.timing.cublaslt_kernels), else (no pinned algorithm recorded) our
+kernel where it beat torch.matmul, else nothing (torch.matmul).
 """
 
 from __future__ import annotations
@@ -32,8 +37,10 @@ from engine.outcomes import CandidateRecord, CandidateStatus
 from engine.problem import Problem
 from engine.publish.bundle.buckets import Point, buckets
 from engine.timing.baseline_names import BASELINE_LABELS, BASELINES
+from engine.timing.cublaslt_kernels import CONFIG_ATTRIBUTES
 from engine.timing.ratios import (
     FASTER,
+    SLOWER,
     Choice,
     Headline,
     Ratio,
@@ -44,6 +51,7 @@ from engine.timing.ratios import (
     baseline_timings,
     headline,
     rank,
+    ratio,
     with_quartiles,
 )
 
@@ -52,6 +60,31 @@ ROOT = "gemmforge_bundle"
 # Bundled kernels are built without ptxas's verbose report
 NVCC_FLAGS = tuple(f for f in BASE_FLAGS if f not in ("-Xptxas", "-v"))
 BASELINE_RUNNERS = frozenset(f"{b}_{layout}" for b in BASELINES for layout in ("nn", "tn"))
+KERNEL, CUBLASLT = "kernel", "cublaslt"  # what serves a manifest entry
+AUTOTUNE = "cublaslt_autotune"  # the baseline whose pick is pinned
+MANIFEST_FORMAT = 3  # 2: m_lo / m_hi; 3: kind, algo and the top-level cublaslt record
+
+
+@dataclass(frozen=True)
+class PinnedAlgo:
+    """The cuBLASLt algorithm autotuning picked for one problem (its layout): the values of
+    cublasLtMatmulAlgoConfigAttributes_t in CONFIG_ATTRIBUTES order (-1: not reported), as the
+    engine's shim read them (engine/cuda/baselines.cu, cublaslt_algo_config)."""
+
+    config: tuple[int, ...]
+    label: str = ""
+
+    @classmethod
+    def of(cls, kernel: Any) -> PinnedAlgo | None:
+        """From a recorded LtKernel dict (engine.timing.cublaslt_kernels.LtKernel.to_dict);
+        None without a usable algorithm id."""
+        raw = kernel.get("raw") if isinstance(kernel, Mapping) else None
+        if not isinstance(raw, Mapping) or not isinstance(raw.get("algo_id"), int):
+            return None
+        if raw["algo_id"] < 0:
+            return None
+        config = tuple(int(raw.get(name, -1)) for name in CONFIG_ATTRIBUTES)
+        return cls(config, str(kernel.get("label") or ""))
 
 
 class BundleError(ValueError):
@@ -74,6 +107,8 @@ class BundleKernel:
     m_hi: int | None = None
     family: str | None = None  # None: model-written source (engine.llm)
     knobs: Mapping[str, Any] | None = None
+    kind: str = KERNEL  # CUBLASLT: cuBLASLt with ``algo`` (no source)
+    algo: PinnedAlgo | None = None
 
 
 def is_faster(r: Ratio | None) -> bool:
@@ -107,6 +142,8 @@ class CampaignResults:
     rejected_in_finals: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     # problem key → kernel name → its final re-measurement's session (device protocol)
     final_sessions: Mapping[str, Mapping[str, Session]] = field(default_factory=dict)
+    # problem key → the cuBLASLt algorithm autotuning picked for it (final_algo)
+    cublaslt_algos: Mapping[str, PinnedAlgo] = field(default_factory=dict)
 
     def candidates(self, problem: Problem) -> Sequence[CandidateRecord]:
         return self.records.get(problem.key, ())
@@ -152,6 +189,81 @@ def final_rejections(section: Mapping[str, Any]) -> dict[str, str]:
             )
             out.setdefault(str(name), f"{protocol}: {detail}")
     return out
+
+
+def final_algo(section: Mapping[str, Any], layout: str) -> PinnedAlgo | None:
+    """The cuBLASLt algorithm autotuning picked for ``layout`` in a shape's final
+    (engine.execution.final.final_summary's ``cublaslt_kernels``); None where none was recorded."""
+    kernels = section.get("cublaslt_kernels")
+    pair = kernels.get(f"{AUTOTUNE}_{layout}") if isinstance(kernels, Mapping) else None
+    return PinnedAlgo.of(pair.get("autotune")) if isinstance(pair, Mapping) else None
+
+
+def pinnable(environment: Mapping[str, Any]) -> bool:
+    """Whether algorithms picked in ``environment`` can be pinned: it names the GPU and the
+    cuBLASLt version, which the runtime must find again before it uses them."""
+    version = str(environment.get("cublaslt_version") or "")
+    return bool(environment.get("gpu_name")) and version.isdigit()
+
+
+def final_algos(
+    problems: Iterable[Problem], finals: Mapping[str, Mapping[str, Any]]
+) -> dict[str, PinnedAlgo]:
+    """Problem key → the algorithm autotuning picked for it in its final (final_algo), for the
+    problems whose final recorded one: CampaignResults.cublaslt_algos."""
+    out = {}
+    for p in problems:
+        if p.key in finals and (algo := final_algo(finals[p.key], p.layout.value)):
+            out[p.key] = algo
+    return out
+
+
+def pinned_kernel(problem: Problem, algo: PinnedAlgo, session: Session) -> BundleKernel | None:
+    """The manifest entry that runs ``algo`` for ``problem``, with cuBLASLt-autotune's numbers
+    from ``session``; None where autotune's pick was slower than torch.matmul beyond the noise
+    (torch.matmul then serves) or the session did not time it."""
+    tuned, torch_time = session.baselines.get(AUTOTUNE), session.baselines.get("torch")
+    if tuned is None:
+        return None
+    speedups = {AUTOTUNE: 1.0}
+    if torch_time is not None:
+        over_torch = ratio(torch_time, tuned, spread=session.noise_spread())
+        if over_torch.verdict == SLOWER:
+            return None
+        speedups["torch"] = over_torch.value
+    return BundleKernel(
+        problem=problem,
+        name=f"{CUBLASLT}_{problem.key}",
+        source="",
+        archs=(),
+        speedups=speedups,
+        seconds=tuned.seconds,
+        session=session.name,
+        kind=CUBLASLT,
+        algo=algo,
+    )
+
+
+def dispatch_choice(
+    problem: Problem,
+    ours: BundleKernel | None,
+    choice: Choice,
+    algo: PinnedAlgo | None,
+    *,
+    over: str = "torch",
+    include_slower: bool = False,
+) -> BundleKernel | None:
+    """What serves ``problem``: our kernel where it beat cuBLASLt-autotune beyond the noise, else
+    the pinned algorithm, else (none pinned) our kernel where it beat ``over``; None:
+    torch.matmul. ``include_slower`` keeps our kernel whatever it measured (for inspection)."""
+    ratios = choice.ratios()
+    if ours is not None and (include_slower or is_faster(ratios.get(AUTOTUNE))):
+        return ours
+    if algo is not None and (pinned := pinned_kernel(problem, algo, choice.session)):
+        return pinned
+    if ours is not None and is_faster(ratios.get(over)):
+        return ours
+    return None
 
 
 Admissible = Callable[[BundleKernel], bool]
@@ -259,16 +371,27 @@ def bundle_contents(
     admissible: Admissible | None = None,
     dynamic_m: bool = True,
 ) -> BundleContents:
-    """Per problem, its chosen kernel (shape_choices: the best admissible one), kept only when
-    it is faster than the ``over`` baseline beyond the noise (the op falls back to torch.matmul
-    otherwise) unless ``include_slower``. With ``dynamic_m`` each kernel also serves a range of
-    M around its own (m_ranges). The headline covers every shape, bundled or not."""
+    """Per problem, what serves it (dispatch_choice: its best admissible kernel, from
+    shape_choices, or cuBLASLt's pinned algorithm, or torch.matmul). With ``dynamic_m`` each
+    entry also serves a range of M around its own (m_ranges). The headline covers every shape,
+    bundled or not, and our kernels only."""
     chosen, left_out = shape_choices(results, admissible)
     problems = results.problems
+    algos = results.cublaslt_algos if pinnable(results.environment) else {}
     kernels = [
-        shown_from(chosen[p.key][0], kernel_from_record(p, chosen[p.key][1]))
+        served
         for p in problems
-        if p.key in chosen and (include_slower or is_faster(chosen[p.key][0].ratios().get(over)))
+        if p.key in chosen
+        and (
+            served := dispatch_choice(
+                p,
+                shown_from(chosen[p.key][0], kernel_from_record(p, chosen[p.key][1])),
+                chosen[p.key][0],
+                algos.get(p.key),
+                over=over,
+                include_slower=include_slower,
+            )
+        )
     ]
     if dynamic_m:
         kernels = m_ranges(results, kernels)
@@ -362,6 +485,8 @@ def serves(kernel: BundleKernel, m: int) -> bool:
     by its own legality rule (families handle M residues); model-written source only at the M
     it was measured at (nothing says how it treats another)."""
     problem = kernel.problem
+    if kernel.kind == CUBLASLT:  # cublasLtMatmulAlgoCheck decides at each M, at run time
+        return True
     if kernel.family is None or kernel.knobs is None:
         return m == problem.m
     other = Problem(m, problem.n, problem.k, problem.layout)
@@ -384,6 +509,8 @@ def m_ranges(results: CampaignResults, kernels: Sequence[BundleKernel]) -> list[
         for p in group:
             ratios = measured_ratios(results.candidates(p))
             kernel = by_key.get(p.key)
+            if kernel is not None and kernel.kind == CUBLASLT and kernel.speedups.get("torch"):
+                ratios[kernel.name] = 1 / kernel.speedups["torch"]
             if ratios or kernel is not None:
                 points.append(Point(p.m, kernel.name if kernel else None, ratios))
         named = {k.name: k for k in kernels if k.problem in group}
@@ -443,28 +570,46 @@ def bundled_source(source: str, archs: tuple[str, ...]) -> str:
     return triton_aot.self_contained(source, header.read_text())
 
 
+def manifest_entry(k: BundleKernel) -> dict[str, Any]:
+    entry = {
+        "m": k.problem.m,
+        "m_lo": k.m_lo if k.m_lo is not None else k.problem.m,
+        "m_hi": k.m_hi if k.m_hi is not None else k.problem.m,
+        "n": k.problem.n,
+        "k": k.problem.k,
+        "layout": k.problem.layout.value,
+        "name": k.name,
+        "kind": k.kind,
+        "archs": list(k.archs),
+        "speedups": k.speedups,
+        "seconds": k.seconds,
+        "session": k.session,
+    }
+    if k.algo is not None:
+        entry.update(algo=list(k.algo.config), algo_label=k.algo.label)
+    return entry
+
+
 def manifest(kernels: Iterable[BundleKernel], environment: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "format": 2,  # 2: m_lo / m_hi, the range of M each kernel serves
+    """The dispatch table. Format 3 adds to format 2 (each entry's range of M) an entry's
+    ``kind`` (a runtime reading format 2 treats every entry as a kernel, which is what they
+    were) and, for cuBLASLt entries, the pinned ``algo``; ``cublaslt`` (where there are such
+    entries) names the GPU and cuBLASLt version they were pinned on (the runtime uses them only
+    on the same)."""
+    kernels = list(kernels)
+    out = {
+        "format": MANIFEST_FORMAT,
         "nvcc_flags": list(NVCC_FLAGS),
         "environment": environment,
-        "kernels": [
-            {
-                "m": k.problem.m,
-                "m_lo": k.m_lo if k.m_lo is not None else k.problem.m,
-                "m_hi": k.m_hi if k.m_hi is not None else k.problem.m,
-                "n": k.problem.n,
-                "k": k.problem.k,
-                "layout": k.problem.layout.value,
-                "name": k.name,
-                "archs": list(k.archs),
-                "speedups": k.speedups,
-                "seconds": k.seconds,
-                "session": k.session,
-            }
-            for k in kernels
-        ],
+        "kernels": [manifest_entry(k) for k in kernels],
     }
+    if any(k.kind == CUBLASLT for k in kernels):
+        out["cublaslt"] = {
+            "gpu_name": environment.get("gpu_name", ""),
+            "version": environment.get("cublaslt_version", ""),
+            "config_attributes": list(CONFIG_ATTRIBUTES),
+        }
+    return out
 
 
 def results_csv(kernels: Sequence[BundleKernel]) -> str:
@@ -509,7 +654,7 @@ def write_bundle(
     """Writes the zip, everything under one top folder (bundle_folder); kernels with the same
     name are stored once, a Triton kernel with its cubin embedded (bundled_source).
     ``sanitized``: every kernel passed compute-sanitizer (the README says so)."""
-    names = [k.name for k in kernels]
+    names = [k.name for k in kernels if k.kind == KERNEL]
     keys = [k.problem.key for k in kernels]
     if len(set(keys)) != len(keys):
         raise BundleError("two kernels for the same problem")
@@ -521,8 +666,10 @@ def write_bundle(
     with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as zf:
         for path in sorted(PACKAGE_DIR.glob("*.py")):
             zf.write(path, f"{package}/{path.name}")
+        for path in sorted((PACKAGE_DIR / "csrc").iterdir()):
+            zf.write(path, f"{package}/csrc/{path.name}")
         zf.writestr(f"{package}/include/gemmforge_abi.h", abi.HEADER.read_text())
-        for kernel in {k.name: k for k in kernels}.values():
+        for kernel in {k.name: k for k in kernels if k.kind == KERNEL}.values():
             shipped = bundled_source(kernel.source, kernel.archs)
             zf.writestr(f"{package}/kernels/{kernel.name}.cu", shipped)
         zf.writestr(f"{package}/kernels.json", json.dumps(data, indent=1))
@@ -586,6 +733,7 @@ def readme(
     sanitized: bool = False,
 ) -> str:
     gpu = environment.get("gpu_name", "unknown GPU")
+    pinned = sum(k.kind == CUBLASLT for k in kernels)
     block = "\n".join(headline.markdown(BASELINE_LABELS)) if headline else ""
     summary = f"## The campaign at a glance\n\n{block}\n" if block else ""
     checked = (
@@ -596,18 +744,23 @@ def readme(
     )
     rows = "\n".join(
         f"| {k.problem.shape} | {k.m_lo or k.problem.m}..{k.m_hi or k.problem.m} | "
-        f"{k.problem.layout.value} | `{k.name}` | "
+        f"{k.problem.layout.value} | `{k.name}`"
+        + (f" ({k.algo.label})" if k.algo is not None and k.algo.label else "")
+        + " | "
         + ", ".join(f"{b} {s:.3f}x" for b, s in sorted(k.speedups.items()))
         + " |"
         for k in kernels
     )
     return f"""# gemmforge bundle: {title}
 
-{len(kernels)} shape(s), {unique} kernel(s), measured on {gpu}. Shapes not listed fall back to
-torch.matmul: by default a shape is bundled only when its kernel was faster than torch.matmul
-beyond the measured noise, both timed in the same session. Each kernel serves the range of M
-listed (between measured Ms: the measured crossover, else the nearer one on a log scale);
-another M, dtype, stride or GPU architecture falls back to torch.matmul.
+{len(kernels)} shape(s), {unique} kernel(s), {pinned} pinned cuBLASLt algorithm(s), measured on
+{gpu}. Per shape the bundle runs its kernel where it was faster than cuBLASLt-autotune's pick
+beyond the measured noise (both timed in the same session), else cuBLASLt with the algorithm
+that autotuning picked for the shape (`cublaslt_*` entries, used only on the same GPU model and
+cuBLASLt version, and re-checked by cuBLASLt at each M), else a kernel that beat torch.matmul.
+Shapes not listed fall back to torch.matmul. Each entry serves the range of M listed (between
+measured Ms: the measured crossover, else the nearer one on a log scale); another M, dtype,
+stride or GPU architecture falls back to torch.matmul.
 {checked}
 {summary}
 ## Use
@@ -615,13 +768,14 @@ another M, dtype, stride or GPU architecture falls back to torch.matmul.
 unzip this.zip && cd {bundle_folder(title)}
 pip install nvidia-cutlass               # CUTLASS headers for the build (or set CUTLASS_INCLUDE)
 python -m gemmforge_bundle.build         # needs nvcc; builds gemmforge_bundle/lib/*.so once
+                                         # (kernels, the cuBLASLt shim, the C++ ops)
 python -m gemmforge_bundle.verify        # re-checks correctness and speed on your GPU
 ```
 ```python
 import torch, gemmforge_bundle
 c = torch.ops.gemmforge.hgemm(a, b)              # a (M,K) @ b (K,N), fp16 CUDA contiguous
 y = torch.ops.gemmforge.hgemm_linear(x, w)       # x (...,K) @ w.T, w (N,K) as in nn.Linear
-c = gemmforge_bundle.matmul(a, b)                # same, less host time in eager inference
+c = gemmforge_bundle.matmul(a, b)                # same (the Python ops: less host time)
 y = gemmforge_bundle.linear(x, w)
 ```
 The ops allocate only their output (and a kernel's workspace) from PyTorch's allocator and never

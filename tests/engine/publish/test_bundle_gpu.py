@@ -1,5 +1,5 @@
-"""The bundle on a GPU: built with nvcc, loaded, its arch guard, dynamic M, torch.compile and
-CUDA-graph capture (child process: the ops register once per process)."""
+"""The bundle's Python ops on a GPU: built with nvcc, loaded, its arch guard, dynamic M,
+torch.compile and CUDA-graph capture (child process: the ops register once per process)."""
 
 from __future__ import annotations
 
@@ -70,7 +70,9 @@ def test_a_built_bundle_guards_dispatches_compiles_and_captures(tmp_path: Path):
     root = unpack(out, tmp_path / "unpacked")
     # the unpacked bundle first; nvidia-cutlass may be on the caller's path, not site-packages
     pythonpath = os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))
-    env = {**os.environ, "PYTHONPATH": pythonpath}
+    # the Python ops (the C++ ops: tests/engine/publish/test_bundle_native.py); the checks use a
+    # test double for the GPU's capability, which only the Python guard reads
+    env = {**os.environ, "PYTHONPATH": pythonpath, "GEMMFORGE_PYTHON_OPS": "1"}
     built = subprocess.run(
         [sys.executable, "-m", "gemmforge_bundle.build"],
         cwd=root,

@@ -3,17 +3,21 @@ caller's current stream: no host syncs and no allocations besides the output and
 needs one) its workspace, both from PyTorch's caching allocator, so the ops work under
 torch.compile and CUDA-graph capture (call each shape once before capturing, to load its kernel).
 
-Why a Python-registered op over a C++ extension: no build against PyTorch's C++ ABI (the same
-bundle works with any torch >= 2.4). The dispatcher and autograd wrapping of a Python custom op
-cost host time, so ``matmul`` and ``linear`` call the kernels directly in eager mode when no
-gradient is needed, and go through the op otherwise (torch.compile, autograd).
+Two registrations of the same ops: built (``python -m gemmforge_bundle.build``), the C++
+extension ``lib/gemmforge_ops.so`` defines them with TORCH_LIBRARY (csrc/ops.cpp), so an eager call
+costs the dispatcher's host time and no Python; without it (or with GEMMFORGE_PYTHON_OPS=1) they
+are Python custom ops launching the libraries through ctypes, and ``matmul``/``linear`` skip the
+dispatcher in eager inference. Either way the fake kernels torch.compile needs are Python's.
 
-Dispatch: per (N, K, layout) the manifest lists M ranges, each served by the kernel measured at
-a representative M inside it (engine.publish.bundle.buckets chose the ranges). Anything a kernel
-cannot take falls back to torch.matmul: an M outside every range, another dtype, a non-contiguous or
-misaligned operand, a CPU tensor, a GPU whose architecture the kernel was not built for, a
-driver older than the CUDA the kernels were built with (one warning per process for the last
-two, and for a kernel library that is missing or does not load).
+Dispatch: per (N, K, layout) the manifest lists M ranges, each served by the choice measured at
+a representative M inside it (engine.publish.bundle.buckets chose the ranges): one of the
+bundle's kernels, or cuBLASLt running the algorithm its autotuning pinned for that shape
+(``kind: cublaslt``, through the shim lib/gemmforge_cublaslt.so, re-checked with
+cublasLtMatmulAlgoCheck at each new M). Anything a choice cannot take falls back to torch.matmul:
+an M outside every range, another dtype, a non-contiguous or misaligned operand, a CPU tensor, a
+GPU whose architecture the kernel was not built for, a driver older than the CUDA the kernels
+were built with, a pinned algorithm on another GPU or cuBLASLt version or one cuBLASLt rejects
+(one warning per process for these, and for a library that is missing or does not load).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import bisect
 import ctypes
 import itertools
 import json
+import os
 import threading
 import warnings
 from collections.abc import Callable
@@ -35,6 +40,9 @@ PACKAGE = Path(__file__).resolve().parent
 MANIFEST = PACKAGE / "kernels.json"
 LIB_DIR = PACKAGE / "lib"
 BUILD_INFO = LIB_DIR / "build.json"  # written by gemmforge_bundle.build: the nvcc CUDA version
+EXTENSION = LIB_DIR / "gemmforge_ops.so"  # the ops registered from C++ (csrc/ops.cpp)
+SHIM = LIB_DIR / "gemmforge_cublaslt.so"  # cuBLASLt with a pinned algorithm (csrc/cublaslt_shim.cu)
+CUBLASLT = "cublaslt"  # a manifest entry's kind when cuBLASLt's pinned algorithm serves it
 ALIGNMENT = 16  # bytes: the kernels load operands with 16-byte vector copies (cp.async, TMA)
 # CUDA runtime errors that mean "this kernel cannot run here" and leave nothing half-done:
 # insufficient driver, no kernel image for the device, unsupported PTX, driver mismatch,
@@ -45,6 +53,8 @@ _lock = threading.Lock()
 _loaded: dict[str, tuple[Callable[..., int], Callable[..., int]] | None] = {}
 _usable: dict[tuple[str, int], bool] = {}
 _workspace: dict[tuple[str, int, int, int], int] = {}
+_lt_plans: dict[tuple[str, int], tuple[int, int]] = {}  # (entry, M) → (shim plan, workspace)
+_shim: Any = None
 _warned = False
 
 
@@ -57,10 +67,24 @@ class Bucket:
     m: int
     name: str
     archs: tuple[str, ...]
+    kind: str = "kernel"  # or CUBLASLT
+    algo: tuple[int, ...] = ()  # CUBLASLT: the pinned cublasLtMatmulAlgoConfigAttributes_t values
+
+
+def _manifest() -> dict[str, Any]:
+    return json.loads(MANIFEST.read_text())
 
 
 def _entries() -> list[dict[str, Any]]:
-    return json.loads(MANIFEST.read_text())["kernels"]
+    return _manifest()["kernels"]
+
+
+def pinned_on() -> tuple[str, int]:
+    """The GPU and cuBLASLt version (cublasLtGetVersion) the cuBLASLt algorithms were pinned on
+    ("" and 0 where the campaign did not record them)."""
+    pinned = _manifest().get("cublaslt") or {}
+    version = str(pinned.get("version") or "")
+    return str(pinned.get("gpu_name") or ""), int(version) if version.isdigit() else 0
 
 
 def dispatch_table() -> dict[tuple[int, int, int, str], str]:
@@ -78,6 +102,8 @@ def bucket_table(entries: list[dict[str, Any]] | None = None) -> dict[tuple[int,
             m=int(e["m"]),
             name=e["name"],
             archs=tuple(e.get("archs", ())),
+            kind=e.get("kind", "kernel"),
+            algo=tuple(int(v) for v in e.get("algo", ())),
         )
         table.setdefault((e["n"], e["k"], e["layout"]), []).append(bucket)
     for buckets in table.values():
@@ -163,6 +189,55 @@ def cannot_run(
     return None
 
 
+def lt_mismatch(pinned: tuple[str, int], gpu: str, version: int | None) -> str | None:
+    """Why an algorithm pinned on ``pinned`` (GPU name, cuBLASLt version) is not used on ``gpu``
+    under cuBLASLt ``version``; None when it may be (cublasLtMatmulAlgoCheck has the last word)."""
+    pinned_gpu, pinned_version = pinned
+    if pinned_gpu and pinned_gpu != gpu:
+        return f"cuBLASLt algorithm pinned on {pinned_gpu}, this GPU is {gpu}"
+    if pinned_version and version is not None and version != pinned_version:
+        return (
+            f"cuBLASLt algorithm pinned under cuBLASLt {pinned_version}, this is cuBLASLt {version}"
+        )
+    return None
+
+
+def _gpu_name(device: int) -> str:
+    return torch.cuda.get_device_name(device)
+
+
+def _load_shim() -> Any:
+    """The cuBLASLt shim, loaded once; None when it is not built or does not load."""
+    global _shim
+    if _shim is None:
+        with _lock:
+            if _shim is None:
+                try:
+                    lib = ctypes.CDLL(str(SHIM))
+                except OSError:
+                    _shim = False
+                    return None
+                lib.gemmforge_lt_version.restype = ctypes.c_size_t
+                lib.gemmforge_lt_prepare.restype = _INT
+                lib.gemmforge_lt_prepare.argtypes = [
+                    *(_INT,) * 4,
+                    ctypes.POINTER(ctypes.c_int64),
+                    _INT,
+                    ctypes.POINTER(ctypes.c_size_t),
+                ]
+                lib.gemmforge_lt_hgemm.restype = _INT
+                lib.gemmforge_lt_hgemm.argtypes = [_INT, _VOIDP, _VOIDP, _VOIDP, _VOIDP, _VOIDP]
+                _shim = lib
+    return _shim or None
+
+
+def _lt_reason(device: int) -> str | None:
+    shim = _load_shim()
+    if shim is None:
+        return "the cuBLASLt shim is not built or does not load: run the bundle's build"
+    return lt_mismatch(pinned_on(), _gpu_name(device), int(shim.gemmforge_lt_version()))
+
+
 def _fallback_warning(reason: str) -> None:
     global _warned
     if not _warned:
@@ -182,7 +257,9 @@ def usable(bucket: Bucket, device: int) -> bool:
         reason = cannot_run(
             bucket.archs, _capability(device), _driver_version(), _built_cuda_version()
         )
-        if reason is None and _load(bucket.name) is None:
+        if reason is None and bucket.kind == CUBLASLT:
+            reason = _lt_reason(device)
+        elif reason is None and _load(bucket.name) is None:
             reason = (
                 f"kernel {bucket.name} is not built or does not load: run "
                 "`python -m gemmforge_bundle.build`"
@@ -265,6 +342,44 @@ def _raw_stream(device: torch.device) -> int:
     return torch.cuda.current_stream(device).cuda_stream
 
 
+def _lt_plan(bucket: Bucket, m: int, n: int, k: int, layout: str) -> tuple[int, int]:
+    """The shim's plan for the pinned algorithm at this M, and its workspace bytes (a negative
+    plan: cuBLASLt rejected the algorithm for this problem)."""
+    key = (bucket.name, m)
+    known = _lt_plans.get(key)
+    if known is None:
+        config = (ctypes.c_int64 * len(bucket.algo))(*bucket.algo)
+        workspace = ctypes.c_size_t(0)
+        plan = _load_shim().gemmforge_lt_prepare(
+            m, n, k, int(layout == "tn"), config, len(bucket.algo), ctypes.byref(workspace)
+        )
+        known = _lt_plans[key] = (int(plan), int(workspace.value))
+    return known
+
+
+def _launch_lt(
+    bucket: Bucket, a: torch.Tensor, operand: torch.Tensor, n: int, layout: str
+) -> torch.Tensor | None:
+    m, k = a.shape
+    plan, size = _lt_plan(bucket, m, n, k, layout)
+    if plan < 0:
+        _fallback_warning(f"{bucket.name}: cuBLASLt rejects the pinned algorithm at M={m}")
+        return None
+    c = torch.empty((m, n), dtype=torch.float16, device=a.device)
+    workspace = torch.empty(size, dtype=torch.uint8, device=a.device) if size else None
+    status = _load_shim().gemmforge_lt_hgemm(
+        plan,
+        a.data_ptr(),
+        operand.data_ptr(),
+        c.data_ptr(),
+        workspace.data_ptr() if workspace is not None else None,
+        _raw_stream(a.device),
+    )
+    if status != 0:
+        raise RuntimeError(f"gemmforge: {bucket.name} failed (cuBLASLt status {status - 1000})")
+    return c
+
+
 def _launch(bucket: Bucket, a: torch.Tensor, operand: torch.Tensor, n: int) -> torch.Tensor | None:
     loaded = _load(bucket.name)
     if loaded is None:
@@ -302,8 +417,11 @@ def _matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     a custom op may not return a view of its inputs)."""
     chosen = plan(a, b)
     if chosen is not None:
-        bucket, operand, _ = chosen
-        c = _launch(bucket, a, operand, b.shape[1])
+        bucket, operand, layout = chosen
+        if bucket.kind == CUBLASLT:
+            c = _launch_lt(bucket, a, operand, b.shape[1], layout)
+        else:
+            c = _launch(bucket, a, operand, b.shape[1])
         if c is not None:
             return c
     return torch.matmul(a, b)
@@ -316,25 +434,11 @@ def _linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return _matmul(x, w.t())
 
 
-@torch.library.custom_op("gemmforge::hgemm", mutates_args=())
-def hgemm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """C = A·B with A (M, K) and B (K, N), fp16 with fp32 accumulation (else torch.matmul)."""
-    return _matmul(a, b)
-
-
-@torch.library.custom_op("gemmforge::hgemm_linear", mutates_args=())
-def hgemm_linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """Y = X·Wᵀ with X (..., K) and W (N, K), nn.Linear's weight layout (no bias)."""
-    return _linear(x, w)
-
-
-@hgemm.register_fake
-def _(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+def _fake_hgemm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return torch.matmul(a, b)  # on fake tensors: torch.matmul's shapes, dtypes and errors
 
 
-@hgemm_linear.register_fake
-def _(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+def _fake_hgemm_linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return torch.matmul(x, w.t())
 
 
@@ -366,21 +470,69 @@ def hgemm_linear_backward(
     return grad_x, grad_w
 
 
-hgemm.register_autograd(hgemm_backward, setup_context=_save_operands)
-hgemm_linear.register_autograd(hgemm_linear_backward, setup_context=_save_operands)
+def _load_extension() -> bool:
+    """Loads the C++ ops (lib/gemmforge_ops.so) and hands them the dispatch table; False when
+    they are not built, not wanted (GEMMFORGE_PYTHON_OPS=1) or do not load here (a CPU-only or
+    another torch build: one warning, and the Python ops serve)."""
+    if os.environ.get("GEMMFORGE_PYTHON_OPS") == "1" or not EXTENSION.is_file():
+        return False
+    try:
+        torch.ops.load_library(str(EXTENSION))
+    except (OSError, RuntimeError) as exc:
+        warnings.warn(
+            f"gemmforge: the C++ ops do not load ({exc}); the Python ops serve",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        return False
+    gpu, version = pinned_on()
+    built = _built_cuda_version() or 0
+    for (n, k, layout), buckets in _TABLE.items():
+        for b in buckets:
+            library = SHIM if b.kind == CUBLASLT else LIB_DIR / f"{b.name}.so"
+            torch.ops.gemmforge._add_entry(
+                n, k, int(layout == "tn"), b.lo, b.hi, b.m, b.name, str(library),
+                ",".join(b.archs), built, list(b.algo), gpu, version,
+            )  # fmt: skip
+    return True
 
 
-def _needs_op(*tensors: torch.Tensor) -> bool:
-    return torch.compiler.is_compiling() or (
-        torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
-    )
+NATIVE = _load_extension()
+if NATIVE:
+    torch.library.register_fake("gemmforge::hgemm")(_fake_hgemm)
+    torch.library.register_fake("gemmforge::hgemm_linear")(_fake_hgemm_linear)
+    hgemm = torch.ops.gemmforge.hgemm
+    hgemm_linear = torch.ops.gemmforge.hgemm_linear
+    # the dispatcher in C++ is the fast path: nothing in Python to skip
+    matmul = torch.ops.gemmforge.hgemm.default
+    linear = torch.ops.gemmforge.hgemm_linear.default
+else:
 
+    @torch.library.custom_op("gemmforge::hgemm", mutates_args=())
+    def hgemm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        """C = A·B with A (M, K) and B (K, N), fp16 with fp32 accumulation (else torch.matmul)."""
+        return _matmul(a, b)
 
-def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """torch.ops.gemmforge.hgemm, without the dispatcher's host time in eager inference."""
-    return torch.ops.gemmforge.hgemm(a, b) if _needs_op(a, b) else _matmul(a, b)
+    @torch.library.custom_op("gemmforge::hgemm_linear", mutates_args=())
+    def hgemm_linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        """Y = X·Wᵀ with X (..., K) and W (N, K), nn.Linear's weight layout (no bias)."""
+        return _linear(x, w)
 
+    hgemm.register_fake(_fake_hgemm)
+    hgemm_linear.register_fake(_fake_hgemm_linear)
+    hgemm.register_autograd(hgemm_backward, setup_context=_save_operands)
+    hgemm_linear.register_autograd(hgemm_linear_backward, setup_context=_save_operands)
 
-def linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """torch.ops.gemmforge.hgemm_linear, without the dispatcher's host time in eager inference."""
-    return torch.ops.gemmforge.hgemm_linear(x, w) if _needs_op(x, w) else _linear(x, w)
+    def _needs_op(*tensors: torch.Tensor) -> bool:
+        return torch.compiler.is_compiling() or (
+            torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+        )
+
+    def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        """torch.ops.gemmforge.hgemm, without the dispatcher's host time in eager inference."""
+        return torch.ops.gemmforge.hgemm(a, b) if _needs_op(a, b) else _matmul(a, b)
+
+    def linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        """torch.ops.gemmforge.hgemm_linear, without the dispatcher's host time in eager
+        inference."""
+        return torch.ops.gemmforge.hgemm_linear(x, w) if _needs_op(x, w) else _linear(x, w)

@@ -1,0 +1,228 @@
+"""The bundle's native side: the cuBLASLt shim and the C++ ops (csrc/) compile with nvcc; on a
+GPU a built bundle loads its C++ ops, guards, dispatches to our kernel and to a pinned cuBLASLt
+algorithm, and works under autograd, torch.compile and CUDA-graph capture (child process: the
+ops register once per process)."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from engine.codegen import Sm90Config
+from engine.compilation.toolkit import CublasNotFound, find_cublas
+from engine.problem import Problem
+from engine.publish.bundle import CUBLASLT as CUBLASLT_KIND
+from engine.publish.bundle import PACKAGE_DIR, BundleKernel, PinnedAlgo, unpack, write_bundle
+from engine.timing.cublaslt_kernels import CONFIG_ATTRIBUTES
+
+
+def build_module() -> ModuleType:
+    """gemmforge_bundle/build.py on its own (importing the package would register the ops)."""
+    spec = importlib.util.spec_from_file_location("bundle_build", PACKAGE_DIR / "build.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def nvcc(argv: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        argv, capture_output=True, text=True, timeout=600, check=False, cwd=tmp_path
+    )
+
+
+@pytest.mark.nvcc
+@pytest.mark.slow
+def test_the_cublaslt_shim_compiles_and_links_against_cublaslt(tmp_path, monkeypatch):
+    try:
+        paths = find_cublas()
+    except CublasNotFound as exc:
+        pytest.skip(str(exc))
+    monkeypatch.setenv("CUBLAS_HOME", str(paths.include_dir.parent))
+    build = build_module()
+    argv = build.shim_command()
+    assert isinstance(argv, list), argv
+    argv[argv.index("-o") + 1] = str(tmp_path / "shim.so")
+    done = nvcc(argv, tmp_path)
+    assert done.returncode == 0, done.stderr
+    symbols = subprocess.run(
+        ["nm", "-D", "--defined-only", str(tmp_path / "shim.so")],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout
+    for name in ("gemmforge_lt_version", "gemmforge_lt_prepare", "gemmforge_lt_hgemm"):
+        assert name in symbols
+
+
+@pytest.mark.nvcc
+@pytest.mark.slow
+def test_the_cpp_ops_compile_against_this_torchs_headers(tmp_path):
+    import torch
+
+    torch_dir = Path(torch.__file__).resolve().parent
+    flags = build_module().ops_flags(torch_dir, int(torch._C._GLIBCXX_USE_CXX11_ABI))
+    generated = torch_dir / "include" / "c10" / "cuda" / "impl" / "cuda_cmake_macros.h"
+    if not generated.is_file():  # a CPU build of torch leaves out this generated header
+        stub = tmp_path / "stub" / "c10" / "cuda" / "impl"
+        stub.mkdir(parents=True)
+        (stub / "cuda_cmake_macros.h").write_text("#pragma once\n")
+        flags.append(f"-I{tmp_path / 'stub'}")
+    source = PACKAGE_DIR / "csrc" / "ops.cpp"
+    done = nvcc(["nvcc", *flags, "-c", "-x", "c++", str(source), "-o", "ops.o"], tmp_path)
+    assert done.returncode == 0, done.stderr[-4000:]
+
+
+OURS = Problem.parse("256x4096x4096", "tn")
+PINNED = Problem.parse("512x1024x2048", "tn")
+
+CHECKS = """
+import warnings, torch, gemmforge_bundle
+from gemmforge_bundle import _ops
+assert _ops.NATIVE, 'the C++ ops did not load'
+torch.manual_seed(0)
+h = dict(device='cuda', dtype=torch.float16)
+def close(out, ref):
+    return float((out.float() - ref).norm() / ref.norm()) < 1e-2
+entry = torch.ops.gemmforge._entry_name
+w = torch.randn(4096, 4096, **h)
+w2 = torch.randn(1024, 2048, **h)
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter('always')
+    for m in (1, 7, 100, 256, 511):  # our kernel, dynamic M with residues
+        assert entry(m, 4096, 4096, 1) == OURS_NAME, m
+        x = torch.randn(m, 4096, **h)
+        assert close(gemmforge_bundle.linear(x, w), x.float() @ w.float().t()), m
+    assert entry(512, 1024, 2048, 1) == PINNED_NAME
+    x2 = torch.randn(512, 2048, **h)
+    assert close(torch.ops.gemmforge.hgemm_linear(x2, w2), x2.float() @ w2.float().t())
+    assert close(gemmforge_bundle.matmul(x2, w2.t()), x2.float() @ w2.float().t())
+    torch.cuda.synchronize()
+# no fallback warned: our kernel and the pinned algorithm both ran (a fallback warns once)
+assert not [c for c in caught if 'gemmforge' in str(c.message)], [str(c.message) for c in caught]
+x = torch.randn(256, 4096, **h)
+ref = x.float() @ w.float().t()
+f = torch.compile(torch.ops.gemmforge.hgemm_linear, fullgraph=True)
+assert close(f(x, w), ref), 'torch.compile'
+class Mlp(torch.nn.Module):
+    def forward(self, x, w, w2):
+        return gemmforge_bundle.linear(torch.relu(gemmforge_bundle.linear(x, w)), w)
+block = torch.compile(Mlp(), fullgraph=True)(x, w, w2)
+assert close(block, torch.relu(ref.half()).float() @ w.float().t()), 'compiled block'
+# autograd through the C++ op: torch.matmul's gradients
+xg, wg = x.clone().requires_grad_(), w.clone().requires_grad_()
+g = torch.randn(256, 4096, **h)
+gx, gw = torch.autograd.grad(torch.ops.gemmforge.hgemm_linear(xg, wg), (xg, wg), g)
+rx, rw = torch.autograd.grad(torch.nn.functional.linear(xg, wg), (xg, wg), g)
+assert close(gx, rx.float()) and close(gw, rw.float()), 'autograd'
+# CUDA-graph capture, our kernel and the pinned algorithm (each shape called once before)
+out = torch.ops.gemmforge.hgemm_linear(x, w)
+out2 = torch.ops.gemmforge.hgemm_linear(x2, w2)
+graph = torch.cuda.CUDAGraph()
+with torch.cuda.graph(graph):
+    out = torch.ops.gemmforge.hgemm_linear(x, w)
+    out2 = torch.ops.gemmforge.hgemm_linear(x2, w2)
+graph.replay(); torch.cuda.synchronize()
+assert close(out, ref), 'graph capture: kernel'
+assert close(out2, x2.float() @ w2.float().t()), 'graph capture: pinned algorithm'
+# the guard: an entry built for another arch and an algorithm pinned under another cuBLASLt
+# version fall back to torch.matmul, with one warning for both
+library = str(_ops.LIB_DIR / (OURS_NAME + '.so'))
+add = torch.ops.gemmforge._add_entry
+add(256, 512, 1, 1, 64, 64, 'other_arch', library, 'sm_80', 0, [], '', 0)
+add(256, 1024, 1, 1, 64, 64, 'other_lt', str(_ops.SHIM), '', 0, PINNED_ALGO, '', 1)
+a, b = torch.randn(64, 512, **h), torch.randn(256, 512, **h)
+c, d = torch.randn(64, 1024, **h), torch.randn(256, 1024, **h)
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter('always')
+    y1 = torch.ops.gemmforge.hgemm_linear(a, b)
+    y2 = torch.ops.gemmforge.hgemm_linear(c, d)
+messages = [str(c.message) for c in caught if 'gemmforge' in str(c.message)]
+assert len(messages) == 1 and 'sm_80' in messages[0], messages
+assert torch.equal(y1, torch.nn.functional.linear(a, b))
+assert torch.equal(y2, torch.nn.functional.linear(c, d))
+print('ok')
+"""
+
+
+def pinned_algo(problem: Problem) -> tuple[PinnedAlgo, int]:
+    """cuBLASLt's first heuristic algorithm for ``problem`` on this GPU, read through the engine's
+    shim as the finals record it, and the cuBLASLt version."""
+    from engine.config import load as load_config
+    from engine.timing.baselines import LT_WORKSPACE_BYTES
+    from engine.timing.measure import load_shim
+
+    shim = load_shim(load_config())
+    plan, count = shim.cublaslt_plan(problem.m, problem.n, problem.k, True, LT_WORKSPACE_BYTES, 4)
+    assert count > 0
+    config = shim.cublaslt_algo_config(plan, 0, len(CONFIG_ATTRIBUTES))
+    return PinnedAlgo(tuple(config), "heuristic 0"), shim.cublaslt_version
+
+
+@pytest.mark.gpu
+@pytest.mark.nvcc
+@pytest.mark.slow
+def test_a_built_bundle_runs_its_cpp_ops_on_kernels_and_a_pinned_algorithm(tmp_path: Path):
+    import torch
+
+    config = next(
+        c for c in Sm90Config.candidates(OURS.layout) if c.is_valid(OURS) and c.splits == 1
+    )
+    ours = BundleKernel(
+        problem=OURS,
+        name=config.name,
+        source=config.render(),
+        archs=tuple(config.archs),
+        m_lo=1,
+        m_hi=511,
+    )
+    algo, version = pinned_algo(PINNED)
+    pinned = BundleKernel(
+        problem=PINNED,
+        name=f"cublaslt_{PINNED.key}",
+        source="",
+        archs=(),
+        kind=CUBLASLT_KIND,
+        algo=algo,
+        m_lo=512,
+        m_hi=512,
+    )
+    environment = {"gpu_name": torch.cuda.get_device_name(0), "cublaslt_version": str(version)}
+    out = write_bundle([ours, pinned], tmp_path / "b.zip", environment=environment, title="gpu")
+    root = unpack(out, tmp_path / "unpacked")
+    pythonpath = os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "PYTHONPATH": pythonpath}
+    with contextlib.suppress(CublasNotFound):
+        env.setdefault("CUBLAS_HOME", str(find_cublas().include_dir.parent))
+    built = subprocess.run(
+        [sys.executable, "-m", "gemmforge_bundle.build"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert built.returncode == 0, built.stdout + built.stderr
+    assert "ok     C++ ops" in built.stdout, built.stdout
+    code = (
+        f"OURS_NAME = {config.name!r}\nPINNED_NAME = {pinned.name!r}\n"
+        f"PINNED_ALGO = {list(algo.config)!r}\n" + CHECKS
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.strip().endswith("ok")
