@@ -36,6 +36,8 @@ from engine.propose.space import SearchSpace
 from engine.timing.baseline_names import NVIDIA
 
 DEFAULT_BASELINE = "cublaslt_autotune"
+# the proposers that search the families' configs; a mix with one of them gets the family floor
+FLOOR_PROPOSERS = frozenset({"seed", "rl", "evolve", "random"})
 FAILURE_REWARD = -2.0  # log speedup of 0.14x: below every recorded kernel but a few
 # A shape's budget is spent in at least this many rounds, so that the policy's online update and
 # the evolutionary proposer (which mutates what was measured) act within the shape.
@@ -198,6 +200,9 @@ class Round:
         batch = propose_batch(
             self.proposers, s.mix, problem, space, n, history=history, exclude=exclude, rng=rng
         )
+        # a mix that only carries kernels in (transfer, mirror) or writes its own (llm) asked
+        # for exactly those: the floor serves the mixes that search the families
+        searching = bool(FLOOR_PROPOSERS & set(s.mix))
         return with_family_floor(
             batch,
             problem,
@@ -207,7 +212,7 @@ class Round:
             exclude=exclude,
             rng=rng,
             seed=self.seed_proposer(),
-            floor=s.family_floor,
+            floor=s.family_floor if searching else 0,
         )
 
     def seed_proposer(self) -> SeedProposer:

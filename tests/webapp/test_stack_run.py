@@ -276,7 +276,8 @@ def test_a_campaign_completes_through_the_whole_stack(tmp_path):
     assert {"child_start", "imports", "child_exit", "record", "unaccounted"} <= set(phases["share"])
     workers = report["workers"]
     assert set(workers) == {"default@stack", "compile0@stack", "compile1@stack", "gpu0@stack"}
-    assert workers["gpu0@stack"]["steps"] == {"gpu:done": steps}
+    # and each shape's finals step (the replay executor records why it ran no sanitizer)
+    assert workers["gpu0@stack"]["steps"] == {"gpu:done": steps, "final:done": 2}
     compiled = sum(workers[f"compile{i}@stack"]["steps"].get("compile:done", 0) for i in (0, 1))
     assert compiled == steps + 2  # the rounds that compiled, 2 that found the budget spent
     pages = {k: v for k, v in report["web"].items() if k != "progress"}
@@ -300,7 +301,8 @@ def test_split_queues_route_each_shape_to_its_own_gpu_worker(tmp_path):
     workers = report["workers"]
     for host, queue in (("gpu0@stack", "gpu.sm90"), ("gpu1@stack", "gpu.sm80")):
         assert workers[host]["queues"] == [queue]
-        assert workers[host]["steps"] == {"gpu:done": 4 // batch_size_for(4, cap=4)}
+        steps = 4 // batch_size_for(4, cap=4)
+        assert workers[host]["steps"] == {"gpu:done": steps, "final:done": 1}  # its shape's
         assert workers[host]["off_queue_steps"] == []
     gpu_steps = [s for s in report["steps"] if s["kind"] == "gpu"]
     assert {(s["queue"], s["worker"]) for s in gpu_steps} == {

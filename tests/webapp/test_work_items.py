@@ -171,13 +171,9 @@ def test_a_transfer_campaign_starts_from_an_earlier_campaigns_winners(
     later.refresh_from_db()
     assert later.status == Campaign.Status.DONE
     proposed = Candidate.objects.filter(problem__campaign=later)
-    carried = proposed.filter(proposer="transfer")
-    assert set(carried.values_list("name", flat=True)) <= set(winners)
-    assert carried.count() >= len(winners) - 1
-    # the rest is the family floor's: the seed's pick for a family not yet measured on the shape
-    floor = proposed.exclude(proposer="transfer")
-    assert set(floor.values_list("proposer", flat=True)) <= {"seed"}
-    for candidate in carried:  # where each came from, kept from proposal to record
+    assert set(proposed.values_list("name", flat=True)) == set(winners)
+    assert set(proposed.values_list("proposer", flat=True)) == {"transfer"}
+    for candidate in proposed:  # where each came from, kept from proposal to record
         assert candidate.proposal == {"carried_from": "4096x4096x4096_tn"}
         assert candidate.outcome["meta"] == candidate.proposal
 

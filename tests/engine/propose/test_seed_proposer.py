@@ -277,3 +277,16 @@ def test_the_default_hopper_search_holds_longk_only_where_it_serves():
     big = Problem(4096, 4096, 4096, Layout.NN)
     assert not any(c.FAMILY == "longk" for c in library_space(big, ("sm90", "longk")).configs)
     assert any(c.FAMILY == "longk" for c in library_space(LONG_K, ("sm90", "longk")).configs)
+
+
+def test_a_mix_that_only_carries_kernels_in_gets_no_family_floor():
+    space = library_space(families=("sm90", "sm80", "triton"))
+    settings = RoundSettings(budget=32, batch_size=4, mix={"random": 1.0})
+    searching = Round(settings, mix.make_proposers(settings.mix))
+    batch = searching.propose(SMALL, space, [], round_no=0, exclude=set())
+    assert {"sm90", "sm80", "triton"} <= {p.config.FAMILY for p in batch}
+    assert any(p.proposer == "seed" for p in batch)  # the floor filled what random missed
+    carried = RoundSettings(budget=32, batch_size=4, mix={"transfer": 1.0})
+    round_ = Round(carried, mix.make_proposers(carried.mix))
+    batch = round_.propose(SMALL, space, [], round_no=0, exclude=set())
+    assert all(p.proposer != "seed" for p in batch)  # no family floor's picks
