@@ -445,7 +445,7 @@ PY
   tail -15 "$OUT/evenk-bundle-check.log"
   (cd "$OUT" && tar -cJf evenk-bundle-check.tar.xz evenk-bundle-check && rm -rf evenk-bundle-check)
 fi
-if [[ $stage == throughput ]]; then  # issue 43's acceptance campaign: 8 shapes of mixed sizes,
+if [[ $stage == throughput ]]; then  # a user's first campaign: 8 shapes of mixed sizes,
   # budget 12, default proposers, library space, finals included, as a user runs it; the wall
   # time, the GPU's busy share and where the time went from its summary and results JSON.
   # THROUGHPUT_CACHE=empty: an empty kernel cache (every core compiles); else the device cache
