@@ -46,6 +46,7 @@ class Migration(migrations.Migration):
                     ("finals", "Finals running"),
                     ("done", "Done"),
                     ("failed", "Failed"),
+                    ("cancelled", "Cancelled"),
                 ],
                 default="queued",
                 max_length=16,
