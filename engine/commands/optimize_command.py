@@ -27,7 +27,7 @@ from engine.campaign.round import MAX_BATCH, batch_size_for
 from engine.campaign.storage import SqliteStorage, default_campaign_name
 from engine.codegen import FAMILIES
 from engine.commands.common import torch_baselines
-from engine.compilation.compile import config_keys, try_load
+from engine.compilation.compile import BUILD_SECONDS, build_seconds_prior, config_keys, try_load
 from engine.compilation.toolkit import CompileSetupError
 from engine.config import VerifyWarm
 from engine.config import load as load_config
@@ -60,8 +60,6 @@ from engine.timing.baseline_names import TORCH_TUNED
 from engine.timing.protocol_names import DEFAULT_PROTOCOL, PROTOCOLS
 
 CLI_PROPOSERS = (*PROPOSER_NAMES, *INPUT_PROPOSER_NAMES, "llm")
-# A library build's time on one core: 35 s median, 58.5 s p90 (sm90 CUTLASS, bench/NOTES.md §14)
-BUILD_SECONDS = 45.0
 
 # Called after each stored candidate; tests use it to interrupt a campaign part-way.
 after_record_hook: Callable[[CandidateRecord], None] | None = None
@@ -478,30 +476,42 @@ def with_final_choices(
     return missing
 
 
-def uncached(configs: Sequence[Any], *, config: Any, arch: str) -> int | None:
-    """How many of the family ``configs`` the kernel cache lacks (None: no toolchain to ask)."""
+def uncached_configs(configs: Sequence[Any], *, config: Any, arch: str) -> list[Any] | None:
+    """The family ``configs`` the kernel cache lacks (None: no toolchain to ask)."""
     family_configs = [c for c in configs if c.FAMILY in FAMILIES]
     try:
         keys = config_keys(family_configs, config=config, target_arch=arch)
     except CompileSetupError:
         return None
-    return sum(try_load(key, config) is None for key in keys)
+    return [c for c, key in zip(family_configs, keys, strict=True) if try_load(key, config) is None]
 
 
-def first_builds_estimate(missing: int, total: int, *, jobs: int) -> str:
-    """What building the first rounds' ``missing`` configs will take on ``jobs`` cores."""
+def uncached(configs: Sequence[Any], *, config: Any, arch: str) -> int | None:
+    """How many of the family ``configs`` the kernel cache lacks (None: no toolchain to ask)."""
+    missing = uncached_configs(configs, config=config, arch=arch)
+    return None if missing is None else len(missing)
+
+
+def first_builds_estimate(missing: Sequence[Any], total: int, *, jobs: int) -> str:
+    """What building the first rounds' ``missing`` configs will take on ``jobs`` cores: each
+    family's build time on one core (engine.compilation.compile.build_seconds_prior), the
+    longest first, each on the job that frees first."""
     jobs = max(1, jobs)
-    waves = math.ceil(missing / jobs)
+    loads = [0.0] * jobs
+    for seconds in sorted((build_seconds_prior(c.FAMILY) for c in missing), reverse=True):
+        loads[loads.index(min(loads))] += seconds
+    seconds = max(loads)
     return (
-        f"compiles: {missing} of the first rounds' {total} configs are not in the kernel cache: "
-        f"about {_clock(waves * BUILD_SECONDS)} on {jobs} jobs before the GPU starts "
-        f"({BUILD_SECONDS:.0f} s a build), and later rounds' builds alike while the GPU runs; "
-        "`engine prebuild --library` builds the library once"
+        f"compiles: {len(missing)} of the first rounds' {total} configs are not in the kernel "
+        f"cache: about {_clock(seconds)} on {jobs} jobs before the GPU starts (a CUTLASS build "
+        f"takes about {BUILD_SECONDS:.0f} s of a core, a longk or Triton one a few), and later "
+        "rounds' builds alike while the GPU runs; `engine prebuild --library` builds the library "
+        "once"
     )
 
 
 def print_first_builds(configs: Sequence[Any], *, jobs: int, config: Any, arch: str) -> None:
-    missing = uncached(configs, config=config, arch=arch)
+    missing = uncached_configs(configs, config=config, arch=arch)
     if missing:
         print(first_builds_estimate(missing, len(configs), jobs=jobs), flush=True)
 

@@ -25,9 +25,9 @@ from typing import TextIO
 
 from engine.codegen import FAMILIES, KernelConfig, get_family
 from engine.codegen.library import LIBRARIES, library
-from engine.commands.optimize_command import BUILD_SECONDS
 from engine.compilation.compile import (
     CompileResult,
+    build_seconds_prior,
     compile_source,
     config_keys,
     entry_dir,
@@ -42,10 +42,6 @@ from engine.problem import Layout, Problem, ProblemError
 from engine.propose.mirror import MirrorFileError, exact_mirrors, load_targets
 from engine.propose.space import families_for_arch
 
-# A build's time on one core before the first of its family has finished: the campaign's
-# BUILD_SECONDS for the CUTLASS families (sm90, sm80), and for these their mean rounded up
-# (3.4 s and 2.6 s over 10 builds each on a loaded 2-core machine, docs/cli.md "Prebuilding").
-FAMILY_BUILD_SECONDS = {"longk": 4.0, "triton": 3.0}
 NO_GPU_ARCH = "sm_90a"  # the arch a prebuild targets on a machine without a GPU
 INTERRUPTED_EXIT = 130
 STOP_REASON = "prebuild interrupted"
@@ -254,10 +250,10 @@ class Progress:
 
     def seconds_per_build(self, family: str | None = None) -> float:
         """The mean of this run's builds (of ``family``), before the first has finished the
-        family's prior (FAMILY_BUILD_SECONDS, else the campaign's BUILD_SECONDS)."""
+        family's prior (engine.compilation.compile.build_seconds_prior)."""
         times = self.build_seconds if family is None else self.seconds.get(family, [])
         if not times:
-            return FAMILY_BUILD_SECONDS.get(family or "", BUILD_SECONDS)
+            return build_seconds_prior(family)
         return sum(times) / len(times)
 
     def eta_seconds(self) -> float:

@@ -55,6 +55,17 @@ SOURCE_NAME = "kernel.cu"
 LIBRARY_NAME = "lib.so"
 RESULT_NAME = "result.json"
 LOG_NAME = "build.log"
+# A build's time on one core, before any of its family has been timed here: the CUTLASS families'
+# 45 s (the sm90 library's median is 35 s, p90 58.5 s, bench/NOTES.md §14) and, for the others,
+# their mean rounded up (3.4 s and 2.6 s over 10 builds each on a loaded 2-core machine,
+# docs/cli.md "Prebuilding the kernel library").
+BUILD_SECONDS = 45.0
+FAMILY_BUILD_SECONDS = {"longk": 4.0, "triton": 3.0}
+
+
+def build_seconds_prior(family: str | None) -> float:
+    """One build of ``family`` on one core, before any of them was timed (seconds)."""
+    return FAMILY_BUILD_SECONDS.get(family or "", BUILD_SECONDS)
 
 # Flags every library is built with (the arch and include flags are added by nvcc_command).
 BASE_FLAGS: tuple[str, ...] = (

@@ -360,3 +360,14 @@ def test_optimize_searches_with_the_engines_mix_unless_told_otherwise():
     assert optimize.parse_mix(None, None) == DEFAULT_MIX
     assert optimize.parse_mix("rl,evolve", None) == {"rl": 0.5, "evolve": 0.5}
     assert optimize.parse_mix(None, "seed=0.5,rl=0.5") == {"seed": 0.5, "rl": 0.5}
+
+
+def test_the_first_builds_estimate_weighs_each_familys_build_time():
+    from engine.codegen import LongKConfig, Sm90Config
+    from engine.problem import Layout
+
+    cutlass = [Sm90Config(layout=Layout.NN)] * 4
+    longk = [LongKConfig(layout=Layout.NN)] * 4
+    assert "about 0:01:30 on 2 jobs" in optimize.first_builds_estimate(cutlass, 8, jobs=2)
+    assert "about 0:00:08 on 2 jobs" in optimize.first_builds_estimate(longk, 8, jobs=2)
+    assert "about 0:00:45 on 16 jobs" in optimize.first_builds_estimate(cutlass, 8, jobs=16)

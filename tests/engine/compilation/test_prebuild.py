@@ -17,7 +17,13 @@ from engine import cli
 from engine.codegen.library import library
 from engine.commands import optimize_command
 from engine.commands import prebuild_command as prebuild
-from engine.compilation.compile import CompileResult, compile_configs, config_keys, try_load
+from engine.compilation.compile import (
+    BUILD_SECONDS,
+    CompileResult,
+    compile_configs,
+    config_keys,
+    try_load,
+)
 from engine.config import load as load_config
 from engine.gpu import cuda_driver
 from engine.problem import Layout, Problem
@@ -273,7 +279,7 @@ def test_the_progress_line_counts_and_estimates_from_the_builds_so_far():
         "[ 5/10  50%] 3 built, 1 cached, 1 failed | 0:01:15 elapsed, ETA 0:01:21"
     )  # (4 × the sm90 mean of 40 s + 1 × 2 s) on 2 jobs
     progress = prebuild.Progress(left={"sm90": 1}, jobs=16)
-    assert progress.eta_seconds() == prebuild.BUILD_SECONDS  # one build takes a whole build
+    assert progress.eta_seconds() == BUILD_SECONDS  # one build takes a whole build
 
 
 def test_in_a_pipe_each_build_gets_a_line_and_on_a_terminal_one_line_is_redrawn():
