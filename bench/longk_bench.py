@@ -85,7 +85,9 @@ def configs_of(sets: str, layout: Layout) -> list[Any]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--set", default="baseline", help="baseline, longk (comma-separated)")
+    parser.add_argument(
+        "--set", default="baseline", help=f"from {', '.join(CONFIG_SETS)} (comma-separated)"
+    )
     parser.add_argument("--shapes", default=SHAPES)
     parser.add_argument("--layout", default="nn", choices=("nn", "tn"))
     parser.add_argument("--device-seconds", type=float, default=1.0)
@@ -95,6 +97,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=2, help="compile jobs (--compile-only)")
     parser.add_argument("--out", type=Path, default=Path("longk.json"))
     args = parser.parse_args(argv)
+    unknown = [name for name in args.set.split(",") if name not in CONFIG_SETS]
+    if unknown:
+        parser.error(f"unknown set(s) {', '.join(unknown)}: expected from {', '.join(CONFIG_SETS)}")
 
     from engine.compilation.compile import compile_configs
 

@@ -61,19 +61,22 @@ def run(args: argparse.Namespace) -> int:
     """Measures each shape in turn; the JSON holds every shape measured so far, whatever stops
     the run. Exits 1 when the kernel is rejected, by the verifier or while timed."""
     problems = [problem_from_args(shape, args.layout) for shape in args.shape]
+    extra = torch_baselines(args.torch_baselines)  # bad input fails before any file is touched
     records: list[dict] = []
     try:
-        return measure_shapes(args, problems, records)
+        return measure_shapes(args, problems, extra, records)
     finally:
-        write_records(args.json, records)
-        print(f"wrote {args.json} ({len(records)} of {len(problems)} shapes)", file=sys.stderr)
+        if records:  # a run that measured nothing leaves an earlier results file as it was
+            write_records(args.json, records)
+            print(f"wrote {args.json} ({len(records)} of {len(problems)} shapes)", file=sys.stderr)
 
 
-def measure_shapes(args: argparse.Namespace, problems: list[Problem], records: list[dict]) -> int:
+def measure_shapes(
+    args: argparse.Namespace, problems: list[Problem], extra: tuple[str, ...], records: list[dict]
+) -> int:
     """Appends each shape's record to ``records`` as it is measured; returns the exit status."""
     from engine.timing.measure import measure
 
-    extra = torch_baselines(args.torch_baselines)
     model = floor_model.calibrate() if args.predict else None
     protocols = tuple(args.protocol or ("device", "offline"))
     rejected: list[str] = []

@@ -138,3 +138,11 @@ def test_bench_writes_the_shapes_measured_before_a_later_shape_fails(fake_gpu, t
         cli.main(bench(tmp_path, "4096x4096x4096", "1024x4096x4096"))
     [measured] = json.loads((tmp_path / "out.json").read_text())
     assert measured["problem"]["m"] == 4096
+
+
+def test_a_bad_argument_leaves_an_earlier_results_file_as_it_was(fake_gpu, tmp_path):
+    earlier = tmp_path / "out.json"
+    earlier.write_text('[{"problem": "earlier"}]')
+    with pytest.raises(SystemExit):
+        cli.main([*bench(tmp_path, "4096x4096x4096"), "--torch-baselines", "inductr"])
+    assert earlier.read_text() == '[{"problem": "earlier"}]'

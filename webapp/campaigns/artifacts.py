@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from pathlib import Path
 from typing import IO, Any
@@ -132,8 +132,13 @@ def bundle_records(*, problem: Problem, protocol: str) -> list[CandidateRecord]:
     """The shape's candidates as the engine's records (what `engine bundle` reads from its
     database): a recorded candidate's own record (engine.outcomes), a model-written one with its
     source; an imported sweep's, which has none, made from its search timing in ``protocol``."""
+    return rows_records(Candidate.objects.filter(problem=problem).order_by("id"), protocol)
+
+
+def rows_records(rows: Iterable[Candidate], protocol: str) -> list[CandidateRecord]:
+    """Candidate rows as the engine's records (:func:`bundle_records`), in their order."""
     records = []
-    for row in Candidate.objects.filter(problem=problem).order_by("id"):
+    for row in rows:
         if row.outcome is not None:
             record = record_from_row(row, None)
             if row.family == LLM_FAMILY and row.source:
@@ -169,23 +174,23 @@ def campaign_results(*, campaign: Campaign) -> CampaignResults:
     gpu = str(environment.get("gpu_name", ""))  # a session names its environment by row id
     rejected: dict[str, dict[str, str]] = {}
     finals: dict[str, dict[str, Session]] = {}
-    rows = Candidate.objects.filter(problem__campaign=campaign).values_list(
-        "problem_id", "name", "verification_result", "timings"
-    )
-    for problem_id, name, verification, timings in rows:
-        key = keys[problem_id]
-        why = (verification or {}).get("final_rejection")
+    by_problem: dict[int, list[Candidate]] = {p.id: [] for p in problems}
+    # one query for the whole campaign: a page of 1 000 shapes is not 1 000 queries
+    for row in Candidate.objects.filter(problem__campaign=campaign).order_by("problem_id", "id"):
+        by_problem[row.problem_id].append(row)
+        key = keys[row.problem_id]
+        why = (row.verification_result or {}).get("final_rejection")
         if isinstance(why, str):
-            rejected.setdefault(key, {})[name] = why
-        for session in candidate_sessions(timings or {}, HEADLINE_PROTOCOL):
+            rejected.setdefault(key, {})[row.name] = why
+        for session in candidate_sessions(row.timings or {}, HEADLINE_PROTOCOL):
             if session.name == "final":
-                finals.setdefault(key, {})[name] = dataclasses.replace(session, environment=gpu)
+                finals.setdefault(key, {})[row.name] = dataclasses.replace(session, environment=gpu)
     return CampaignResults(
         title=campaign.name,
         problems=tuple(p.as_engine() for p in problems),
         records={
-            keys[p.id]: bundle_records(problem=p, protocol=campaign.reward_protocol)
-            for p in problems
+            keys[problem_id]: rows_records(rows, campaign.reward_protocol)
+            for problem_id, rows in by_problem.items()
         },
         environment=environment,
         rejected_in_finals=rejected,

@@ -211,8 +211,9 @@ def problem_detail(request, problem_id: int):
     protocol = problem.campaign.reward_protocol
     choice = ratios.choice_of(problem.best or {})
     kernels = selectors.baseline_best_kernels(problem=problem, protocol=protocol)
+    gpus = ratios.gpu_names()  # the candidate page and the exports judge ties by these too
     for candidate in page.object_list:
-        session, found = ratios.shown_ratios(candidate.timings or {}, protocol)
+        session, found = ratios.shown_ratios(candidate.timings or {}, protocol, gpus)
         r = found.get(ratios.REWARD_BASELINE) if candidate.status == Candidate.Status.DONE else None
         candidate.session_name = session.name if session else ""
         candidate.harness = failures.is_harness_failure(
