@@ -209,7 +209,9 @@ class MirrorProposer:
         merged = merge_kernels(cublaslt_kernels.by_layout(kernels, problem.layout.value), known)
         if merged != known:
             self.targets[problem.key] = merged
-            self._rankings = weakref.WeakKeyDictionary()
+            # a ranking depends on its problem's targets alone: the other shapes' stay
+            for space in [s for s in self._rankings if s.problem.key == problem.key]:
+                del self._rankings[space]
 
 
 def merge_kernels(first: Sequence[Kernel], then: Sequence[Kernel]) -> list[Kernel]:
