@@ -250,16 +250,19 @@ def dispatch_choice(
     choice: Choice,
     algo: PinnedAlgo | None,
     *,
+    algo_session: Session | None = None,
     over: str = "torch",
     include_slower: bool = False,
 ) -> BundleKernel | None:
     """What serves ``problem``: our kernel where it beat cuBLASLt-autotune beyond the noise, else
-    the pinned algorithm, else (none pinned) our kernel where it beat ``over``; None:
-    torch.matmul. ``include_slower`` keeps our kernel whatever it measured (for inspection)."""
+    the pinned algorithm (with the numbers of ``algo_session``, the final it was picked in, where
+    given), else (none pinned) our kernel where it beat ``over``; None: torch.matmul.
+    ``include_slower`` keeps our kernel whatever it measured (for inspection)."""
     ratios = choice.ratios()
     if ours is not None and (include_slower or is_faster(ratios.get(AUTOTUNE))):
         return ours
-    if algo is not None and (pinned := pinned_kernel(problem, algo, choice.session)):
+    session = algo_session or choice.session
+    if algo is not None and (pinned := pinned_kernel(problem, algo, session)):
         return pinned
     if ours is not None and is_faster(ratios.get(over)):
         return ours
@@ -388,6 +391,8 @@ def bundle_contents(
                 shown_from(chosen[p.key][0], kernel_from_record(p, chosen[p.key][1])),
                 chosen[p.key][0],
                 algos.get(p.key),
+                # a final's sessions share its baselines: the autotune time of the pinned pick
+                algo_session=next(iter(results.final_sessions.get(p.key, {}).values()), None),
                 over=over,
                 include_slower=include_slower,
             )
