@@ -23,12 +23,13 @@ from webapp.campaigns.launch import (
     quota_seconds,
 )
 from webapp.campaigns.models import (
+    DEFAULT_ARCH,
     BaselineResult,
     Campaign,
     Candidate,
     Layout,
-    Problem,
     gpu_pools,
+    gpu_queue,
 )
 
 MAX_SHAPES = 1024  # the CUDA-L2 grid (1000) fits
@@ -344,7 +345,7 @@ class CampaignForm(forms.Form):
 
 def launch_queue(pool: str) -> str:
     """The GPU queue a new campaign's steps go to: its pool's, else a new shape's arch's."""
-    return f"gpu.{pool}" if pool else Problem().gpu_queue
+    return gpu_queue(pool=pool, arch=DEFAULT_ARCH)
 
 
 class CandidateFilterForm(forms.Form):

@@ -17,7 +17,7 @@ from django.db.models import Avg, Count, FloatField, Q
 from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Cast
 
-from webapp.campaigns.models import Campaign, Candidate, Problem, WorkItem
+from webapp.campaigns.models import Campaign, Candidate, Problem, WorkItem, gpu_queue
 from webapp.workers.selectors import queue_last_seen, workers_online
 
 ACTIVE = (Campaign.Status.QUEUED, Campaign.Status.RUNNING)
@@ -55,12 +55,9 @@ class GpuWait:
 
 
 def campaign_gpu_queues(*, campaign: Campaign) -> set[str]:
-    """The GPU queues its steps go to: its pool's, else its shapes' arches'
-    (webapp.campaigns.work.gpu_queue_for)."""
-    if campaign.gpu_pool:
-        return {f"gpu.{campaign.gpu_pool}"}
+    """The GPU queues its shapes' steps go to (webapp.campaigns.models.gpu_queue)."""
     arches = campaign.problems.order_by().values_list("arch", flat=True).distinct()
-    return {"gpu." + arch.replace("_", "") for arch in arches}
+    return {gpu_queue(pool=campaign.gpu_pool, arch=arch) for arch in arches}
 
 
 def campaign_gpu_wait(*, campaign: Campaign, served: set[str] | None = None) -> GpuWait | None:
