@@ -100,4 +100,4 @@ def test_the_launch_the_work_items_and_the_wait_name_one_queue(alice, pool, queu
     campaign = make(alice, pool)
     item = work.work_item_create(problem=campaign.problems.get(), kind="gpu", round=0)
     assert launch_queue(pool) == item.queue == queue
-    assert live.campaign_gpu_queues(campaign=campaign) == {queue}
+    assert live.campaign_gpu_queues(campaigns=[campaign]) == {campaign.id: {queue}}

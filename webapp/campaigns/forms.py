@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Collection
 
 from django import forms
 
@@ -195,7 +196,7 @@ class CampaignForm(forms.Form):
         self,
         *args,
         owner_id: int | None = None,
-        served_queues: set[str] | None = None,
+        served_queues: Collection[str] | None = None,
         **kwargs,
     ):
         """``owner_id``: whose per-user quota of queued GPU time the launch counts against
