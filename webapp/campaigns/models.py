@@ -150,6 +150,13 @@ class Problem(models.Model):
         help_text="Why its finals chose no kernel (engine.execution.final.no_choice_reason); "
         "empty when they chose one or have not run.",
     )
+    cublaslt_kernels = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="The cuBLASLt kernels its final's baselines ran (engine.execution.final's "
+        "cublaslt_kernels: runner → autotune's and the heuristic's picks); the bundle pins "
+        "autotune's where our kernel did not beat it.",
+    )
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)
 
