@@ -163,23 +163,20 @@ extern "C" int launches(void) { return g_launches; }
 
 REFUSAL_CHECKS = """
 import ctypes, sys, warnings, torch
+warnings.simplefilter('always')  # every warning that reaches Python is printed (stderr)
 torch.ops.load_library(sys.argv[1])
 library = sys.argv[2]
 torch.ops.gemmforge._add_entry(256, 512, 1, 1, 1024, 64, 'refuses', library, '', 0, [], '', 0)
 h = dict(device='cuda', dtype=torch.float16)
 x, w = torch.randn(64, 512, **h), torch.randn(256, 512, **h)
 x2 = torch.randn(100, 512, **h)  # another M of the same bucket
-with warnings.catch_warnings(record=True) as caught:
-    warnings.simplefilter('always')
-    outs = [torch.ops.gemmforge.hgemm_linear(x, w) for _ in range(3)]
-    outs.append(torch.ops.gemmforge.hgemm_linear(x2, w))
+outs = [torch.ops.gemmforge.hgemm_linear(x, w) for _ in range(3)]
+outs.append(torch.ops.gemmforge.hgemm_linear(x2, w))
 ref = torch.nn.functional.linear(x, w)
 assert all(torch.equal(out, ref) for out in outs[:3]), 'fallback result'
 assert torch.equal(outs[3], torch.nn.functional.linear(x2, w)), 'fallback result, other M'
 count = ctypes.CDLL(library).launches()
 assert count == 1, f'{count} launches: a refused kernel was tried again'
-messages = [str(c.message) for c in caught if 'gemmforge' in str(c.message)]
-assert len(messages) == 1 and 'CUDA error 209' in messages[0], messages
 print('ok')
 """
 
@@ -210,6 +207,9 @@ def test_the_cpp_ops_never_launch_again_a_kernel_that_cannot_run_on_this_gpu(tmp
     )
     assert ran.returncode == 0, ran.stdout + ran.stderr
     assert ran.stdout.strip().endswith("ok")
+    # warned once, as a Python warning or on stderr (where TORCH_WARN goes when no Python
+    # handler takes it)
+    assert ran.stderr.count("cannot run on this GPU (CUDA error 209)") == 1, ran.stderr
 
 
 OURS = Problem.parse("256x4096x4096", "tn")
