@@ -233,3 +233,20 @@ def test_record_times_a_small_shape_on_the_gpu(fresh, tmp_path):
     problem = Problem.parse("256x256x512")
     assert table.configs_for(problem)
     assert max(table.speedups(problem, "cublaslt_autotune").values()) > 0
+
+
+def test_the_replay_refuses_a_changed_method_unless_told(fresh, tmp_path, capsys):
+    doc = small_doc(fresh, ["1024x1024x1024"], {"sm80": 3})
+    table = tmp_path / "table.json"
+    fresh.record_table(doc, shapes_digest="abc", out=table, build=fake_build, time_shape=fake_row)
+    doc["method"]["sha256"]["engine/propose/seed.py"] = "0" * 64
+    shapes = tmp_path / "shapes.json"
+    shapes.write_text(json.dumps(doc))
+    args = ["replay", "--shapes", str(shapes), "--table", str(table), "--out", str(tmp_path / "r")]
+    args += ["--seeds", "1", "--strategies", "random"]
+    assert fresh.main(args) == 2
+    assert "engine/propose/seed.py" in capsys.readouterr().err
+    assert fresh.main([*args, "--allow-changed-method"]) == 0
+    report = json.loads((tmp_path / "r").read_text())
+    assert report["method_changed"] == ["engine/propose/seed.py"]
+    assert set(report["per_shape"]["1024x1024x1024_nn"]) == {"random"}
