@@ -14,8 +14,10 @@ import json
 import math
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from engine.codegen import FAMILIES
 from engine.codegen.library import library
@@ -187,9 +189,17 @@ def local_arch() -> str:
     return f"sm_{major}{minor}"
 
 
-def build_and_verify(configs: list, args: argparse.Namespace, config) -> tuple[list, list, float]:
+def build_and_verify(
+    configs: list,
+    args: argparse.Namespace,
+    config,
+    verify_on: Callable[[int, Any], Problem] | None = None,
+) -> tuple[list, list, float]:
     """Compiles every config (per family, in parallel) and verifies each one as soon as its
-    build finishes; returns (build results, report entries, compile wall seconds)."""
+    build finishes; returns (build results, report entries, compile wall seconds).
+
+    ``verify_on(index, config)``: the problem a config is verified on (default: one of
+    VERIFY_SHAPES in turn, in the config's layout)."""
     arch = local_arch()
     built: list = [None] * len(configs)
     futures: dict[int, Future] = {}
@@ -215,8 +225,10 @@ def build_and_verify(configs: list, args: argparse.Namespace, config) -> tuple[l
             "spills": result.spills,
         }
         if result.ok:
-            shape = VERIFY_SHAPES[index % len(VERIFY_SHAPES)]
-            problem = Problem.parse(shape, cfg.layout)
+            if verify_on is None:
+                problem = Problem.parse(VERIFY_SHAPES[index % len(VERIFY_SHAPES)], cfg.layout)
+            else:
+                problem = verify_on(index, cfg)
             verdict = verify(result.library, problem, timeout=120)
             entry.update(verified_at=problem.key, verify=verdict.reason, message=verdict.message)
         return entry
@@ -267,6 +279,41 @@ def sanitize_best(report: dict, libraries: dict[str, Path], jobs: int = 4) -> No
         log(f"sanitize {name}: {verdict.reason} {verdict.message}")
 
 
+def sweep_row(problem: Problem, candidates: dict[str, Path], shim, device_seconds: float) -> dict:
+    """Every baseline and ``candidates`` (name → verified library) timed on ``problem`` in the
+    device protocol, interleaved in this process: one row of a sweep report (what
+    engine.execution.executor.ReplayTable reads)."""
+    record = measure(
+        problem,
+        candidates=candidates,
+        protocols=("device",),
+        shim=shim,
+        heat_seconds=1.0,
+        device_seconds=device_seconds,
+        probe_overhead=False,
+        progress=log,
+    )
+    device = record["protocols"]["device"]
+    speedups = device["speedups"]
+    best = max(speedups, key=lambda n: speedups[n]["cublaslt_autotune"], default=None)
+    if best:
+        log(
+            f"{problem}: best {best} vs autotune "
+            f"{speedups[best]['cublaslt_autotune']:.3f}x ({len(candidates)} configs)"
+        )
+    return {
+        "problem": problem.key,
+        "candidates": len(candidates),
+        "best": best,
+        "best_speedups": speedups.get(best),
+        "seconds": device["seconds"],
+        "reps": device.get("reps"),
+        "rejected_while_timed": device["rejected_while_timed"],
+        "autotune": record["autotune"],
+        "environment": record["environment"],
+    }
+
+
 def main() -> int:
     args = parse_args()
     config = load_config()
@@ -306,36 +353,7 @@ def main() -> int:
         }
         if not candidates:
             continue
-        record = measure(
-            problem,
-            candidates=candidates,
-            protocols=("device",),
-            shim=shim,
-            heat_seconds=1.0,
-            device_seconds=args.device_seconds,
-            probe_overhead=False,
-            progress=log,
-        )
-        device = record["protocols"]["device"]
-        speedups = device["speedups"]
-        best = max(speedups, key=lambda n: speedups[n]["cublaslt_autotune"], default=None)
-        row = {
-            "problem": problem.key,
-            "candidates": len(candidates),
-            "best": best,
-            "best_speedups": speedups.get(best),
-            "seconds": device["seconds"],
-            "reps": device.get("reps"),
-            "rejected_while_timed": device["rejected_while_timed"],
-            "autotune": record["autotune"],
-            "environment": record["environment"],
-        }
-        report["sweep"].append(row)
-        if best:
-            log(
-                f"{problem}: best {best} vs autotune "
-                f"{speedups[best]['cublaslt_autotune']:.3f}x ({len(candidates)} configs)"
-            )
+        report["sweep"].append(sweep_row(problem, candidates, shim, args.device_seconds))
         (args.out / "families.json").write_text(json.dumps(report, indent=1, default=str))
     if args.sanitize_best:
         libraries = {c.name: b.library for c, b in passed}

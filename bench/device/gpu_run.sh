@@ -4,7 +4,7 @@
 #   usage (on the device): bash bench/device/gpu_run.sh
 #     [tests|bench|clock|all|checks|families|campaign|library|smoke|library2|library3|resume|
 #      stack|bundle|grid64|profile|splitk|raster|reduction|tiles|cublaslt|interference|warm|
-#      baselines|timed|triton|fresh|offline|evenk|longk|longk-profile|throughput|llama]
+#      baselines|timed|triton|fresh|replay-fresh|offline|evenk|longk|longk-profile|throughput|llama]
 #   [extra args]
 set -uo pipefail  # pipefail: a pipeline's status is its first failing command's
 stage=${1:-all}; shift || true
@@ -15,7 +15,7 @@ if ls .whl/*.whl >/dev/null 2>&1; then
   export PYTHONPATH=/tmp/site
 fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
-if [[ $stage == library* || $stage =~ ^(smoke|checks|stack|bundle|resume|grid64|profile|splitk|raster|reduction|tiles|cublaslt|interference|warm|triton|fresh|offline|evenk|longk|longk-profile|throughput)$ ]]; then
+if [[ $stage == library* || $stage =~ ^(smoke|checks|stack|bundle|resume|grid64|profile|splitk|raster|reduction|tiles|cublaslt|interference|warm|triton|fresh|replay-fresh|offline|evenk|longk|longk-profile|throughput)$ ]]; then
   # inside the checkout (ignored): kept between calls while the lent machine stays warm
   export ENGINE_CACHE_DIR=$PWD/.cache/device
   mkdir -p "$ENGINE_CACHE_DIR/kernels"
@@ -144,6 +144,23 @@ if [[ $stage == fresh ]]; then  # a replay table of shapes no earlier table hold
   python3 bench/family_sweep.py --out "$OUT" --library --layouts nn --verify-jobs 12 --shapes "$shapes" \
     --time nn=0:16 --device-seconds 3 --deadline "${FRESH_DEADLINE:-480}" "$@" 2>&1 \
     | tee "$OUT/fresh.log" | tail -60 || status=1
+  pack_device_kernels
+fi
+if [[ $stage == replay-fresh ]]; then  # the fresh replay table (bench/replay_fresh.py record): the
+  # configs and shapes bench/results/*-fresh-replay/shapes.json froze (REPLAY_FRESH_SHAPES), built
+  # (carry them: `bash bench/device/prepare_device.sh fresh` packs .carry/kernels-fresh.tar.xz; the
+  # sm90 and sm80 ones would take about 4 of the 10 minutes to build here, Triton and longk under
+  # half a minute), verified once each, timed shape by shape; no shape starts after
+  # REPLAY_FRESH_DEADLINE s. A call cut short goes on with REPLAY_FRESH_RESUME=<its table> (on a
+  # warm machine: the table kept in the device cache)
+  shapes_file=${REPLAY_FRESH_SHAPES:-$(ls bench/results/*-fresh-replay/shapes.json | tail -1)}
+  resume=${REPLAY_FRESH_RESUME:-}
+  [[ -z $resume && -f $ENGINE_CACHE_DIR/fresh-table.json ]] && resume=$ENGINE_CACHE_DIR/fresh-table.json
+  timeout -k 10 -s TERM "${REPLAY_FRESH_SECONDS:-560}" python3 bench/replay_fresh.py record \
+    --shapes "$shapes_file" --out "$OUT/fresh-table.json" --deadline "${REPLAY_FRESH_DEADLINE:-470}" \
+    --device-seconds "${REPLAY_FRESH_DEVICE_SECONDS:-3}" --verify-jobs 16 \
+    ${resume:+--resume "$resume"} "$@" 2>&1 | tee "$OUT/fresh-record.log" | tail -40 || status=1
+  cp "$OUT/fresh-table.json" "$ENGINE_CACHE_DIR/fresh-table.json" 2>/dev/null
   pack_device_kernels
 fi
 if [[ $stage == smoke ]]; then  # every library2 code path in a minute, before the long run

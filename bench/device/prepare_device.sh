@@ -2,18 +2,21 @@
 # Everything the lent GPU machine needs from this (CPU) machine, for a fresh checkout: the wheels
 # and Debian packages it has no network for (.whl/, .deb/), and the curated kernel library built
 # here and packed for carrying (.carry/kernels.tar.xz), so that the device spends no time on nvcc.
-#   usage: bash bench/device/prepare_device.sh [nn|tn|all|wheels]
-#   (default nn: the NN library kernels; tn: the TN subset only; all: both; wheels: the wheels
+#   usage: bash bench/device/prepare_device.sh [nn|tn|all|fresh|wheels]
+#   (default nn: the NN library kernels; tn: the TN subset only; all: both; fresh: the configs of
+#   the fresh replay table (bench/replay_fresh.py; FRESH_SHAPES, default the newest
+#   bench/results/*-fresh-replay/shapes.json), packed as .carry/kernels-fresh.tar.xz; wheels: the wheels
 #   and packages alone, for a first call that compiles its few kernels on the device, such as
 #   `gpu_run.sh tiles`)
 # The wheels take a minute; the kernels took 78 minutes for NN on 2 cores when it had 254 (it has
-# 182 sm90 and 96 sm80 now), about 115 with the TN subset (all). Progress: .carry/prepare.log. Run it at the start of a
-# session, in the background.
+# 182 sm90 and 96 sm80 now), about 115 with the TN subset (all); fresh (80 sm90, 40 sm80, 86 triton,
+# 78 longk) about 35 at the sample's per-family means (bench/results/2026-12-06-prebuild-sample).
+# Progress: .carry/prepare.log. Run it at the start of a session, in the background.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 what=${1:-nn}
-[[ $what =~ ^(nn|tn|all|wheels)$ ]] || {
-  echo "usage: bash bench/device/prepare_device.sh [nn|tn|all|wheels]" >&2
+[[ $what =~ ^(nn|tn|all|fresh|wheels)$ ]] || {
+  echo "usage: bash bench/device/prepare_device.sh [nn|tn|all|fresh|wheels]" >&2
   exit 2
 }
 mkdir -p .git/info .carry
@@ -34,10 +37,19 @@ export ENGINE_CACHE_DIR=${ENGINE_CACHE_DIR:-$PWD/.cache/gemmforge}
 builds=()
 [[ $what == nn || $what == all ]] && builds+=(sm90:nn: sm80:nn:)
 [[ $what == tn || $what == all ]] && builds+=(sm90:tn:72 sm80:tn:40)
+pack=.carry/kernels.tar.xz
+if [[ $what == fresh ]]; then
+  # the shapes file's family:layout:limit (library(family, layout, limit) is the table's subset)
+  fresh=${FRESH_SHAPES:-$(ls bench/results/*-fresh-replay/shapes.json | tail -1)}
+  read -ra builds < <("$PY" bench/replay_fresh.py builds --shapes "$fresh")
+  # its own cache: the pack holds the table's kernels and nothing else
+  export ENGINE_CACHE_DIR=${FRESH_CACHE_DIR:-$PWD/.cache/gemmforge-fresh}
+  pack=.carry/kernels-fresh.tar.xz
+fi
 for build in "${builds[@]}"; do
   IFS=: read -r family layout limit <<<"$build"
   "$PY" -m engine prebuild --family "$family" --library ${limit:+--limit "$limit"} \
     --layout "$layout" --arch sm_90 --jobs "$(nproc)"
-  bash bench/device/pack_kernels.sh "$ENGINE_CACHE_DIR"  # packed after each family: usable early
+  bash bench/device/pack_kernels.sh "$ENGINE_CACHE_DIR" "$pack"  # after each family: usable early
 done
 echo "$(date -u +%FT%TZ) prepare_device: done"

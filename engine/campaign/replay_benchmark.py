@@ -10,7 +10,7 @@ ratio reaches 0.95.
 The default table is the 2026-12-03 H200 library sweep (library-run2.json, which already holds
 the first sweep's rows: loading both files would count nothing twice, as rows are keyed by problem,
 but adds nothing either): 192 NN configs timed on 24 shapes and 64 TN configs on 4 of them. The
-older family-sweep reports (6–24 configs per problem) load the same way through ``--table``. """
+older family-sweep reports (6–24 configs per problem) load the same way through ``--table``."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from engine.campaign.storage import SqliteStorage
 from engine.execution.executor import ReplayExecutor, ReplayTable
 from engine.outcomes import CandidateRecord, CandidateStatus
 from engine.problem import Problem
-from engine.propose.mix import make_proposers
+from engine.propose.mix import DEFAULT_MIX, make_proposers
 from engine.propose.policy import InMemoryLearner, Policy, policy_families
 from engine.propose.space import SearchSpace
 
@@ -40,7 +40,13 @@ STRATEGIES: dict[str, dict[str, float]] = {
     "rl+transfer": {"rl": 0.5, "transfer": 0.5},
     "rl+evolve": {"rl": 0.5, "evolve": 0.5},
     "rl+evolve+transfer": {"rl": 1 / 3, "evolve": 1 / 3, "transfer": 1 / 3},
+    # each family's prior picks in the first round (ranked by the policy), then random
+    "seed": {"seed": 1.0},
+    # what `engine optimize` and the dashboard run
+    "default": dict(DEFAULT_MIX),
 }
+# the proposers that read the policy (the seed ranks its picks by it)
+POLICY_PROPOSERS = frozenset({"rl", "seed"})
 TARGET = 0.95
 CHECKPOINTS = (1, 2, 4, 8, 16, 32)
 # How a strategy spends its budget: in rounds of ``batch_size`` with the policy learning after
@@ -101,6 +107,10 @@ def _log(x: float) -> float:
     import math
 
     return math.log(x)
+
+
+def uses_policy(strategy: str) -> bool:
+    return bool(POLICY_PROPOSERS & set(STRATEGIES[strategy]))
 
 
 def campaign_seed(problem: Problem, seed: int) -> int:
@@ -183,7 +193,7 @@ def replay_benchmark(
         policy = None
         if start_policy is not None:
             policy = start_policy
-        elif any("rl" in STRATEGIES[s] for s in strategies):
+        elif any(uses_policy(s) for s in strategies):
             policy = pretrained_policy(table, train, baseline=baseline, steps=pretrain_steps)
         known = table_records(table, train, baseline=baseline)
         for problem in held:
@@ -191,8 +201,7 @@ def replay_benchmark(
             optimum = max(speedups.values())
             for seed in range(seeds):
                 for strategy, variant in [(s, v) for s in strategies for v in variants]:
-                    uses_policy = "rl" in STRATEGIES[strategy]
-                    fresh = policy.clone() if policy is not None and uses_policy else None
+                    fresh = policy.clone() if policy is not None and uses_policy(strategy) else None
                     curve = run_strategy(
                         table,
                         problem,

@@ -28,7 +28,7 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -66,6 +66,7 @@ FAMILY_BUILD_SECONDS = {"longk": 4.0, "triton": 3.0}
 def build_seconds_prior(family: str | None) -> float:
     """One build of ``family`` on one core, before any of them was timed (seconds)."""
     return FAMILY_BUILD_SECONDS.get(family or "", BUILD_SECONDS)
+
 
 # Flags every library is built with (the arch and include flags are added by nvcc_command).
 BASE_FLAGS: tuple[str, ...] = (
@@ -497,24 +498,36 @@ def compile_many(
     jobs: int | None = None,
     progress: Callable[[int, CompileResult], None] | None = None,
     config: EngineConfig | None = None,
+    per_source: Sequence[Mapping[str, Any]] | None = None,
     **kwargs: Any,
 ) -> list[CompileResult]:
     """Compile ``sources`` in parallel (threads driving nvcc processes); results keep input order.
+    The compile stage's build pool (:func:`compile_configs` is a thin wrapper of it).
 
     ``jobs`` defaults to ``config.compile_jobs``; ``progress(index, result)`` is called as each
-    build finishes (from worker threads). Other keyword arguments go to :func:`compile_source`.
+    build finishes (from worker threads). Other keyword arguments go to :func:`compile_source`
+    for every source; ``per_source[i]`` (one mapping per source) adds or overrides them for
+    source ``i``, so that builds with different arguments (say each family's archs) share the
+    pool and keep every core busy.
     """
+    if per_source is not None and len(per_source) != len(sources):
+        raise ValueError(f"{len(per_source)} argument sets for {len(sources)} sources")
+    if not sources:
+        return []
     config = config or load_config()
     jobs = max(1, jobs or config.compile_jobs)
     results: list[CompileResult | None] = [None] * len(sources)
-    if not sources:
-        return []
     # Resolve (and cache) the toolchain facts once, so setup errors surface here, not in a thread.
     nvcc_version(config.nvcc)
     cutlass_version()
     with ThreadPoolExecutor(max_workers=min(jobs, len(sources))) as pool:
         futures = {
-            pool.submit(compile_source, source, config=config, **kwargs): index
+            pool.submit(
+                compile_source,
+                source,
+                config=config,
+                **{**kwargs, **(per_source[index] if per_source is not None else {})},
+            ): index
             for index, source in enumerate(sources)
         }
         for future in as_completed(futures):
@@ -533,30 +546,18 @@ def compile_configs(
     target_arch: str | None = None,
 ) -> list[CompileResult]:
     """Render and compile kernel configs (engine.codegen; cached); results keep order. Every
-    family's builds share one pool of ``jobs`` (default ``config.compile_jobs``), so a batch
-    that mixes families keeps every core busy. Imports no torch, so a GPU step can look its
-    batch up in the cache before it does.
+    family's builds share one pool of ``jobs`` (default ``config.compile_jobs``; the pool is
+    :func:`compile_many`'s), so a batch that mixes families keeps every core busy. Imports no
+    torch, so a GPU step can look its batch up in the cache before it does.
 
     ``target_arch`` (the GPU's, e.g. ``sm_90``) builds only the SASS that GPU runs."""
 
-    if not configs:
-        return []
-    config = config or load_config()
-    jobs = max(1, jobs or config.compile_jobs)
-    # Resolve (and cache) the toolchain facts once, so setup errors surface here, not in a thread.
-    nvcc_version(config.nvcc)
-    cutlass_version()
-    with ThreadPoolExecutor(max_workers=min(jobs, len(configs))) as pool:
-        futures = [
-            pool.submit(
-                compile_source,
-                c.render(),
-                config=config,
-                archs=get_family(c.FAMILY).archs_for(target_arch),
-            )
-            for c in configs
-        ]
-        return [future.result() for future in futures]
+    return compile_many(
+        [c.render() for c in configs],
+        jobs=jobs,
+        config=config,
+        per_source=[{"archs": get_family(c.FAMILY).archs_for(target_arch)} for c in configs],
+    )
 
 
 def config_keys(

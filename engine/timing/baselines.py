@@ -33,13 +33,29 @@ LT_WORKSPACE_BYTES = 32 << 20  # NVIDIA's recommendation for Hopper
 AUTOTUNE_HEAT_SECONDS = 0.5
 AUTOTUNE_MAX_ALGOS = 100
 SHIM_SOURCE = abi.CUDA_DIR / "baselines.cu"
+# How the problem is described to cuBLASLt, shared with the bundle's shim, which runs the
+# algorithms picked here: the header ships inside the bundle package, so it lives there (a path,
+# not an import: the publish stage comes after this one).
+LT_PLAN_HEADER = abi.CUDA_DIR.parent.joinpath(
+    "publish", "bundle", "package", "gemmforge_bundle", "csrc", "cublaslt_plan.h"
+)
+
+
+def shim_source() -> str:
+    """baselines.cu with cublaslt_plan.h's text in place of its include: the compile cache keys a
+    build on its one source text, so an edit of the header builds the shim anew."""
+    include = f'#include "{LT_PLAN_HEADER.name}"'
+    source = SHIM_SOURCE.read_text()
+    if source.count(include) != 1:
+        raise ValueError(f"{SHIM_SOURCE} must include {LT_PLAN_HEADER.name} exactly once")
+    return source.replace(include, LT_PLAN_HEADER.read_text().rstrip("\n"))
 
 
 def build_shim(config: EngineConfig | None = None) -> CompileResult:
     config = config or load_config()
     paths = find_cublas(config)
     return compile_source(
-        SHIM_SOURCE.read_text(),
+        shim_source(),
         archs=("sm_90a",),
         libraries=paths.libraries,
         extra_flags=(

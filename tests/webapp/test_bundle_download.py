@@ -28,7 +28,8 @@ from engine.compilation.compile import source_hash
 from engine.execution.final import SavedFinals, final_settings, kernel_id
 from engine.outcomes import CandidateRecord
 from engine.problem import Problem as EngineProblem
-from engine.publish.bundle import kernel_from_record
+from engine.publish.bundle import CUBLASLT, kernel_from_record
+from engine.timing.cublaslt_kernels import CONFIG_ATTRIBUTES
 from engine.verify.sanitize import verdict_key
 from tests.webapp.test_import_campaign_database import BASELINES, ENVIRONMENT, library_configs, ok
 from webapp.campaigns.models import Campaign, Candidate
@@ -351,3 +352,81 @@ def test_the_recorded_grid64_bundle_is_the_same_from_the_dashboard_and_engine_bu
     web = contents(download(client, Campaign.objects.get(name=name)))
     assert web == contents(zipfile.ZipFile(cli_zip))
     assert web[f"gemmforge-{name}/gemmforge_bundle/kernels.json"]["kernels"]
+
+
+# -- cuBLASLt's pinned algorithm -----------------------------------------------------------------
+PINNED = EngineProblem.parse("512x1024x2048", "nn")
+AUTOTUNE_PICK = (66, 24, 1, 0, 0, 0, 17, 0, 2)  # CONFIG_ATTRIBUTES order
+CUBLASLT_KERNELS = {  # a final's cublaslt_kernels (engine.execution.final.final_summary)
+    "cublaslt_autotune_nn": {
+        "autotune": {
+            "raw": dict(zip(CONFIG_ATTRIBUTES, AUTOTUNE_PICK, strict=True)),
+            "label": "algo66 256x128x64",
+        }
+    }
+}
+
+
+def pinned_campaign(tmp_path: Path) -> Path:
+    """A campaign whose one shape's kernel beat every baseline in its search but is slower than
+    cuBLASLt-autotune in its final, which recorded autotune's algorithm: cuBLASLt serves it."""
+    [config] = library_configs(PINNED, 1)
+    path = tmp_path / "pinned" / "campaign.sqlite"
+    storage = SqliteStorage(path)
+    storage.open_campaign("pinned", {"name": "pinned", "environment": ENVIRONMENT})
+    storage.add_problem("pinned", PINNED)
+    storage.record("pinned", PINNED.key, [timed(config, 1e-5)])
+    storage.set_problem_status("pinned", PINNED.key, "budget")
+    storage.close()
+    # the final's cuBLASLt-autotune: 3.8e-5 s; the kernel: 5e-5 s
+    section = {
+        **final({config.name: 5e-5}, {config.name: PASSED}),
+        "cublaslt_kernels": CUBLASLT_KERNELS,
+    }
+    (path.parent / "campaign.json").write_text(
+        json.dumps({"settings": {"name": "pinned"}, "problems": [], "final": {PINNED.key: section}})
+    )
+    saved = SavedFinals(path.with_suffix(".finals.json"))
+    kernel = kernel_id(config.name, source_hash(kernel_config_of(config).render()))
+    saved.add_sanitized(kernel, verdict_key(kernel_config_of(config), PINNED), PASSED)
+    saved.add_final(PINNED.key, [config.name], section, FINAL_SETTINGS)
+    return path
+
+
+def kernel_config_of(config):
+    return kernel_config(kernel_from_record(PINNED, timed(config, 1e-5)))
+
+
+def test_a_shape_whose_final_picked_a_cublaslt_algorithm_downloads_it_pinned(
+    client, alice, tmp_path
+):
+    db = pinned_campaign(tmp_path)
+    cli_zip = tmp_path / "cli.zip"
+    assert engine_main(["bundle", "pinned", "--db", str(db), "--out", str(cli_zip)]) == 0
+    call_command("import_results", str(db), owner="alice")
+    web = contents(download(client, Campaign.objects.get(name="pinned"), query=""))
+    manifest = web["gemmforge-pinned/gemmforge_bundle/kernels.json"]
+    [entry] = manifest["kernels"]
+    assert (entry["kind"], entry["algo"]) == (CUBLASLT, list(AUTOTUNE_PICK))
+    assert (entry["m"], entry["n"], entry["k"]) == (PINNED.m, PINNED.n, PINNED.k)
+    assert manifest["cublaslt"]["gpu_name"] == ENVIRONMENT["gpu_name"]
+    assert manifest["cublaslt"]["version"] == ENVIRONMENT["cublaslt_version"]
+    assert web == contents(zipfile.ZipFile(cli_zip))
+
+
+@pytest.mark.slow
+def test_the_recorded_grid64_bundle_pins_the_same_algorithms_from_the_dashboard(
+    client, db, tmp_path
+):
+    """Without --include-slower: the shapes where cuBLASLt-autotune's pick beat our kernels in
+    the H200 grid64 NN campaign's finals are served by that pick in both zips."""
+    from tests.webapp.test_import_campaign_database import GRID64
+
+    name = "nn-64shapes-2bacba6c"
+    call_command("import_results", str(GRID64))
+    cli_zip = tmp_path / "cli.zip"
+    assert engine_main(["bundle", name, "--db", str(GRID64), "--out", str(cli_zip)]) == 0
+    web = contents(download(client, Campaign.objects.get(name=name), query=""))
+    assert web == contents(zipfile.ZipFile(cli_zip))
+    kernels = web[f"gemmforge-{name}/gemmforge_bundle/kernels.json"]["kernels"]
+    assert any(k["kind"] == CUBLASLT for k in kernels)

@@ -312,10 +312,11 @@ def test_an_expired_finals_lease_is_sent_again_to_the_finals_task(
 
 def test_a_shape_in_its_finals_says_what_it_waits_for(alice):
     from webapp.campaigns import live
+    from webapp.workers.selectors import heartbeats_read
 
     campaign = make_campaign(alice)
     item = search(campaign)
-    waits = live.campaign_waits(campaign=campaign)
+    waits = live.campaign_waits(campaign=campaign, heartbeats=heartbeats_read())
     assert waits == {item.problem_id: f"round {item.round}: finals waits for a worker of "
                      "gpu.sm90 (none online)"}  # fmt: skip
 

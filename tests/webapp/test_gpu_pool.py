@@ -4,9 +4,9 @@ import pytest
 from django.urls import reverse
 
 from engine.problem import Problem as EngineProblem
-from webapp.campaigns import work
-from webapp.campaigns.forms import CampaignForm
-from webapp.campaigns.models import Campaign, gpu_pools
+from webapp.campaigns import live, work
+from webapp.campaigns.forms import CampaignForm, launch_queue
+from webapp.campaigns.models import Campaign, gpu_pools, gpu_queue
 from webapp.campaigns.services import campaign_create
 
 LAUNCH = {
@@ -84,3 +84,20 @@ def test_without_a_pool_gpu_work_follows_the_shapes_arch(alice):
     problem.arch = "sm_80"
     problem.save()
     assert work.work_item_create(problem=problem, kind="gpu", round=0).queue == "gpu.sm80"
+
+
+@pytest.mark.parametrize(
+    ("pool", "arch", "queue"),
+    [("sm80", "sm_90", "gpu.sm80"), ("", "sm_80", "gpu.sm80"), ("", "sm_90", "gpu.sm90")],
+)
+def test_a_gpu_queue_is_the_pools_when_one_is_given_else_the_archs(pool, arch, queue):
+    assert gpu_queue(pool=pool, arch=arch) == queue
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("pool", "queue"), [("sm80", "gpu.sm80"), ("", "gpu.sm90")])
+def test_the_launch_the_work_items_and_the_wait_name_one_queue(alice, pool, queue):
+    campaign = make(alice, pool)
+    item = work.work_item_create(problem=campaign.problems.get(), kind="gpu", round=0)
+    assert launch_queue(pool) == item.queue == queue
+    assert live.campaign_gpu_queues(campaigns=[campaign]) == {campaign.id: {queue}}

@@ -7,9 +7,13 @@ import json
 from datetime import timedelta
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from engine.problem import Problem as EngineProblem
 from webapp.campaigns.models import Campaign, Problem
+from webapp.campaigns.services import campaign_create
 from webapp.workers.models import WorkerHeartbeat
 
 pytestmark = pytest.mark.django_db
@@ -116,3 +120,36 @@ def test_cancel_marks_the_unfinished_shapes_cancelled_at_once(alice_client, queu
     progress = alice_client.get(f"/api/campaigns/{queued_campaign.id}/progress.json").json()
     assert [p["status_label"] for p in progress["problems"]].count("Cancelled") == 1
     assert progress["gpu_wait"] is None
+
+
+def running_campaign(owner, name: str, pool: str = "") -> Campaign:
+    campaign = campaign_create(
+        owner=owner,
+        name=name,
+        layout="tn",
+        problems=[EngineProblem.parse("4096x4096x4096", "tn")],
+        gpu_pool=pool,
+    )
+    Campaign.objects.filter(id=campaign.id).update(status=Campaign.Status.RUNNING)
+    return campaign
+
+
+def dashboard_queries(client) -> tuple[int, str]:
+    with CaptureQueriesContext(connection) as captured:
+        page = client.get("/").content.decode()
+    return len(captured), page
+
+
+def test_the_campaign_list_reads_the_heartbeats_once_whatever_the_number_of_campaigns(
+    client, alice
+):
+    heartbeat("gpu0@h", ["gpu.sm90"], seconds_ago=3 * 3600)  # offline: the waits say since when
+    heartbeat("gpu1@h", ["gpu.sm80"])
+    running_campaign(alice, "first")
+    one, page = dashboard_queries(client)
+    assert page.count(">Waiting for a GPU worker</span>") == 1
+    for i in range(5):
+        running_campaign(alice, f"more {i}", pool="sm80" if i % 2 else "")
+    six, page = dashboard_queries(client)
+    assert page.count(">Waiting for a GPU worker</span>") == 4  # the two sm80 ones have one
+    assert six == one

@@ -22,8 +22,9 @@ from engine.codegen import get_family
 from engine.compilation.compile import KernelResources, parse_ptxas
 from engine.compilation.source_kernel import FAMILY as LLM_FAMILY
 from engine.outcomes import CandidateRecord, CandidateStatus
-from engine.publish.bundle import BundleKernel, CampaignResults, build_bundle
+from engine.publish.bundle import BundleKernel, CampaignResults, build_bundle, final_algos
 from engine.timing.ratios import Session
+from webapp.campaigns.imports import cublaslt_version_number
 from webapp.campaigns.models import Campaign, Candidate, Problem
 from webapp.campaigns.storage import record_from_row
 
@@ -164,8 +165,8 @@ def rows_records(rows: Iterable[Candidate], protocol: str) -> list[CandidateReco
 
 def campaign_results(*, campaign: Campaign) -> CampaignResults:
     """The campaign as engine.publish.bundle.build_bundle reads it: its records, and what its
-    imported finals left on the candidates (webapp.campaigns.database_imports): the final
-    sessions and the kernels the finals rejected."""
+    finals left on the candidates and shapes (webapp.campaigns.finals): the final sessions, the
+    kernels the finals rejected and the cuBLASLt algorithms autotune picked."""
     from webapp.campaigns.ratios import HEADLINE_PROTOCOL, candidate_sessions
 
     problems = list(campaign.problems.order_by("id"))
@@ -185,9 +186,12 @@ def campaign_results(*, campaign: Campaign) -> CampaignResults:
         for session in candidate_sessions(row.timings or {}, HEADLINE_PROTOCOL):
             if session.name == "final":
                 finals.setdefault(key, {})[row.name] = dataclasses.replace(session, environment=gpu)
+    engine_problems = tuple(p.as_engine() for p in problems)
+    # final_algos reads a shape's final section: the part the finals left on the problem
+    picked = {keys[p.id]: {"cublaslt_kernels": p.cublaslt_kernels} for p in problems}
     return CampaignResults(
         title=campaign.name,
-        problems=tuple(p.as_engine() for p in problems),
+        problems=engine_problems,
         records={
             keys[problem_id]: rows_records(rows, campaign.reward_protocol)
             for problem_id, rows in by_problem.items()
@@ -195,6 +199,7 @@ def campaign_results(*, campaign: Campaign) -> CampaignResults:
         environment=environment,
         rejected_in_finals=rejected,
         final_sessions=finals,
+        cublaslt_algos=final_algos(engine_problems, picked),
     )
 
 
@@ -228,6 +233,8 @@ def bundle_environment(*, campaign: Campaign) -> dict[str, Any]:
         "driver": env.driver_version,
         "cuda": env.cuda_version,
         "cublas": env.cublas_version,
+        # as the engine records it (130100): the version a pinned algorithm names
+        "cublaslt_version": cublaslt_version_number(env.cublas_version),
         "cutlass": env.cutlass_version,
     }
 

@@ -27,14 +27,17 @@ BASELINE_KEYS = {f"{b}_{v}" for b in BASELINES for v in ("nn", "tn")}
 
 def problem_apply_final(*, problem: Problem, section: Mapping[str, Any]) -> int:
     """Stores one shape's final section (see the module docstring) and refreshes the shape's
-    chosen kernel; ``Problem.final_error`` says why the final chose no kernel. Returns how many
-    baseline timings it stored."""
+    chosen kernel; ``Problem.final_error`` says why the final chose no kernel, and
+    ``Problem.cublaslt_kernels`` keeps the cuBLASLt algorithms its baselines ran (the bundle pins
+    autotune's). Returns how many baseline timings it stored."""
     candidates_apply_final_verdicts(problem=problem, section=section)
     choice = final_choice(dict(section))
     final_error = "" if choice is not None else no_choice_reason(dict(section))
-    if final_error != problem.final_error:
-        problem.final_error = final_error
-        problem.save(update_fields=["final_error", "updated"])
+    picked = section.get("cublaslt_kernels")
+    cublaslt_kernels = dict(picked) if isinstance(picked, Mapping) else {}
+    if (final_error, cublaslt_kernels) != (problem.final_error, problem.cublaslt_kernels):
+        problem.final_error, problem.cublaslt_kernels = final_error, cublaslt_kernels
+        problem.save(update_fields=["final_error", "cublaslt_kernels", "updated"])
     count = 0
     if isinstance(section.get("environment"), Mapping):  # a time means nothing without its GPU
         count = final_timings_apply(problem=problem, section=section)

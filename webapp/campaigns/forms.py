@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Collection
 
 from django import forms
 
@@ -23,12 +24,13 @@ from webapp.campaigns.launch import (
     quota_seconds,
 )
 from webapp.campaigns.models import (
+    DEFAULT_ARCH,
     BaselineResult,
     Campaign,
     Candidate,
     Layout,
-    Problem,
     gpu_pools,
+    gpu_queue,
 )
 
 MAX_SHAPES = 1024  # the CUDA-L2 grid (1000) fits
@@ -194,7 +196,7 @@ class CampaignForm(forms.Form):
         self,
         *args,
         owner_id: int | None = None,
-        served_queues: set[str] | None = None,
+        served_queues: Collection[str] | None = None,
         **kwargs,
     ):
         """``owner_id``: whose per-user quota of queued GPU time the launch counts against
@@ -344,7 +346,7 @@ class CampaignForm(forms.Form):
 
 def launch_queue(pool: str) -> str:
     """The GPU queue a new campaign's steps go to: its pool's, else a new shape's arch's."""
-    return f"gpu.{pool}" if pool else Problem().gpu_queue
+    return gpu_queue(pool=pool, arch=DEFAULT_ARCH)
 
 
 class CandidateFilterForm(forms.Form):

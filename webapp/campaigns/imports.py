@@ -55,6 +55,15 @@ def cublas_version_text(raw: str) -> str:
     return raw
 
 
+def cublaslt_version_number(text: str) -> str:
+    """cublas_version_text undone: 13.1.0 → 130100, as cuBLASLt reports it; other text is kept."""
+    parts = text.split(".")
+    if len(parts) != 3 or not all(p.isdigit() for p in parts):
+        return text
+    major, minor, patch = map(int, parts)
+    return str(major * 10000 + minor * 100 + patch) if minor < 100 and patch < 100 else text
+
+
 def best_baseline_seconds(seconds: dict[str, float]) -> dict[str, float]:
     """Baseline name → its time as the engine states it (engine.timing.baselines.best_of_layouts:
     the faster of its NN/TN calls, cuBLASLt-autotune never slower than the heuristic's pick)."""

@@ -9,6 +9,7 @@ far; none before the first measurement (no number that was not measured).
 
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -17,8 +18,8 @@ from django.db.models import Avg, Count, FloatField, Q
 from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Cast
 
-from webapp.campaigns.models import Campaign, Candidate, Problem, WorkItem
-from webapp.workers.selectors import queue_last_seen, workers_online
+from webapp.campaigns.models import Campaign, Candidate, Problem, WorkItem, gpu_queue
+from webapp.workers.selectors import Heartbeats
 
 ACTIVE = (Campaign.Status.QUEUED, Campaign.Status.RUNNING)
 WAITING_LABEL = "Waiting for a GPU worker"
@@ -54,34 +55,43 @@ class GpuWait:
         }
 
 
-def campaign_gpu_queues(*, campaign: Campaign) -> set[str]:
-    """The GPU queues its steps go to: its pool's, else its shapes' arches'
-    (webapp.campaigns.work.gpu_queue_for)."""
-    if campaign.gpu_pool:
-        return {f"gpu.{campaign.gpu_pool}"}
-    arches = campaign.problems.order_by().values_list("arch", flat=True).distinct()
-    return {"gpu." + arch.replace("_", "") for arch in arches}
-
-
-def campaign_gpu_wait(*, campaign: Campaign, served: set[str] | None = None) -> GpuWait | None:
-    """None unless the campaign is queued or running and no online worker serves one of the GPU
-    queues it needs (its compiles may still run: the GPU steps cannot)."""
-    if campaign.status not in ACTIVE:
-        return None
-    served = served_queues() if served is None else served
-    missing = tuple(sorted(campaign_gpu_queues(campaign=campaign) - served))
-    if not missing:
-        return None
-    seen = [t for q in missing if (t := queue_last_seen(queue=q)) is not None]
-    return GpuWait(missing, max(seen) if seen else campaign.created)
-
-
-def served_queues() -> set[str]:
-    queues: set[str] = set()
-    for worker in workers_online():
-        if worker.gpu_failed is None:
-            queues.update(str(q) for q in worker.queues)
+def campaign_gpu_queues(*, campaigns: Sequence[Campaign]) -> dict[int, set[str]]:
+    """Campaign id → the GPU queues its shapes' steps go to (webapp.campaigns.models.gpu_queue);
+    one query whatever the number of campaigns."""
+    pools = {campaign.id: campaign.gpu_pool for campaign in campaigns}
+    queues: dict[int, set[str]] = {campaign_id: set() for campaign_id in pools}
+    arches = (
+        Problem.objects.filter(campaign_id__in=pools)
+        .order_by()
+        .values_list("campaign_id", "arch")
+        .distinct()
+    )
+    for campaign_id, arch in arches:
+        queues[campaign_id].add(gpu_queue(pool=pools[campaign_id], arch=arch))
     return queues
+
+
+def campaign_gpu_waits(
+    *, campaigns: Sequence[Campaign], heartbeats: Heartbeats
+) -> dict[int, GpuWait]:
+    """Campaign id → what it waits for, for the queued or running campaigns whose GPU steps no
+    online worker can run (their compiles may still run); at most one query."""
+    active = [campaign for campaign in campaigns if campaign.status in ACTIVE]
+    if not active:
+        return {}
+    queues = campaign_gpu_queues(campaigns=active)
+    waits: dict[int, GpuWait] = {}
+    for campaign in active:
+        missing = tuple(sorted(queues[campaign.id] - heartbeats.served))
+        if missing:
+            seen = [t for q in missing if (t := heartbeats.last_served(q)) is not None]
+            waits[campaign.id] = GpuWait(missing, max(seen) if seen else campaign.created)
+    return waits
+
+
+def campaign_gpu_wait(*, campaign: Campaign, heartbeats: Heartbeats) -> GpuWait | None:
+    """What the campaign waits for (campaign_gpu_waits), None when it waits for no worker."""
+    return campaign_gpu_waits(campaigns=[campaign], heartbeats=heartbeats).get(campaign.id)
 
 
 STEPS = {  # work item kind → (its step, what it does)
@@ -91,7 +101,7 @@ STEPS = {  # work item kind → (its step, what it does)
 }
 
 
-def wait_text(item: dict[str, Any], served: set[str]) -> str:
+def wait_text(item: dict[str, Any], served: Collection[str]) -> str:
     """Which step is next and who it waits for."""
     step, what = STEPS[item["kind"]]
     if item["status"] == WorkItem.Status.RUNNING:
@@ -101,7 +111,7 @@ def wait_text(item: dict[str, Any], served: set[str]) -> str:
     return f"round {item['round']}: {step} queued on {item['queue']}"
 
 
-def campaign_waits(*, campaign: Campaign) -> dict[int, str]:
+def campaign_waits(*, campaign: Campaign, heartbeats: Heartbeats) -> dict[int, str]:
     """Problem id → what its next step waits for ("" when nothing is pending)."""
     if campaign.status not in ACTIVE:
         return {}
@@ -112,10 +122,9 @@ def campaign_waits(*, campaign: Campaign) -> dict[int, str]:
         .order_by("problem_id", "-round", "-id")
         .values("problem_id", "kind", "round", "status", "queue", "worker")
     )
-    served = served_queues()
     waits: dict[int, str] = {}
     for item in items:
-        waits.setdefault(item["problem_id"], wait_text(item, served))
+        waits.setdefault(item["problem_id"], wait_text(item, heartbeats.served))
     return waits
 
 

@@ -19,6 +19,9 @@ class Layout(models.TextChoices):
     TN = "tn", "TN (B is N×K, nn.Linear weight)"
 
 
+DEFAULT_ARCH = "sm_90"  # a new shape's arch (the launch form names no other)
+
+
 def campaign_seed() -> int:
     """A new campaign's seed: its rounds' randomness (engine.campaign.round.round_rng)."""
     return secrets.randbelow(2**31)
@@ -123,7 +126,9 @@ class Problem(models.Model):
     layout = models.CharField(max_length=2, choices=Layout.choices, default=Layout.NN)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
     arch = models.CharField(
-        max_length=16, default="sm_90", help_text="GPU arch its GPU steps run on (queue gpu.sm90)."
+        max_length=16,
+        default=DEFAULT_ARCH,
+        help_text="GPU arch its GPU steps run on (queue gpu.sm90).",
     )
     stopped = models.CharField(
         max_length=32, blank=True, help_text="The engine's stop reason (budget, exhausted, ...)."
@@ -144,6 +149,13 @@ class Problem(models.Model):
         blank=True,
         help_text="Why its finals chose no kernel (engine.execution.final.no_choice_reason); "
         "empty when they chose one or have not run.",
+    )
+    cublaslt_kernels = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="The cuBLASLt kernels its final's baselines ran (engine.execution.final's "
+        "cublaslt_kernels: runner → autotune's and the heuristic's picks); the bundle pins "
+        "autotune's where our kernel did not beat it.",
     )
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)
@@ -167,10 +179,11 @@ class Problem(models.Model):
     def as_engine(self) -> EngineProblem:
         return EngineProblem(self.m, self.n, self.k, EngineLayout(self.layout))
 
-    @property
-    def gpu_queue(self) -> str:
-        """The Celery queue of its GPU steps: sm_90 → gpu.sm90."""
-        return "gpu." + self.arch.replace("_", "")
+
+def gpu_queue(*, pool: str, arch: str) -> str:
+    """The Celery queue a shape's GPU steps go to: its campaign's pool's when the campaign names
+    one (sm80 → gpu.sm80), else the shape's arch's (sm_90 → gpu.sm90)."""
+    return f"gpu.{pool}" if pool else "gpu." + arch.replace("_", "")
 
 
 def gpu_pools() -> list[str]:

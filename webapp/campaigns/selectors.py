@@ -27,6 +27,7 @@ from engine.timing.ratios import REWARD_BASELINE
 from webapp.campaigns import live, ratios
 from webapp.campaigns.models import BaselineResult, Campaign, Candidate, Problem
 from webapp.workers.models import GpuEnvironment
+from webapp.workers.selectors import Heartbeats
 
 BASELINES = [b.value for b in BaselineResult.Baseline]
 BASELINE_LABELS = dict(BaselineResult.Baseline.choices)
@@ -417,7 +418,7 @@ def box(values: list[float]) -> dict[str, Any]:
     }
 
 
-def campaign_progress_data(*, campaign: Campaign) -> dict[str, Any]:
+def campaign_progress_data(*, campaign: Campaign, heartbeats: Heartbeats) -> dict[str, Any]:
     """What the campaign page polls: status, counts, the headline, and per shape its chosen
     kernel's speedups and what its next step waits for."""
     problems = list(
@@ -426,9 +427,9 @@ def campaign_progress_data(*, campaign: Campaign) -> dict[str, Any]:
         .values(*SHAPE_FIELDS, "status", "candidate_count")
     )
     labels = dict(Problem.Status.choices)
-    waiting = live.campaign_waits(campaign=campaign)
+    waiting = live.campaign_waits(campaign=campaign, heartbeats=heartbeats)
     etas = live.campaign_eta_seconds(campaign=campaign)
-    gpu_wait = live.campaign_gpu_wait(campaign=campaign)
+    gpu_wait = live.campaign_gpu_wait(campaign=campaign, heartbeats=heartbeats)
     h = ratios.headline_of((p["m"], p["n"], p["k"], p["layout"], p["best"]) for p in problems)
     return {
         "campaign": campaign.id,

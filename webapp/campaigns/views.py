@@ -34,7 +34,7 @@ from webapp.campaigns.forms import (
     launch_queue,
 )
 from webapp.campaigns.models import Campaign, Candidate, Problem
-from webapp.workers.selectors import workers_online
+from webapp.workers.selectors import heartbeats_read
 
 CAMPAIGNS_PER_PAGE = 20
 # CUDA-L2's offline and server protocols: host wall clock around each call, so their ratios
@@ -48,11 +48,12 @@ def dashboard(request):
         request.GET.get("page")
     )
     headlines = ratios.campaign_headlines(campaign_ids=[c.id for c in page.object_list])
-    online = list(workers_online())
-    served = {str(q) for w in online if w.gpu_failed is None for q in w.queues}
+    heartbeats = heartbeats_read()
+    online = list(heartbeats.online)
+    gpu_waits = live.campaign_gpu_waits(campaigns=page.object_list, heartbeats=heartbeats)
     for campaign in page.object_list:
         campaign.headline = ratios.headline_context(headlines[campaign.id])
-        campaign.gpu_wait = live.campaign_gpu_wait(campaign=campaign, served=served)
+        campaign.gpu_wait = gpu_waits.get(campaign.id)
     return render(
         request,
         "campaigns/dashboard.html",
@@ -67,7 +68,7 @@ def dashboard(request):
 @login_required
 @require_http_methods(["GET", "POST"])
 def campaign_new(request):
-    served = live.served_queues()
+    served = heartbeats_read().served
     form = CampaignForm(request.POST or None, owner_id=request.user.pk, served_queues=served)
     status, retry_after = 200, 0
     if request.method == "POST" and form.is_valid():
@@ -130,9 +131,10 @@ def campaign_launch(request, data: dict):
 def campaign_detail(request, campaign_id: int):
     campaign = get_object_or_404(Campaign.objects.select_related("owner"), id=campaign_id)
     problems = list(selectors.campaign_problems(campaign=campaign))
-    waits = live.campaign_waits(campaign=campaign)
+    heartbeats = heartbeats_read()
+    waits = live.campaign_waits(campaign=campaign, heartbeats=heartbeats)
     etas = live.campaign_eta_seconds(campaign=campaign)
-    gpu_wait = live.campaign_gpu_wait(campaign=campaign)
+    gpu_wait = live.campaign_gpu_wait(campaign=campaign, heartbeats=heartbeats)
     for problem in problems:
         problem.row = selectors.shape_row(vars(problem))
         problem.waiting = waits.get(problem.id, "")
@@ -352,7 +354,9 @@ def api_campaign_speedups(request, campaign_id: int):
 @require_GET
 def api_campaign_progress(request, campaign_id: int):
     campaign = get_object_or_404(Campaign, id=campaign_id)
-    return JsonResponse(selectors.campaign_progress_data(campaign=campaign))
+    return JsonResponse(
+        selectors.campaign_progress_data(campaign=campaign, heartbeats=heartbeats_read())
+    )
 
 
 @require_GET

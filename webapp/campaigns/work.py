@@ -23,7 +23,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from engine.isolation import processes
-from webapp.campaigns.models import Campaign, Problem, WorkItem
+from webapp.campaigns.models import Campaign, Problem, WorkItem, gpu_queue
 
 logger = logging.getLogger(__name__)
 
@@ -63,8 +63,7 @@ def work_enqueue(item: WorkItem, *, countdown: float = 0) -> None:
 def gpu_queue_for(problem: Problem) -> str:
     """The campaign's GPU pool when it has one, else the queue of the shape's arch."""
     pool = Campaign.objects.filter(id=problem.campaign_id).values_list("gpu_pool", flat=True)
-    chosen = pool.first()
-    return f"gpu.{chosen}" if chosen else problem.gpu_queue
+    return gpu_queue(pool=pool.first() or "", arch=problem.arch)
 
 
 def work_item_create(

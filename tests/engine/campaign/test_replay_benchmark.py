@@ -50,6 +50,8 @@ def test_a_quick_replay_reports_every_strategy_on_held_out_shapes():
         "rl+transfer",
         "rl+evolve",
         "rl+evolve+transfer",
+        "seed",
+        "default",
     }
     assert {r["problem"] for r in report["runs"]} == {
         "4096x4096x4096_nn",

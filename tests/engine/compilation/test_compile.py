@@ -206,6 +206,40 @@ def test_compile_configs_builds_every_family_of_a_batch_at_once_and_keeps_its_or
     assert archs_of[configs[1].render()] == comp.get_family("sm80").archs_for("sm_90")
 
 
+def test_compile_many_gives_each_source_its_own_arguments_over_the_shared_ones(
+    monkeypatch, tmp_path
+):
+    seen: dict[str, dict] = {}
+
+    def compile_source(source, *, config, **kwargs):
+        seen[source] = kwargs
+        return source
+
+    monkeypatch.setattr(comp, "compile_source", compile_source)
+    monkeypatch.setattr(comp, "nvcc_version", lambda nvcc: "13.0")
+    monkeypatch.setattr(comp, "cutlass_version", lambda: "4.0")
+    progressed: list[int] = []
+    results = comp.compile_many(
+        ["a", "b"],
+        config=EngineConfig(cache_dir=tmp_path, compile_jobs=2),
+        per_source=[{"archs": ("sm_80",)}, {}],
+        archs=("sm_90a",),
+        extra_flags=("-DX",),
+        progress=lambda index, result: progressed.append(index),
+    )
+    assert results == ["a", "b"]
+    assert seen["a"] == {"archs": ("sm_80",), "extra_flags": ("-DX",)}
+    assert seen["b"] == {"archs": ("sm_90a",), "extra_flags": ("-DX",)}
+    assert sorted(progressed) == [0, 1]
+
+
+def test_compile_many_refuses_argument_sets_that_do_not_match_its_sources(tmp_path):
+    with pytest.raises(ValueError, match="1 argument sets for 2 sources"):
+        comp.compile_many(
+            ["a", "b"], config=EngineConfig(cache_dir=tmp_path), per_source=[{"archs": ()}]
+        )
+
+
 # ---- nvcc ----------------------------------------------------------------------------------
 
 

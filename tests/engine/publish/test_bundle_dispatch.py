@@ -153,6 +153,8 @@ def test_the_manifest_records_each_entrys_kind_algorithm_and_where_it_was_pinned
     assert not any("kernels/cublaslt_" in n for n in names)  # no source for a pinned algorithm
     assert any(n.endswith("gemmforge_bundle/csrc/ops.cpp") for n in names)
     assert any(n.endswith("gemmforge_bundle/csrc/cublaslt_shim.cu") for n in names)
+    # the shim's description of the problem, shared with the engine's baselines
+    assert any(n.endswith("gemmforge_bundle/csrc/cublaslt_plan.h") for n in names)
 
 
 # -- the runtime's side -------------------------------------------------------------------------

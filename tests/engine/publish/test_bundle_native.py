@@ -79,6 +79,139 @@ def test_the_cpp_ops_compile_against_this_torchs_headers(tmp_path):
     assert done.returncode == 0, done.stderr[-4000:]
 
 
+# -- a kernel that cannot run here: refused once, never launched again -------------------------
+REFUSAL_DRIVER = r"""
+#include <cstdio>
+#include "launch_refusal.h"
+using namespace gemmforge_ops;
+int main() {
+  for (int status : {0, 1, 35, 209, 222, 700, 803, 804, 1007, 1015}) {
+    std::printf("verdict %d %d %d\n", status, int(launch_verdict(status, true)),
+                int(launch_verdict(status, false)));
+  }
+  Refusals refusals;
+  std::printf("before %d\n", int(refusals.refused(0)));
+  const bool first = refusals.refuse(0);
+  const bool second = refusals.refuse(0);
+  std::printf("refuse %d %d\n", int(first), int(second));
+  std::printf("after %d %d\n", int(refusals.refused(0)), int(refusals.refused(1)));
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def refusal_driver(tmp_path_factory) -> dict[str, list[int]]:
+    """The C++ ops' refusal logic (csrc/launch_refusal.h) driven by a small program: each output
+    line's name and numbers."""
+    tmp_path = tmp_path_factory.mktemp("refusal")
+    (tmp_path / "driver.cpp").write_text(REFUSAL_DRIVER)
+    argv = ["nvcc", "-std=c++17", "-x", "c++", f"-I{PACKAGE_DIR / 'csrc'}", "driver.cpp"]
+    built = nvcc([*argv, "-o", "driver"], tmp_path)
+    assert built.returncode == 0, built.stderr
+    ran = subprocess.run([str(tmp_path / "driver")], capture_output=True, text=True, check=True)
+    lines: dict[str, list[int]] = {}
+    for line in ran.stdout.splitlines():
+        name, *numbers = line.split()
+        key = f"{name} {numbers.pop(0)}" if name == "verdict" else name
+        lines[key] = [int(n) for n in numbers]
+    return lines
+
+
+RAN, REFUSED, FAILED = 0, 1, 2  # gemmforge_ops::Verdict
+
+
+@pytest.mark.nvcc
+@pytest.mark.parametrize(
+    ("status", "from_kernel", "from_shim"),
+    [
+        (0, RAN, RAN),
+        (209, REFUSED, FAILED),  # no kernel image for this GPU
+        (222, REFUSED, FAILED),  # PTX this driver cannot take
+        (35, REFUSED, FAILED),  # a driver older than the runtime
+        (803, REFUSED, FAILED),
+        (804, REFUSED, FAILED),
+        (1, FAILED, FAILED),  # an invalid value is an error to raise, not a refusal
+        (700, FAILED, FAILED),  # an illegal address: never taken for "cannot run here"
+        (1007, FAILED, FAILED),  # cuBLASLt's statuses come from the shim only
+    ],
+)
+def test_only_a_kernels_cannot_run_here_statuses_are_refusals(
+    refusal_driver, status, from_kernel, from_shim
+):
+    assert refusal_driver[f"verdict {status}"] == [from_kernel, from_shim]
+
+
+@pytest.mark.nvcc
+def test_a_refusal_is_remembered_per_device_and_only_the_first_one_warns(refusal_driver):
+    assert refusal_driver["before"] == [0]
+    assert refusal_driver["refuse"] == [1, 0]  # first record: warn; a racing second: silent
+    assert refusal_driver["after"] == [1, 0]  # device 0 refused, device 1 still tries
+
+
+REFUSING_KERNEL = r"""
+#include <cstddef>
+// A kernel library with gemmforge's C ABI whose every launch says "no kernel image for this
+// GPU" (cudaErrorNoKernelImageForDevice), counting the launches it was asked for.
+static int g_launches = 0;
+extern "C" int gemmforge_hgemm(const void*, const void*, void*, int, int, int, void*, void*) {
+  ++g_launches;
+  return 209;
+}
+extern "C" size_t gemmforge_workspace_size(int, int, int) { return 0; }
+extern "C" int launches(void) { return g_launches; }
+"""
+
+REFUSAL_CHECKS = """
+import ctypes, sys, warnings, torch
+warnings.simplefilter('always')  # every warning that reaches Python is printed (stderr)
+torch.ops.load_library(sys.argv[1])
+library = sys.argv[2]
+torch.ops.gemmforge._add_entry(256, 512, 1, 1, 1024, 64, 'refuses', library, '', 0, [], '', 0)
+h = dict(device='cuda', dtype=torch.float16)
+x, w = torch.randn(64, 512, **h), torch.randn(256, 512, **h)
+x2 = torch.randn(100, 512, **h)  # another M of the same bucket
+outs = [torch.ops.gemmforge.hgemm_linear(x, w) for _ in range(3)]
+outs.append(torch.ops.gemmforge.hgemm_linear(x2, w))
+ref = torch.nn.functional.linear(x, w)
+assert all(torch.equal(out, ref) for out in outs[:3]), 'fallback result'
+assert torch.equal(outs[3], torch.nn.functional.linear(x2, w)), 'fallback result, other M'
+count = ctypes.CDLL(library).launches()
+assert count == 1, f'{count} launches: a refused kernel was tried again'
+print('ok')
+"""
+
+
+@pytest.mark.gpu
+@pytest.mark.nvcc
+@pytest.mark.slow
+def test_the_cpp_ops_never_launch_again_a_kernel_that_cannot_run_on_this_gpu(tmp_path):
+    build = build_module()
+    argv = build.ops_command()
+    assert isinstance(argv, list), argv
+    ops = tmp_path / "gemmforge_ops.so"
+    argv[argv.index("-o") + 1] = str(ops)
+    done = nvcc(argv, tmp_path)
+    assert done.returncode == 0, done.stderr[-4000:]
+    (tmp_path / "refuses.cu").write_text(REFUSING_KERNEL)
+    kernel = tmp_path / "refuses.so"
+    done = nvcc(
+        ["nvcc", "-shared", "-Xcompiler", "-fPIC", "refuses.cu", "-o", str(kernel)], tmp_path
+    )
+    assert done.returncode == 0, done.stderr
+    ran = subprocess.run(
+        [sys.executable, "-c", REFUSAL_CHECKS, str(ops), str(kernel)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert ran.stdout.strip().endswith("ok")
+    # warned once, as a Python warning or on stderr (where TORCH_WARN goes when no Python
+    # handler takes it)
+    assert ran.stderr.count("cannot run on this GPU (CUDA error 209)") == 1, ran.stderr
+
+
 OURS = Problem.parse("256x4096x4096", "tn")
 PINNED = Problem.parse("512x1024x2048", "tn")
 

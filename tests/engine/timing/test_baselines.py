@@ -266,3 +266,49 @@ def test_a_shim_that_cannot_say_leaves_the_kernel_unnamed():
 
     assert lt_kernel(FakeShim(count=2), plan=1, algo=5) is None
     assert lt_kernel(FakeShim(count=2), plan=1, algo=1)["algo_id"] == 101
+
+
+# -- the shim's source: the bundle's description of a cuBLASLt problem, spliced in -------------
+def test_the_shim_is_built_from_baselines_cu_with_the_bundles_cublaslt_plan_header_inlined():
+    from engine.timing.baselines import LT_PLAN_HEADER, SHIM_SOURCE, shim_source
+
+    source = shim_source()
+    assert LT_PLAN_HEADER.read_text().rstrip("\n") in source
+    assert f'#include "{LT_PLAN_HEADER.name}"' not in source
+    # the rest of baselines.cu is kept as it is
+    before, _, after = SHIM_SOURCE.read_text().partition(f'#include "{LT_PLAN_HEADER.name}"')
+    assert source.startswith(before)
+    assert source.endswith(after)
+
+
+def test_a_baselines_cu_that_does_not_include_the_header_is_refused(tmp_path, monkeypatch):
+    from engine.timing import baselines
+
+    copy = tmp_path / "baselines.cu"
+    copy.write_text(baselines.SHIM_SOURCE.read_text().replace('#include "cublaslt_plan.h"', ""))
+    monkeypatch.setattr(baselines, "SHIM_SOURCE", copy)
+    with pytest.raises(ValueError, match=r"cublaslt_plan\.h"):
+        baselines.shim_source()
+
+
+@pytest.mark.nvcc
+@pytest.mark.slow
+def test_the_baseline_shim_compiles_and_exports_its_entry_points(engine_config):
+    import subprocess
+
+    from engine.compilation.toolkit import CublasNotFound
+    from engine.timing.baselines import build_shim
+
+    try:
+        built = build_shim(engine_config)
+    except CublasNotFound as exc:
+        pytest.skip(str(exc))
+    assert built.ok, built.log[-4000:]
+    symbols = subprocess.run(
+        ["nm", "-D", "--defined-only", str(built.library)],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout
+    for name in ("baselines_init", "cublas_hgemm", "cublaslt_plan", "cublaslt_hgemm"):
+        assert name in symbols

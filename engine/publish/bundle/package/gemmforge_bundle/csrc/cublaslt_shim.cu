@@ -1,18 +1,14 @@
 // The bundle's cuBLASLt shim: runs one cuBLASLt algorithm pinned at campaign time, rebuilt from
 // the configuration attributes the campaign recorded (engine.timing.cublaslt_kernels) and checked
-// with cublasLtMatmulAlgoCheck for each problem before it is used. Row-major C = A.B is computed
-// as column-major C^T = B^T.A^T, as the engine's baselines do (engine/cuda/baselines.cu).
-//
-// layout 0 (NN): B is K x N row-major; layout 1 (TN): B is N x K row-major.
-#include <cublasLt.h>
-#include <cuda_fp16.h>
-#include <cuda_runtime.h>
-
+// with cublasLtMatmulAlgoCheck for each problem before it is used. The problem is described to
+// cuBLASLt as the engine's baselines describe it (cublaslt_plan.h, which both include).
 #include <cstdint>
 #include <cstring>
 #include <deque>
 #include <mutex>
 #include <vector>
+
+#include "cublaslt_plan.h"
 
 #define EXPORT extern "C" __attribute__((visibility("default")))
 
@@ -22,16 +18,13 @@ struct Plan {
   int m = 0, n = 0, k = 0, layout = 0;
   std::vector<int64_t> config;
   size_t workspace = 0;
-  cublasLtMatmulDesc_t op = nullptr;
-  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  gemmforge_lt::Operation lt;
   cublasLtMatmulAlgo_t algo;
 };
 
 cublasLtHandle_t g_lt = nullptr;
 std::mutex g_mutex;
 std::deque<Plan> g_plans;  // a deque: plans never move once made, so a plan id stays valid
-
-int lt_status(cublasStatus_t s) { return s == CUBLAS_STATUS_SUCCESS ? 0 : 1000 + int(s); }
 
 // Sets configuration attribute `attr` of `algo` to `value`, at the width the library asks for.
 cublasStatus_t set_config(cublasLtMatmulAlgo_t* algo, cublasLtMatmulAlgoConfigAttributes_t attr,
@@ -82,19 +75,8 @@ EXPORT int gemmforge_lt_prepare(int M, int N, int K, int layout, const int64_t* 
   if (!g_lt && cublasLtCreate(&g_lt) != CUBLAS_STATUS_SUCCESS) return -1;
   Plan p;
   p.m = M; p.n = N; p.k = K; p.layout = layout; p.config = wanted;
-  cublasStatus_t s = cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+  cublasStatus_t s = gemmforge_lt::create_operation(M, N, K, layout, &p.lt);
   if (s != CUBLAS_STATUS_SUCCESS) return -(1000 + int(s));
-  const cublasOperation_t op_b = layout == 0 ? CUBLAS_OP_N : CUBLAS_OP_T;
-  const cublasOperation_t op_a = CUBLAS_OP_N;
-  // Lt's "A" is our B^T (n x k), its "B" is our A^T (k x m), its "C" is our C^T (n x m).
-  cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &op_b, sizeof(op_b));
-  cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_a, sizeof(op_a));
-  if (layout == 0)
-    cublasLtMatrixLayoutCreate(&p.a, CUDA_R_16F, N, K, N);
-  else
-    cublasLtMatrixLayoutCreate(&p.a, CUDA_R_16F, K, N, K);
-  cublasLtMatrixLayoutCreate(&p.b, CUDA_R_16F, K, M, K);
-  cublasLtMatrixLayoutCreate(&p.c, CUDA_R_16F, N, M, N);
   s = cublasLtMatmulAlgoInit(g_lt, CUBLAS_COMPUTE_32F, CUDA_R_32F, CUDA_R_16F, CUDA_R_16F,
                              CUDA_R_16F, CUDA_R_16F, int(config[0]), &p.algo);
   for (int i = 1; s == CUBLAS_STATUS_SUCCESS && i < count; ++i) {
@@ -104,12 +86,9 @@ EXPORT int gemmforge_lt_prepare(int M, int N, int K, int layout, const int64_t* 
   cublasLtMatmulHeuristicResult_t checked;
   std::memset(&checked, 0, sizeof checked);
   if (s == CUBLAS_STATUS_SUCCESS)
-    s = cublasLtMatmulAlgoCheck(g_lt, p.op, p.a, p.b, p.c, p.c, &p.algo, &checked);
+    s = cublasLtMatmulAlgoCheck(g_lt, p.lt.op, p.lt.a, p.lt.b, p.lt.c, p.lt.c, &p.algo, &checked);
   if (s != CUBLAS_STATUS_SUCCESS || checked.state != CUBLAS_STATUS_SUCCESS) {
-    cublasLtMatrixLayoutDestroy(p.a);
-    cublasLtMatrixLayoutDestroy(p.b);
-    cublasLtMatrixLayoutDestroy(p.c);
-    cublasLtMatmulDescDestroy(p.op);
+    gemmforge_lt::destroy_operation(&p.lt);
     return s != CUBLAS_STATUS_SUCCESS ? -(1000 + int(s)) : -3;
   }
   p.workspace = checked.workspaceSize;
@@ -128,7 +107,6 @@ EXPORT int gemmforge_lt_hgemm(int plan, const __half* A, const __half* B, __half
     if (plan < 0 || plan >= int(g_plans.size())) return 1000 + int(CUBLAS_STATUS_INVALID_VALUE);
     p = &g_plans[plan];
   }
-  const float alpha = 1.0f, beta = 0.0f;
-  return lt_status(cublasLtMatmul(g_lt, p->op, &alpha, B, p->a, A, p->b, &beta, C, p->c, C, p->c,
-                                  &p->algo, workspace, p->workspace, stream));
+  return gemmforge_lt::status_code(
+      gemmforge_lt::matmul(g_lt, p->lt, &p->algo, A, B, C, workspace, p->workspace, stream));
 }

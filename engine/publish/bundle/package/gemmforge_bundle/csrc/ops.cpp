@@ -4,7 +4,9 @@
 // the bundle's shim) is handed over once by gemmforge_bundle._ops (gemmforge::_add_entry).
 // Anything no entry can take goes to torch.matmul: another dtype, stride, alignment, M, a GPU
 // the entry was not built or recorded for, an older driver, a library that does not load, a
-// pinned algorithm cuBLASLt rejects (one warning per process, then silent).
+// kernel whose launch says it cannot run on this GPU (remembered per entry and device: later
+// calls do not try again), a pinned algorithm cuBLASLt rejects (remembered per M); one warning
+// per process, then silent.
 //
 // Output and workspace come from PyTorch's caching allocator and nothing synchronises, so the
 // ops work under CUDA-graph capture once each shape has been called (first calls load libraries
@@ -33,7 +35,11 @@
 #include <unordered_map>
 #include <vector>
 
+#include "launch_refusal.h"
+
 namespace {
+
+using gemmforge_ops::kMaxDevices;
 
 using LaunchFn = int (*)(const void*, const void*, void*, int, int, int, void*, void*);
 using WorkspaceFn = size_t (*)(int, int, int);
@@ -42,9 +48,6 @@ using LtPrepareFn = int (*)(int, int, int, int, const int64_t*, int, size_t*);
 using LtRunFn = int (*)(int, const void*, const void*, void*, void*, void*);
 
 constexpr int64_t kAlignment = 16;  // the kernels load operands with 16-byte vector copies
-constexpr int kMaxDevices = 64;
-// CUDA errors that mean "this kernel cannot run here" and leave nothing half-done.
-constexpr int kCannotRunHere[] = {35, 209, 222, 803, 804};
 
 struct Resolved {
   std::string why_not;  // empty: usable
@@ -63,6 +66,7 @@ struct Entry {
   int64_t lt_version = 0;
   std::once_flag resolved_once[kMaxDevices];
   Resolved resolved[kMaxDevices];
+  gemmforge_ops::Refusals refusals;  // devices whose launch said the kernel cannot run there
   std::mutex mutex;  // guards per_m
   std::unordered_map<int64_t, std::pair<int, size_t>> per_m;  // M -> (plan or 0, workspace)
 };
@@ -189,7 +193,7 @@ std::optional<at::Tensor> bundle_run(const at::Tensor& a, const at::Tensor& oper
   const int device = a.get_device();
   if (e == nullptr || device >= kMaxDevices) return std::nullopt;
   const Resolved& r = resolved(*e, device);
-  if (!r.why_not.empty()) return std::nullopt;
+  if (!r.why_not.empty() || e->refusals.refused(device)) return std::nullopt;
   c10::cuda::CUDAGuard guard(a.device());
   int plan = 0;
   size_t workspace_bytes = 0;
@@ -224,13 +228,17 @@ std::optional<at::Tensor> bundle_run(const at::Tensor& a, const at::Tensor& oper
           ? r.launch(a.data_ptr(), operand.data_ptr(), c.data_ptr(), int(m), int(n), int(k), ws,
                      stream)
           : r.run(plan, a.data_ptr(), operand.data_ptr(), c.data_ptr(), ws, stream);
-  if (status == 0) return c;
-  if (e->algo.empty() &&
-      std::find(std::begin(kCannotRunHere), std::end(kCannotRunHere), status) !=
-          std::end(kCannotRunHere)) {
-    fallback_warning(e->name + " cannot run on this GPU (CUDA error " + std::to_string(status) +
-                     ")");
-    return std::nullopt;
+  switch (gemmforge_ops::launch_verdict(status, e->algo.empty())) {
+    case gemmforge_ops::Verdict::kRan:
+      return c;
+    case gemmforge_ops::Verdict::kRefused:
+      if (e->refusals.refuse(device)) {
+        fallback_warning(e->name + " cannot run on this GPU (CUDA error " +
+                         std::to_string(status) + ")");
+      }
+      return std::nullopt;
+    case gemmforge_ops::Verdict::kFailed:
+      break;
   }
   TORCH_CHECK(false, "gemmforge: ", e->name, " failed to launch (status ", status, ")");
   return std::nullopt;
