@@ -1,0 +1,99 @@
+"""The sm90 launcher on a real GPU when the buffers move under it: a call on new buffers for the
+same problem re-points the kept params (the TMA descriptors of A, B and D, or the direct-store
+epilogue's D pointer), so every call must still write its own C from its own A and B, whether
+the buffers rotate, return, or the problem changes in between. Skipped without a GPU."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.codegen import Sm90Config
+from engine.codegen.library import library
+from engine.problem import Layout, Problem
+
+pytestmark = [pytest.mark.gpu, pytest.mark.nvcc]
+
+# one of each way the params keep D (TMA store, direct store), a 2-CTA cluster, a stream-K
+# kernel (re-initialised every call), and a TN kernel whose operands the launcher swaps
+NAMES = (
+    "hgemm_sm90_128x128x64_c1x1x1_sauto_nn_pingpong_epitma_persistent_rheuristic_sw1",
+    "hgemm_sm90_128x128x64_c1x1x1_sauto_nn_coop_epinosmem_persistent_rheuristic_sw1",
+    "hgemm_sm90_128x128x64_c2x1x1_sauto_nn_coop_epitma_persistent_rheuristic_sw1",
+    "hgemm_sm90_128x128x64_c1x1x1_sauto_nn_coop_epitma_streamk_heuristic_rheuristic_sw1",
+)
+
+
+def configs() -> list[Sm90Config]:
+    found = {c.name: c for layout in Layout for c in library("sm90", layout)}
+    chosen = [found[name] for name in NAMES]
+    transposed = next(
+        c
+        for c in found.values()
+        if c.layout is Layout.TN
+        and c.swapped
+        and "persistent" in c.name
+        and c.is_valid(Problem(136, 256, 520, Layout.TN))
+        and c.is_valid(Problem(384, 512, 1024, Layout.TN))
+    )
+    return [*chosen, transposed]
+
+
+@pytest.fixture(scope="module")
+def libraries() -> dict[str, str]:
+    from engine.compilation.compile import compile_configs
+    from engine.gpu import cuda_driver
+
+    chosen = configs()
+    built = compile_configs(chosen, target_arch=cuda_driver.local_arch())
+    assert all(b.ok for b in built), [b.error for b in built if not b.ok]
+    return {c.name: b.library for c, b in zip(chosen, built, strict=True)}
+
+
+def operands(problem: Problem, seed: int):
+    import torch
+
+    generator = torch.Generator(device="cuda").manual_seed(seed)
+    a = torch.randn(problem.m, problem.k, device="cuda", generator=generator).half()
+    b = torch.randn(problem.k, problem.n, device="cuda", generator=generator).half()
+    stored_b = b if problem.layout is Layout.NN else b.t().contiguous()
+    c = torch.full((problem.m, problem.n), float("nan"), dtype=torch.float16, device="cuda")
+    return a, b, stored_b, c
+
+
+@pytest.mark.parametrize("config", configs(), ids=lambda c: c.name)
+def test_each_call_on_moved_buffers_writes_its_own_product(libraries, config):
+    import torch
+
+    from engine.gpu.runtime import KernelLibrary
+
+    kernel = KernelLibrary(libraries[config.name])
+    stream = torch.cuda.current_stream()
+    big = Problem(384, 512, 1024, config.layout)
+    small = Problem(136, 256, 520, config.layout)
+    for problem in (big, small):
+        assert config.is_valid(problem), (problem, config.is_valid(problem).reason)
+    sets = {p: [operands(p, seed) for seed in range(3)] for p in (big, small)}
+    # rotate, return to an earlier set, change the problem and come back
+    order = [(big, 0), (big, 1), (big, 2), (big, 0), (small, 1), (big, 1), (big, 1), (small, 2)]
+    for problem, index in order:
+        a, b, stored_b, c = sets[problem][index]
+        c.fill_(float("nan"))
+        workspace = torch.zeros(
+            max(kernel.workspace_size(problem.m, problem.n, problem.k), 1),
+            dtype=torch.uint8,
+            device="cuda",
+        )
+        error = kernel.launch(
+            a.data_ptr(),
+            stored_b.data_ptr(),
+            c.data_ptr(),
+            problem.m,
+            problem.n,
+            problem.k,
+            workspace.data_ptr(),
+            stream.cuda_stream,
+        )
+        stream.synchronize()
+        assert error == 0, (problem, index, error)
+        reference = (a.float() @ b.float()).half()
+        torch.testing.assert_close(c, reference, atol=0.06, rtol=0.02, msg=f"{problem} set {index}")
