@@ -216,7 +216,7 @@ OURS = Problem.parse("256x4096x4096", "tn")
 PINNED = Problem.parse("512x1024x2048", "tn")
 
 CHECKS = """
-import warnings, torch, gemmforge_bundle
+import sys, warnings, torch, gemmforge_bundle
 from gemmforge_bundle import _ops
 assert _ops.NATIVE, 'the C++ ops did not load'
 torch.manual_seed(0)
@@ -226,8 +226,13 @@ def close(out, ref):
 entry = torch.ops.gemmforge._entry_name
 w = torch.randn(4096, 4096, **h)
 w2 = torch.randn(1024, 2048, **h)
-with warnings.catch_warnings(record=True) as caught:
-    warnings.simplefilter('always')
+# every fallback warning ends on stderr, as a Python warning or, where no Python handler takes
+# TORCH_WARN, as the C++ op wrote it; the markers split stderr for the test's counts
+warnings.simplefilter('always')
+def mark(name):
+    print('@@' + name, file=sys.stderr, flush=True)
+mark('kernels')
+if True:
     for m in (1, 7, 100, 256, 511):  # our kernel, dynamic M with residues
         assert entry(m, 4096, 4096, 1) == OURS_NAME, m
         x = torch.randn(m, 4096, **h)
@@ -237,8 +242,7 @@ with warnings.catch_warnings(record=True) as caught:
     assert close(torch.ops.gemmforge.hgemm_linear(x2, w2), x2.float() @ w2.float().t())
     assert close(gemmforge_bundle.matmul(x2, w2.t()), x2.float() @ w2.float().t())
     torch.cuda.synchronize()
-# no fallback warned: our kernel and the pinned algorithm both ran (a fallback warns once)
-assert not [c for c in caught if 'gemmforge' in str(c.message)], [str(c.message) for c in caught]
+mark('compiled')
 x = torch.randn(256, 4096, **h)
 ref = x.float() @ w.float().t()
 f = torch.compile(torch.ops.gemmforge.hgemm_linear, fullgraph=True)
@@ -272,16 +276,29 @@ add(256, 512, 1, 1, 64, 64, 'other_arch', library, 'sm_80', 0, [], '', 0)
 add(256, 1024, 1, 1, 64, 64, 'other_lt', str(_ops.SHIM), '', 0, PINNED_ALGO, '', 1)
 a, b = torch.randn(64, 512, **h), torch.randn(256, 512, **h)
 c, d = torch.randn(64, 1024, **h), torch.randn(256, 1024, **h)
-with warnings.catch_warnings(record=True) as caught:
-    warnings.simplefilter('always')
-    y1 = torch.ops.gemmforge.hgemm_linear(a, b)
-    y2 = torch.ops.gemmforge.hgemm_linear(c, d)
-messages = [str(c.message) for c in caught if 'gemmforge' in str(c.message)]
-assert len(messages) == 1 and 'sm_80' in messages[0], messages
+mark('guard')
+y1 = torch.ops.gemmforge.hgemm_linear(a, b)
+y2 = torch.ops.gemmforge.hgemm_linear(c, d)
+torch.cuda.synchronize()
+mark('end')
 assert torch.equal(y1, torch.nn.functional.linear(a, b))
 assert torch.equal(y2, torch.nn.functional.linear(c, d))
 print('ok')
 """
+
+
+def fallback_warnings(stderr: str) -> dict[str, list[str]]:
+    """The fallback warnings on each stretch of the checks' stderr, keyed by the marker that
+    opens the stretch."""
+    stretches: dict[str, list[str]] = {}
+    current = ""
+    for line in stderr.splitlines():
+        if line.startswith("@@"):
+            current = line[2:]
+            stretches[current] = []
+        elif "gemmforge: falling back" in line and current:
+            stretches[current].append(line)
+    return stretches
 
 
 def pinned_algo(problem: Problem) -> tuple[PinnedAlgo, int]:
