@@ -88,6 +88,7 @@ POLICY = ROOT / "engine" / "propose" / "pretrained" / "sm_90.pt"
 # what decides which candidates a strategy proposes in the replay
 METHOD_SOURCES = (
     "engine/propose",
+    "engine/codegen/library.py",  # the curated configs and the seed's longk prior
     "engine/campaign/replay_benchmark.py",
     "engine/campaign/round.py",
     "engine/campaign/loop.py",
