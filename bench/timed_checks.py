@@ -122,7 +122,7 @@ def main() -> int:
             ("reference", "cublas_wrapped"),
             harness_kernels.build(
                 [harness_kernels.REFERENCE, harness_kernels.GOOD_KERNELS / "cublas_wrapped.cu"],
-                Layout.NN
+                Layout.NN,
             ),
             strict=True,
         )

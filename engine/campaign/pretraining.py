@@ -153,11 +153,13 @@ def cublaslt_kernel_files(results: Path) -> list[Path]:
         if not isinstance(data, dict):
             continue
         kernels, final = data.get("kernels"), data.get("final")
-        if (isinstance(kernels, dict) and any(
-            isinstance(k, dict) and "heuristic" in k for k in kernels.values()
-        )) or (isinstance(final, dict) and any(
-            isinstance(f, dict) and f.get("cublaslt_kernels") for f in final.values()
-        )):
+        if (
+            isinstance(kernels, dict)
+            and any(isinstance(k, dict) and "heuristic" in k for k in kernels.values())
+        ) or (
+            isinstance(final, dict)
+            and any(isinstance(f, dict) and f.get("cublaslt_kernels") for f in final.values())
+        ):
             out.append(path)
     return out
 

@@ -292,6 +292,7 @@ def run(args: argparse.Namespace) -> int:
         families = chosen_families(args, executor.arch)
 
         if args.space == "library":
+
             def space_for(problem: Problem) -> SearchSpace:
                 space = SearchSpace.library(problem, families=families)
                 if not targets or "sm90" not in families:
@@ -300,6 +301,7 @@ def run(args: argparse.Namespace) -> int:
                 return with_exact_mirrors(space, targets.get(problem.key, ()))
 
         else:
+
             def space_for(problem: Problem) -> SearchSpace:
                 return SearchSpace.full(problem, families=families)
 

@@ -40,7 +40,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from transformers import AutoTokenizer
 
-
     try:
         problems = [Problem.parse(s, args.layout) for s in args.shapes.split(",") if s.strip()]
     except ProblemError as exc:

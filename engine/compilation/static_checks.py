@@ -768,10 +768,6 @@ def check_candidate(
 # Building candidates so that the symbol check sees their imports
 
 
-
-
-
-
 def candidate_flags(nvcc: str = "nvcc") -> tuple[str, ...]:
     """Extra nvcc flags for candidate builds: the shared CUDA runtime (found through an rpath to
     the toolkit that built it), so that ``nm -D`` lists the candidate's own imports."""

@@ -587,9 +587,7 @@ def final_measurements(
         def keep(index: int, record: dict[str, Any], chunk=chunk, last=last) -> None:
             problem, libraries, sanitized = chunk[index]
             finals[problem.key] = {**final_summary(record), "sanitize": sanitized}
-            saved.add_final(
-                problem.key, [ids[n] for n in libraries], finals[problem.key], settings
-            )
+            saved.add_final(problem.key, [ids[n] for n in libraries], finals[problem.key], settings)
             now = time.monotonic()
             outcome = "failed" if "error" in record else "re-measured"
             progress(f"{problem}: {outcome} ({now - last[0]:.1f} s)")

@@ -70,7 +70,6 @@ def nvidia_smi() -> dict[str, str]:
 def collect(*, cublaslt_version: int | None = None) -> GpuEnvironment:
     import torch
 
-
     props = torch.cuda.get_device_properties(0)
     smi = nvidia_smi()
     try:

@@ -87,6 +87,7 @@ _INDEX_CACHE: weakref.WeakKeyDictionary[SearchSpace, dict[str, torch.Tensor]] = 
 
 def problem_tensor(problem: Problem) -> torch.Tensor:
     import torch
+
     features = problem.features()
     return torch.tensor([features[name] / FEATURE_SCALE for name in FEATURES], dtype=torch.float32)
 
@@ -104,6 +105,7 @@ class Policy:
     ) -> None:
         import torch
         from torch import nn
+
         self.families = tuple(families)
         self.entropy_coef = entropy_coef
         self.baseline_decay = baseline_decay
@@ -154,6 +156,7 @@ class Policy:
 
     def _index(self, space: SearchSpace) -> torch.Tensor:
         import torch
+
         by_policy = _INDEX_CACHE.setdefault(space, {})
         cached = by_policy.get(self.space_id)
         if cached is None:
@@ -167,6 +170,7 @@ class Policy:
     # -- the distribution --------------------------------------------------------------------
     def logits(self, problem: Problem) -> torch.Tensor:
         import torch
+
         out = self.net(problem_tensor(problem))
         return torch.cat([out, out.new_zeros(1)])
 
@@ -177,6 +181,7 @@ class Policy:
         self, problem: Problem, space: SearchSpace, exclude: set[str] | frozenset[str] = frozenset()
     ) -> torch.Tensor:
         import torch
+
         scores = self.scores(problem, space)
         if exclude:
             mask = torch.tensor([c.name in exclude for c in space.configs])
@@ -185,6 +190,7 @@ class Policy:
 
     def probabilities(self, problem: Problem, space: SearchSpace) -> dict[str, float]:
         import torch
+
         with torch.no_grad():
             probs = self.log_probs(problem, space).exp().tolist()
         return {c.name: p for c, p in zip(space.configs, probs, strict=True)}
@@ -194,6 +200,7 @@ class Policy:
     ) -> float:
         """Entropy of the distribution over the untried configs, as a fraction of the maximum."""
         import torch
+
         remaining = len(space) - len(exclude & space.by_name.keys())
         if remaining <= 1:
             return 0.0
@@ -214,6 +221,7 @@ class Policy:
     ) -> list[KernelConfig]:
         """Up to ``n`` distinct untried configs, drawn without replacement."""
         import torch
+
         available = len(space) - len(exclude & space.by_name.keys())
         n = min(n, available)
         if n <= 0:
@@ -229,6 +237,7 @@ class Policy:
     ) -> dict[str, float]:
         """One REINFORCE step from observed ``rewards`` (config name → reward) of ``problem``."""
         import torch
+
         names = [n for n in rewards if n in space]
         if not names:
             return {}
@@ -277,6 +286,7 @@ class Policy:
         recorded configs (mean cross-entropy, one Adam step per step); returns the mean expected
         reward (centred per problem) after each step."""
         import torch
+
         prepared = []
         for problem, space, rewards in tasks:
             known = [i for i, c in enumerate(space.configs) if c.name in rewards]
@@ -373,6 +383,7 @@ class Policy:
     def save(self, path: Path) -> None:
         """Atomic write of the weights, optimiser state, running baselines and space."""
         import torch
+
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".tmp{os.getpid()}")
@@ -400,6 +411,7 @@ class Policy:
     def load(cls, path: Path, families: Sequence[str], **kwargs: Any) -> Policy | None:
         """The policy saved at ``path`` if it was built on the same space, else None."""
         import torch
+
         path = Path(path)
         if not path.is_file():
             return None

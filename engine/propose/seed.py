@@ -46,7 +46,14 @@ FAMILY_FLOOR = 1  # candidates of each searched family a round until it is measu
 FLOOR_TRIES = 3  # failed candidates after which an unmeasured family is left to the search
 RECORDED_KERNELS = PRETRAINED_DIR / "cublaslt_kernels.json"
 KERNEL_FIELDS = (
-    "tile_m", "tile_n", "tile_k", "stages", "cluster_m", "cluster_n", "splitk", "label"
+    "tile_m",
+    "tile_n",
+    "tile_k",
+    "stages",
+    "cluster_m",
+    "cluster_n",
+    "splitk",
+    "label",
 )
 
 
@@ -70,8 +77,7 @@ def recorded_kernels_document(
         "sources": list(sources),
         "kernels": {
             key: [
-                {f: kernel.get(f) for f in KERNEL_FIELDS}
-                for kernel in list(kernels)[:per_problem]
+                {f: kernel.get(f) for f in KERNEL_FIELDS} for kernel in list(kernels)[:per_problem]
             ]
             for key, kernels in sorted(targets.items())
             if kernels
@@ -148,8 +154,10 @@ class SeedProposer:
         self, problem: Problem, space: SearchSpace, picks: list[KernelConfig]
     ) -> list[KernelConfig]:
         """``picks`` by the policy's score, best first (a stable sort: ties keep their order)."""
-        if self.policy is None or not picks or any(
-            c.FAMILY not in self.policy.families for c in picks
+        if (
+            self.policy is None
+            or not picks
+            or any(c.FAMILY not in self.policy.families for c in picks)
         ):
             return picks
         import torch  # the policy's scores; torch loads only when a policy ranks

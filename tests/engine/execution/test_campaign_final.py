@@ -211,9 +211,7 @@ def test_a_shape_without_a_verified_kernel_ends_with_a_reason(monkeypatch, tmp_p
     assert finals[other.key] == {"error": "no verified kernel to re-measure", "sanitize": {}}
 
 
-def test_a_missing_compute_sanitizer_is_each_kernels_verdict_and_is_not_kept(
-    monkeypatch, tmp_path
-):
+def test_a_missing_compute_sanitizer_is_each_kernels_verdict_and_is_not_kept(monkeypatch, tmp_path):
     from engine.campaign.loop import ProblemResult
     from engine.commands import optimize_command as optimize
     from engine.execution import final
@@ -643,8 +641,9 @@ def test_a_top_kernel_whose_source_changed_is_sanitized_and_measured_again(monke
         "baseline": "cublaslt_autotune",
         "top": 1,
         "compile": compile_,
-        "sanitizer": lambda library, config, problem: sanitized.append(library.stem)
-        or Verdict(True),
+        "sanitizer": lambda library, config, problem: (
+            sanitized.append(library.stem) or Verdict(True)
+        ),
     }
     path = tmp_path / "campaign.finals.json"
     final.final_measurements(results, **run, saved=final.SavedFinals(path))

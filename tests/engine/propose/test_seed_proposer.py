@@ -214,9 +214,7 @@ def test_a_round_of_the_policy_alone_still_tries_every_family():
     assert {p.config.FAMILY for p in batch} == {"sm90", "triton"}
     assert len(batch) == 4
     measured = [record(p.config) for p in batch]
-    later = round_.propose(
-        SMALL, space, measured, round_no=1, exclude={r.name for r in measured}
-    )
+    later = round_.propose(SMALL, space, measured, round_no=1, exclude={r.name for r in measured})
     assert all(p.proposer == "rl" for p in later)
 
 
