@@ -41,19 +41,31 @@ def test_the_sm90_library_covers_both_schedules_clusters_and_stream_k():
     assert {c.epilogue for c in configs} == {"tma", "nosmem"}
 
 
+# Families whose host launcher changed on purpose after the grid64 finals (sm90: new buffers
+# re-point the TMA descriptors instead of encoding them again). Their device code is the same, but
+# a verdict covers the host code too, so their kernels are re-keyed and sanitized again.
+RELAUNCHED_SINCE_GRID64 = frozenset({"sm90"})
+
+
 def test_the_grid64_finals_still_name_the_library_sources_they_measured():
     # the 64-shape campaign's finals are kept under each kernel's name and source hash: a family
     # change that alters the source of an existing config would throw its measurements away
     saved = json.loads(GRID64_FINALS.read_text())
-    current = {
-        c.name: kernel_id(c.name, source_hash(c.render()))
-        for family in FAMILIES
-        for layout in Layout
-        for c in library(family, layout)
+    configs = {
+        c.name: c for family in FAMILIES for layout in Layout for c in library(family, layout)
     }
     ids = set(saved["sanitize"])
     assert len(ids) >= 60
-    assert {i for i in ids if current.get(i.split("@")[0]) != i} == set()
+    names = {i.split("@")[0] for i in ids}
+    assert names - configs.keys() == set()
+    kept = {i for i in ids if configs[i.split("@")[0]].FAMILY not in RELAUNCHED_SINCE_GRID64}
+    assert kept, "no family's sources left to compare"
+    changed = {
+        i
+        for i in kept
+        if kernel_id(i.split("@")[0], source_hash(configs[i.split("@")[0]].render())) != i
+    }
+    assert changed == set()
 
 
 def test_the_sm80_library_has_fused_split_reductions_for_the_deep_tiles():
