@@ -10,6 +10,7 @@ member passes its family's ``is_valid``; the library only narrows, it never wide
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 
@@ -275,6 +276,22 @@ LONGK_DEEP_STAGES = (8, 12)
 LONGK_DEEP_SPLITS = (4, 8, 16)
 
 
+# The push reduction (bulk DSMEM copies, engine/codegen/longk.py), unmeasured: offered for the
+# tilings that won a shape on the second H100 call (bench/NOTES.md §30), as (tile_n, stages,
+# splits), unpadded; and for the swapped tile of the same width and splits (the library swaps at
+# 4 stages only), so that the swapped partial tile's layout is in the library too. Appended after
+# the pull configs, whose order stays as it was.
+LONGK_PUSH_TILINGS = ((64, 8, 16), (128, 8, 4), (128, 8, 8), (64, 8, 8), (64, 12, 8), (64, 6, 8))
+
+
+def takes_push(config: LongKConfig) -> bool:
+    if config.ctas_per_sm or config.reduce != "pull":
+        return False
+    if config.swap:
+        return (config.tile_n, config.splits) in {(t, s) for t, _, s in LONGK_PUSH_TILINGS}
+    return (config.tile_n, config.stages, config.splits) in LONGK_PUSH_TILINGS
+
+
 def longk_library(layout: Layout) -> list[LongKConfig]:
     configs = [
         LongKConfig(layout=layout, tile_n=tile, stages=stages, splits=splits, swap=swap)
@@ -295,6 +312,7 @@ def longk_library(layout: Layout) -> list[LongKConfig]:
             LONGK_DEEP_TILES, LONGK_DEEP_SPLITS, LONGK_STAGES
         )
     ]
+    configs += [dataclasses.replace(c, reduce="push") for c in configs if takes_push(c)]
     return [c for c in configs if c.is_valid()]
 
 
@@ -334,7 +352,8 @@ def longk_prior(problem: Problem, count: int = 4) -> list[LongKConfig]:
         )
 
     picks: dict[tuple[int, int, int], LongKConfig] = {}
-    valid = [c for c in longk_library(problem.layout) if c.is_valid(problem)]
+    # the prior rests on measured winners: the push variants, unmeasured, stay out of it
+    valid = [c for c in longk_library(problem.layout) if c.reduce == "pull" and c.is_valid(problem)]
     for config in sorted(valid, key=rank):
         picks.setdefault((*config.tile_mn(), config.splits), config)
     return list(picks.values())[:count]

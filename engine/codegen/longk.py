@@ -17,6 +17,18 @@ is a non-portable cluster size the launcher opts in to), and ``swap``: compute C
 that M, the small dimension of a skinny problem, lies on the wgmma N side (the tile is then
 ``tile_n`` × 64 of C).
 
+``reduce`` says how the partial tiles meet. ``pull`` (the first design): after a cluster barrier
+every CTA loads its share of every peer's partial tile through distributed shared memory
+(remote loads, each a long-scoreboard wait for its warp), and a second cluster barrier keeps the
+peers' memory alive until all have read. ``push``: every CTA sends each peer that peer's share of
+its own partial with one bulk copy (``cp.async.bulk.shared::cluster.shared::cta``, the copy
+engine's work, no thread waiting on it) into a receive slot in the peer's shared memory,
+completing on the peer's mbarrier; each CTA waits on its own mbarrier and sums its slots from
+local shared memory. ``reduce`` is a knob outside SPACE: the learned policy's logits are laid out
+by SPACE and the shipped policy is recognised by that layout, so a value added there would orphan
+it until it is retrained; the library offers push variants of the measured winners instead, and
+sampling and enumeration keep to pull.
+
 Hand-written CUDA with inline PTX (mbarrier, cp.async.bulk.tensor, wgmma), not CUTLASS's
 collective builder: the builder's kernels reduce split-K through a workspace (stream-K's
 fixup) and cannot end a mainloop in a cluster-wide DSMEM reduction, and a raw kernel keeps the
@@ -34,7 +46,7 @@ import math
 from dataclasses import dataclass
 from typing import ClassVar
 
-from engine.codegen.base import KernelConfig, Validity, invalid
+from engine.codegen.base import KernelConfig, Validity, invalid, load_template
 from engine.problem import Layout, Problem
 
 SMEM_LIMIT = 232448  # bytes of dynamic shared memory a block may opt in to on H100/H200
@@ -49,6 +61,41 @@ HOPPER_ARCHS = ("sm_90a",)
 # shape of many output tiles belongs to the sm90 family.
 MAX_MN_LOG2 = 22
 MIN_K_OVER_MN = 2
+REDUCTIONS = ("pull", "push")  # the ``reduce`` knob's values; pull is the first design
+
+
+# The reduction's pieces of longk.cu.tmpl (KernelConfig.reduction_substitutions). Pull's end of
+# the kernel, and push's device functions, live in template files of their own.
+PULL_TEMPLATE = "longk_pull.cu.tmpl"
+PUSH_TEMPLATE = "longk_push.cu.tmpl"
+PUSH_DESC = """\
+// Reduction by push: after one cluster barrier each CTA sends every peer that peer's rows of its
+// partial tile with one bulk copy (cp.async.bulk shared::cta -> shared::cluster) into a slot of
+// the peer's shared memory, completing on the peer's mbarrier; each CTA waits on its own mbarrier
+// and sums its rows from local shared memory, in split order ({splits} splits).
+"""
+PUSH_CONSTANTS = """\
+// Push: a CTA's share of the tile is a range of whole padded rows (contiguous, so one bulk copy
+// each); the receive slots, one per peer, follow the partial tile in the pipeline's memory.
+constexpr int kRowBytes = kTileStride * 4;
+constexpr int kSlotRows = (kTileRows + kSplits - 1) / kSplits;  // the largest share
+constexpr int kSlotBytes = kSlotRows * kRowBytes;
+constexpr int kReceiveBytes = (kSplits - 1) * kSlotBytes;
+constexpr int kReduceBytes = kPartialBytes + kReceiveBytes;
+static_assert(kRowBytes % 16 == 0 && kPartialBytes % 16 == 0,
+              "bulk copies need 16-byte aligned addresses and sizes");
+"""
+PUSH_BARRIER = (
+    "  const uint32_t received = empty + kStages * 8;  // push: every peer's share has landed\n"
+)
+PUSH_INIT = """\
+    mbar_init(received, 1);
+    // the bytes are expected before any peer can send (the sends follow a cluster barrier)
+    mbar_expect_tx(received, uint32_t((kSplits - 1) * share_rows(split) * kRowBytes));
+"""
+PUSH_REDUCTION = """\
+  push_reduce(tile, received, split, kSwap ? q0 : p0, kSwap ? p0 : q0, p);
+"""
 
 
 def serves(problem: Problem) -> bool:
@@ -99,6 +146,7 @@ class LongKConfig(KernelConfig):
     splits: int = 8
     swap: bool = False
     ctas_per_sm: int = 0
+    reduce: str = "pull"
 
     @classmethod
     def archs_for(cls, target: str | None = None) -> tuple[str, ...]:
@@ -115,13 +163,42 @@ class LongKConfig(KernelConfig):
     @property
     def partial_tile_bytes(self) -> int:
         """The fp32 partial tile (padded rows), parked where the pipeline was."""
+        rows, row_bytes = self.partial_rows_and_row_bytes()
+        return rows * row_bytes
+
+    @property
+    def push(self) -> bool:
+        return self.reduce == "push"
+
+    def partial_rows_and_row_bytes(self) -> tuple[int, int]:
+        """The partial tile's rows (along M of C) and the bytes of one padded row."""
         rows, cols, pad = (self.tile_n, TILE_M, 4) if self.swap else (TILE_M, self.tile_n, 8)
-        return rows * (cols + pad) * 4
+        return rows, (cols + pad) * 4
+
+    @property
+    def receive_slot_bytes(self) -> int:
+        """Push: one sender's slot in a receiver, the largest share (rows split as evenly as
+        they go, ``ceil(rows / splits)``) of padded rows; 0 for pull."""
+        if not self.push:
+            return 0
+        rows, row_bytes = self.partial_rows_and_row_bytes()
+        return -(-rows // self.splits) * row_bytes
+
+    @property
+    def receive_bytes(self) -> int:
+        """Push: a slot for every peer (a CTA reads its own share from its own partial tile);
+        they follow the partial tile, in the pipeline's memory. 0 for pull."""
+        return (self.splits - 1) * self.receive_slot_bytes
+
+    @property
+    def barrier_bytes(self) -> int:
+        """The pipeline's full and empty mbarriers, and push's receive mbarrier."""
+        return (2 * self.stages + int(self.push)) * 8
 
     @property
     def smem_bytes(self) -> int:
-        data = max(self.pipeline_bytes, self.partial_tile_bytes)
-        return ALIGN_SLACK + data + 2 * self.stages * 8
+        data = max(self.pipeline_bytes, self.partial_tile_bytes + self.receive_bytes)
+        return ALIGN_SLACK + data + self.barrier_bytes
 
     @property
     def smem_request(self) -> int:
@@ -147,6 +224,10 @@ class LongKConfig(KernelConfig):
             return invalid(f"wgmma and clusters need sm_90a, not {arch}")
         if self.splits > MAX_CLUSTER:
             return invalid(f"{self.splits} CTAs in a cluster (> {MAX_CLUSTER})")
+        if self.reduce not in REDUCTIONS:
+            return invalid(f"reduce={self.reduce!r} is not one of {list(REDUCTIONS)}")
+        if self.push and self.splits == 1:
+            return invalid("reduce='push' with 1 split has no peer to send to")
         if self.smem_bytes > SMEM_LIMIT:
             return invalid(f"{self.smem_bytes} B of shared memory exceed {SMEM_LIMIT} B")
         if self.ctas_per_sm and self.natural_ctas_per_sm() <= self.ctas_per_sm:
@@ -167,9 +248,10 @@ class LongKConfig(KernelConfig):
         tm, tn = self.tile_mn()
         swap = "_swap" if self.swap else ""
         occupancy = f"_occ{self.ctas_per_sm}" if self.ctas_per_sm else ""
+        push = "_push" if self.push else ""  # pull, the first design, keeps its names
         return (
             f"hgemm_longk_{tm}x{tn}x{TILE_K}_s{self.stages}_{self.layout.value}"
-            f"_cluster{self.splits}{swap}{occupancy}"
+            f"_cluster{self.splits}{swap}{occupancy}{push}"
         )
 
     def substitutions(self) -> dict[str, str]:
@@ -192,6 +274,34 @@ class LongKConfig(KernelConfig):
             "b_kmajor": "true" if tn else "false",
             "swap_desc": swap_desc,
             "wgmma_code": wgmma_code(self.tile_n, p_k_major, q_k_major),
+            **self.reduction_substitutions(),
+        }
+
+    def reduction_substitutions(self) -> dict[str, str]:
+        """The template's reduction slots. Pull's text is the first design's, byte for byte (a
+        source's bytes are its build's cache key), so the pull slots that hold no code are empty
+        and the others hold exactly what the template said before push existed."""
+        if not self.push:
+            return {
+                "push_desc": "",
+                "push_constants": "",
+                "reduce_data_bytes": "kPartialBytes",
+                "barrier_bytes": "2 * kStages * 8",
+                "push_barrier": "",
+                "push_init": "",
+                "push_functions": "",
+                "reduction": load_template(PULL_TEMPLATE).template,
+            }
+        return {
+            "push_desc": PUSH_DESC.format(splits=self.splits),
+            "push_constants": PUSH_CONSTANTS,
+            "reduce_data_bytes": "kReduceBytes",
+            "barrier_bytes": "(2 * kStages + 1) * 8",
+            "push_barrier": PUSH_BARRIER,
+            "push_init": PUSH_INIT,
+            "push_functions": load_template(PUSH_TEMPLATE).substitute(smem_bytes=self.smem_bytes)
+            + "\n",
+            "reduction": PUSH_REDUCTION,
         }
 
     def problem_fit(self, problem: Problem) -> dict[str, float]:

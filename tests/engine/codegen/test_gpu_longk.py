@@ -1,10 +1,13 @@
 """The longk family (Hopper cluster split-K) on a real GPU: both layouts, swapped and not, tiles
-16 to 256 wide, 1 to 16 splits, 2 to 12 stages, one CTA an SM or more, pass the verifier (fresh
-random inputs against an fp32 reference) on shapes with M, N and K residues, need no workspace,
-and give the same result on every run (the splits are summed in a fixed order). Skipped without
-a GPU."""
+16 to 256 wide, 1 to 16 splits, 2 to 12 stages, one CTA an SM or more, either reduction (pull
+through DSMEM loads, push through bulk DSMEM copies), pass the verifier (fresh random inputs
+against an fp32 reference) on shapes with M, N and K residues, need no workspace, and give the
+same result on every run (the splits are summed in a fixed order); push gives pull's result bit
+for bit (the same sums in the same order). Skipped without a GPU."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import pytest
 
@@ -23,7 +26,11 @@ CONFIGS = (
     LongKConfig(layout=Layout.NN, tile_n=64, stages=4, splits=16, ctas_per_sm=1),
     LongKConfig(layout=Layout.TN, tile_n=128, stages=4, splits=8),
     LongKConfig(layout=Layout.TN, tile_n=64, stages=4, splits=12, swap=True),
+    # push: shares of 5 or 6 rows (64 over 12); a swapped tile, 16 CTAs, 15 slots of 2 rows
+    LongKConfig(layout=Layout.NN, tile_n=64, stages=8, splits=12, reduce="push"),
+    LongKConfig(layout=Layout.TN, tile_n=32, stages=4, splits=16, swap=True, reduce="push"),
 )
+PUSHED = tuple(c for c in CONFIGS if c.reduce == "push")
 # the long-K shapes, and residues in M, N and K against every tile
 SHAPES = ("128x128x16384", "200x264x3000", "40x72x1096")
 
@@ -33,9 +40,10 @@ def libraries() -> dict[str, str]:
     from engine.compilation.compile import compile_configs
     from engine.gpu import cuda_driver
 
-    built = compile_configs(list(CONFIGS), target_arch=cuda_driver.local_arch())
+    configs = [*CONFIGS, *(replace(c, reduce="pull") for c in PUSHED)]
+    built = compile_configs(configs, target_arch=cuda_driver.local_arch())
     assert all(b.ok for b in built), [b.error for b in built if not b.ok]
-    return {c.name: b.library for c, b in zip(CONFIGS, built, strict=True)}
+    return {c.name: b.library for c, b in zip(configs, built, strict=True)}
 
 
 @pytest.mark.parametrize("shape", SHAPES)
@@ -49,6 +57,37 @@ def test_the_cluster_split_k_passes_the_verifier(libraries, config, shape, verif
     assert result.ok, (config.name, result.reason, result.message, result.stderr_tail)
 
 
+def operands(problem: Problem, seed: int = 7):
+    import torch
+
+    generator = torch.Generator(device="cuda").manual_seed(seed)
+    a = torch.randn(problem.m, problem.k, device="cuda", generator=generator).half()
+    shape = (problem.n, problem.k) if problem.layout is Layout.TN else (problem.k, problem.n)
+    b = torch.randn(*shape, device="cuda", generator=generator).half()
+    return a, b
+
+
+def run(kernel, problem: Problem, a, b):
+    """C from one launch of ``kernel`` (a KernelLibrary), into a buffer that starts as NaN."""
+    import torch
+
+    stream = torch.cuda.current_stream()
+    c = torch.full((problem.m, problem.n), float("nan"), dtype=torch.float16, device="cuda")
+    error = kernel.launch(
+        a.data_ptr(),
+        b.data_ptr(),
+        c.data_ptr(),
+        problem.m,
+        problem.n,
+        problem.k,
+        0,
+        stream.cuda_stream,
+    )
+    stream.synchronize()
+    assert error == 0
+    return c
+
+
 def test_the_result_is_the_same_on_every_run_and_needs_no_workspace(libraries):
     import torch
 
@@ -58,27 +97,22 @@ def test_the_result_is_the_same_on_every_run_and_needs_no_workspace(libraries):
     problem = Problem(200, 264, 3000, config.layout)
     kernel = KernelLibrary(libraries[config.name])
     assert kernel.workspace_size(problem.m, problem.n, problem.k) == 0
-    generator = torch.Generator(device="cuda").manual_seed(7)
-    a = torch.randn(problem.m, problem.k, device="cuda", generator=generator).half()
-    b = torch.randn(problem.k, problem.n, device="cuda", generator=generator).half()
+    a, b = operands(problem)
     reference = (a.double() @ b.double()).float()
-    stream = torch.cuda.current_stream()
-    outputs = []
-    for _ in range(3):
-        c = torch.full((problem.m, problem.n), float("nan"), dtype=torch.float16, device="cuda")
-        error = kernel.launch(
-            a.data_ptr(),
-            b.data_ptr(),
-            c.data_ptr(),
-            problem.m,
-            problem.n,
-            problem.k,
-            0,
-            stream.cuda_stream,
-        )
-        stream.synchronize()
-        assert error == 0
-        outputs.append(c)
+    outputs = [run(kernel, problem, a, b) for _ in range(3)]
     assert all(torch.equal(outputs[0], c) for c in outputs[1:])
     error = (outputs[0].float() - reference).norm() / reference.norm()
     assert error < 1e-3, float(error)
+
+
+@pytest.mark.parametrize("config", PUSHED, ids=lambda c: c.name)
+def test_push_gives_pulls_result_bit_for_bit(libraries, config):
+    import torch
+
+    from engine.gpu.runtime import KernelLibrary
+
+    problem = Problem(200, 264, 3000, config.layout)
+    a, b = operands(problem, seed=11)
+    pushed = run(KernelLibrary(libraries[config.name]), problem, a, b)
+    pulled = run(KernelLibrary(libraries[replace(config, reduce="pull").name]), problem, a, b)
+    assert torch.equal(pushed, pulled)

@@ -1,7 +1,13 @@
 """The longk family (Hopper cluster split-K): config space, validity, names, rendering, library,
-and an sm_90a build that runs wgmma without spills."""
+and an sm_90a build that runs wgmma without spills; the push reduction's knob, its shared-memory
+accounting, and a build whose SASS holds its bulk copies (UBLKCP)."""
 
 from __future__ import annotations
+
+import shutil
+import subprocess
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -185,3 +191,148 @@ def test_it_is_searched_only_on_long_k_shapes_with_few_output_tiles():
         "not long-K with few output tiles" in config.is_valid(Problem(4096, 4096, 4096, NN)).reason
     )
     assert not config.is_valid(Problem(512, 512, 512, NN))  # K under 2·max(M, N)
+
+
+# -- reduce="push": the partial tiles meet through bulk DSMEM copies ----------------------------
+PUSH_COPY = "cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes"
+
+
+def test_push_is_named_by_a_suffix_and_pull_keeps_its_names():
+    pull = LongKConfig(layout=NN, tile_n=64, stages=8, splits=16)
+    assert pull.reduce == "pull"
+    assert pull.name == "hgemm_longk_64x64x64_s8_nn_cluster16"
+    push = LongKConfig(layout=NN, tile_n=64, stages=8, splits=16, reduce="push")
+    assert push.name == "hgemm_longk_64x64x64_s8_nn_cluster16_push"
+    swapped = LongKConfig(layout=TN, tile_n=64, splits=8, swap=True, ctas_per_sm=1, reduce="push")
+    assert swapped.name == "hgemm_longk_64x64x64_s4_tn_cluster8_swap_occ1_push"
+    assert LongKConfig.from_knobs(push.knobs()) == push
+    assert LongKConfig.from_knobs({k: v for k, v in pull.knobs().items() if k != "reduce"}) == pull
+
+
+def test_push_stays_out_of_the_space_the_policy_is_laid_out_by():
+    assert "reduce" not in LongKConfig.SPACE
+    assert all(c.reduce == "pull" for c in LongKConfig.sample(20, layout=NN, seed=1))
+    assert "reduce=push" not in LongKConfig(layout=NN, reduce="push").features()
+
+
+@pytest.mark.parametrize(
+    ("config", "reason"),
+    [
+        (LongKConfig(layout=NN, splits=1, reduce="push"), "no peer"),
+        (LongKConfig(layout=NN, reduce="scatter"), "reduce='scatter'"),
+        (LongKConfig(layout=NN, tile_n=256, stages=8, reduce="push"), "shared memory"),
+    ],
+)
+def test_it_rejects_illegal_push_configs_with_a_reason(config, reason):
+    verdict = config.is_valid()
+    assert not verdict.ok
+    assert reason in verdict.reason
+
+
+def test_push_counts_a_receive_slot_per_peer_and_its_mbarrier():
+    # 64 rows of (64 + 8) fp32 over 12 splits: shares of 5 or 6 rows, a slot holds 6
+    config = LongKConfig(layout=NN, tile_n=64, stages=2, splits=12, reduce="push")
+    assert config.partial_tile_bytes == 64 * 72 * 4
+    assert config.receive_slot_bytes == 6 * 72 * 4
+    assert config.receive_bytes == 11 * 6 * 72 * 4
+    # the partial tile and the slots outgrow 2 stages of (64 + 64) x 64 fp16
+    assert config.smem_bytes == 1024 + 64 * 72 * 4 + 11 * 6 * 72 * 4 + (2 * 2 + 1) * 8
+    # swapped: C's rows run along the wgmma N side, 32 rows of (64 + 4) fp32, 2 a share of 16
+    swapped = LongKConfig(layout=NN, tile_n=32, splits=16, swap=True, reduce="push")
+    assert swapped.receive_bytes == 15 * 2 * 68 * 4
+    # where the pipeline is larger, push costs only its mbarrier
+    deep = LongKConfig(layout=NN, tile_n=128, stages=8, splits=8)
+    assert replace(deep, reduce="push").smem_bytes == deep.smem_bytes + 8
+    assert replace(deep, reduce="push").render().count(f"kSmemBytes == {deep.smem_bytes + 8}")
+
+
+def test_the_receive_slots_can_cost_an_occupancy_cap_its_point():
+    pull = LongKConfig(layout=NN, tile_n=256, stages=2, splits=8, ctas_per_sm=1)
+    assert pull.is_valid()  # 81 KiB: two CTAs an SM unless capped
+    push = replace(pull, reduce="push")
+    assert push.natural_ctas_per_sm() == 1
+    assert "changes nothing" in push.is_valid().reason
+
+
+def test_only_push_renders_the_bulk_copy_path():
+    pull = LongKConfig(layout=TN, tile_n=64, stages=8, splits=8).render()
+    push = LongKConfig(layout=TN, tile_n=64, stages=8, splits=8, reduce="push").render()
+    assert PUSH_COPY not in pull
+    assert "fence.proxy.async" not in pull
+    assert "map_shared_rank" in pull
+    assert PUSH_COPY in push
+    assert "fence.proxy.async.shared::cta;" in push
+    assert "mapa.shared::cluster.u32" in push
+    assert "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64" in push
+    assert "barrier.cluster.wait.acquire;" in push
+    assert "map_shared_rank" not in push  # no remote loads
+    assert "push_reduce(tile, received, split" in push
+
+
+def test_pull_renders_the_first_designs_reduction():
+    source = LongKConfig(layout=NN, tile_n=64, stages=8, splits=8).render()
+    assert source.count("cluster.sync();") == 2
+    assert "constexpr int kDataBytes = kPipelineBytes > kPartialBytes ? kPipelineBytes" in source
+    assert "constexpr int kSmemBytes = 1024 + kDataBytes + 2 * kStages * 8;" in source
+    assert "${" not in source
+
+
+def test_the_library_offers_push_for_the_h100_winners_only():
+    for layout in (NN, TN):
+        configs = library("longk", layout)
+        push = [c for c in configs if c.reduce == "push"]
+        tilings = {(c.tile_n, c.stages, c.splits, c.swap) for c in push}
+        assert tilings == {
+            (64, 8, 8, False),
+            (64, 8, 16, False),
+            (128, 8, 4, False),
+            (128, 8, 8, False),
+            (64, 12, 8, False),
+            (64, 6, 8, False),
+            (64, 4, 8, True),
+            (64, 4, 16, True),
+        }
+        names = {c.name for c in configs}
+        assert all(replace(c, reduce="pull").name in names for c in push)
+        # the pull configs come first, in their order
+        assert [c.reduce for c in configs] == ["pull"] * (len(configs) - 8) + ["push"] * 8
+
+
+def test_the_prior_keeps_to_the_measured_pull_configs():
+    from engine.codegen.library import longk_prior
+
+    for shape in ("128x128x16384", "512x256x8192", "256x128x4096"):
+        assert all(c.reduce == "pull" for c in longk_prior(Problem.parse(shape), count=8))
+
+
+@pytest.mark.nvcc
+def test_push_compiles_to_bulk_copies_without_spills(engine_config):
+    configs = [
+        LongKConfig(layout=NN, tile_n=64, stages=8, splits=12, reduce="push"),
+        LongKConfig(layout=TN, tile_n=32, stages=4, splits=16, swap=True, reduce="push"),
+    ]
+    results = comp.compile_many(
+        [c.render() for c in configs], jobs=2, archs=LongKConfig.ARCHS, config=engine_config
+    )
+    for config, result in zip(configs, results, strict=True):
+        assert result.ok, (config.name, result.error, result.log[-3000:])
+        assert not result.spills, config.name
+        assert all(r.stack_bytes == 0 for r in result.resources), config.name
+        assert "C7510" not in result.log, config.name
+        if (cuobjdump := find_cuobjdump()) is not None:
+            sass = subprocess.run(
+                [cuobjdump, "-sass", str(result.library)], capture_output=True, text=True
+            ).stdout
+            assert sass.count("UBLKCP") == config.splits - 1, config.name  # one copy a peer
+
+
+def find_cuobjdump() -> str | None:
+    """cuobjdump from PATH, else the one Triton ships."""
+    if found := shutil.which("cuobjdump"):
+        return found
+    try:
+        import triton
+    except ImportError:
+        return None
+    bundled = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    return str(bundled) if bundled.is_file() else None
