@@ -7,6 +7,8 @@ Sets of configs (``--set``, several separated by commas):
   through distributed shared memory) and the Triton family's split-K configs (the tile's last
   split reduces, one launch after a memset);
 - ``longk``: the longk family's library (Hopper cluster split-K, wgmma, TMA);
+- ``longk-push``: the push-reduction twins of its H100 winners (bulk DSMEM copies; outside the
+  searched library until measured);
 - ``sm80-cluster``: the baseline set's sm80 configs reduced inside a cluster.
 
 For each shape the set's configs valid for it are verified (the GPU step's verifier, fresh random
@@ -63,6 +65,13 @@ def longk_configs(layout: Layout) -> list[Any]:
     return list(library("longk", layout))
 
 
+def longk_push_configs(layout: Layout) -> list[Any]:
+    """The push-reduction twins of the longk winners (not in the searched library yet)."""
+    from engine.codegen.library import longk_push_library
+
+    return list(longk_push_library(layout))
+
+
 def sm80_cluster_configs(layout: Layout) -> list[Any]:
     """The sm80 family's deep split-K tiles reduced inside a cluster (the first baseline)."""
     return [c for c in baseline_configs(layout) if getattr(c, "reduction", "") == "cluster"]
@@ -71,6 +80,7 @@ def sm80_cluster_configs(layout: Layout) -> list[Any]:
 CONFIG_SETS = {
     "baseline": baseline_configs,
     "longk": longk_configs,
+    "longk-push": longk_push_configs,
     "sm80-cluster": sm80_cluster_configs,
 }
 

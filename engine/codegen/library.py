@@ -276,11 +276,12 @@ LONGK_DEEP_STAGES = (8, 12)
 LONGK_DEEP_SPLITS = (4, 8, 16)
 
 
-# The push reduction (bulk DSMEM copies, engine/codegen/longk.py), unmeasured: offered for the
-# tilings that won a shape on the second H100 call (bench/NOTES.md §30), as (tile_n, stages,
-# splits), unpadded; and for the swapped tile of the same width and splits (the library swaps at
-# 4 stages only), so that the swapped partial tile's layout is in the library too. Appended after
-# the pull configs, whose order stays as it was.
+# The push reduction (bulk DSMEM copies, engine/codegen/longk.py) for the tilings that won a
+# shape on the second H100 call (bench/NOTES.md §30), as (tile_n, stages, splits), unpadded; and
+# for the swapped tile of the same width and splits (the library swaps at 4 stages only), so that
+# the swapped partial tile's layout is covered too. Kept out of the searched library (and so out
+# of campaigns, the seed's prior and the fresh replay's frozen subset) until a GPU has verified
+# and timed it: bench/longk_bench.py --set longk-push.
 LONGK_PUSH_TILINGS = ((64, 8, 16), (128, 8, 4), (128, 8, 8), (64, 8, 8), (64, 12, 8), (64, 6, 8))
 
 
@@ -312,8 +313,16 @@ def longk_library(layout: Layout) -> list[LongKConfig]:
             LONGK_DEEP_TILES, LONGK_DEEP_SPLITS, LONGK_STAGES
         )
     ]
-    configs += [dataclasses.replace(c, reduce="push") for c in configs if takes_push(c)]
     return [c for c in configs if c.is_valid()]
+
+
+def longk_push_library(layout: Layout) -> list[LongKConfig]:
+    """The push twins of the library's pull configs that LONGK_PUSH_TILINGS names."""
+    return [
+        push
+        for c in longk_library(layout)
+        if takes_push(c) and (push := dataclasses.replace(c, reduce="push")).is_valid()
+    ]
 
 
 # The family's own picks for a problem, for proposers that seed a shape's first round with each
@@ -352,8 +361,7 @@ def longk_prior(problem: Problem, count: int = 4) -> list[LongKConfig]:
         )
 
     picks: dict[tuple[int, int, int], LongKConfig] = {}
-    # the prior rests on measured winners: the push variants, unmeasured, stay out of it
-    valid = [c for c in longk_library(problem.layout) if c.reduce == "pull" and c.is_valid(problem)]
+    valid = [c for c in longk_library(problem.layout) if c.is_valid(problem)]
     for config in sorted(valid, key=rank):
         picks.setdefault((*config.tile_mn(), config.splits), config)
     return list(picks.values())[:count]
