@@ -242,7 +242,11 @@ _FORBIDDEN_API: tuple[tuple[str, str], ...] = (
     ),
     (r"\bcublas\w*|\bcublasLt\w*|\bcudnn\w*|\bCUBLAS_\w+", "calls a vendor GEMM library"),
     (
-        r"\bdl(?:open|sym|vsym|mopen)\b|\bcudaGetDriverEntryPoint\w*|\bcuGetProcAddress\w*",
+        # resolving the TMA descriptor functions by name, as CUTLASS itself does, is allowed: a
+        # literal "cuTensorMap..." (descriptor encoding and re-pointing) and nothing else
+        r"\bdl(?:open|sym|vsym|mopen)\b"
+        r"|\bcudaGetDriverEntryPoint\w*+(?!\s*\(\s*\"cuTensorMap\w+\"\s*,)"
+        r"|\bcuGetProcAddress\w*+(?!\s*\(\s*\"cuTensorMap\w+\"\s*,)",
         "loads code or resolves symbols at run time",
     ),
     (

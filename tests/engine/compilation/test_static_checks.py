@@ -169,6 +169,14 @@ def test_includes_inside_comments_and_strings_do_not_count():
         ("fork();", "fork("),
         ("int fd = socket(2, 1, 0);", "socket("),
         ('cudaGetDriverEntryPoint("cuStreamCreate", &f, 0, &q);', "cudaGetDriverEntryPoint"),
+        (
+            "cudaGetDriverEntryPointByVersion(name, &f, 12000, 0, &q);",
+            "cudaGetDriverEntryPointByVersion",
+        ),
+        (
+            'cuGetProcAddress("cuTensorMapX" "cublasLtMatmul", &f, 12000, 0, &q);',
+            "cuGetProcAddress",
+        ),
         ("k<<<g, b, 0, 0>>>(x);", "<<<g, b, 0, 0>>>"),
         ("k<<<g, b, smem, (cudaStream_t)0>>>(x);", "<<<g, b, smem, (cudaStream_t)0>>>"),
         ("k<<<g, b, 0, cudaStreamPerThread>>>(x);", "cudaStreamPerThread"),
@@ -178,6 +186,15 @@ def test_it_flags_forbidden_apis(snippet, subject):
     result = sc.check_source(f'#include "gemmforge_abi.h"\nvoid f() {{ {snippet} }}\n')
     assert result.reason == sc.API
     assert any(f.subject == subject for f in result.findings), result.findings
+
+
+def test_it_lets_a_source_resolve_the_tma_descriptor_functions_by_name_as_cutlass_does():
+    text = (
+        '#include "gemmforge_abi.h"\n'
+        "void f() { cudaGetDriverEntryPointByVersion(\n"
+        '    "cuTensorMapReplaceAddress", &found, 12000, cudaEnableDefault, &status); }\n'
+    )
+    assert sc.check_source(text + ABI_TAIL).ok
 
 
 def test_it_does_not_mistake_thread_local_or_launches_on_the_stream_for_cheats():
