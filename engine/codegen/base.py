@@ -222,7 +222,7 @@ class KernelConfig:
         rng = seed if isinstance(seed, random.Random) else random.Random(seed)
         keys = list(cls.SPACE)
         chosen: dict[str, Self] = {}
-        for _ in range(max(1000, 200 * n)):
+        for _ in range(max(1000, 500 * n)):
             if len(chosen) >= n:
                 break
             values = {k: rng.choice(list(cls.SPACE[k])) for k in keys}

@@ -64,6 +64,20 @@ SM90_TRANSPOSED_TILES = ((16, 64, 64), (32, 64, 64), (48, 64, 64))
 # short-K wide shapes (K 64–512, 0.90–0.95× in bench/results/2026-12-05-h200-run14), for the tiles
 # that won or that cuBLASLt runs there.
 SM90_WIDE_EPILOGUE_TILES = (((128, 128, 64), "pingpong"), ((128, 256, 64), "coop"))
+# Odd tile N (96, 160; 192 outside the split-N kernel) where cuBLASLt's 64/128/256-wide tiles
+# quantise a shape into a partial wave: at 512×3168, 128×96 tiles make 4 × 33 = 132, one per SM
+# of an H100, where 128×128 make 4 × 25 = 100 (a quarter of the SMs idle, the last column of tiles
+# three-quarters full). They compile for sm_90a without spills (168 registers, NN and TN, both
+# epilogues). Appended last, so that the configs before them keep their order (spread subsets).
+SM90_ODD_N_TILES = (
+    ((128, 96, 64), "coop"),
+    ((128, 160, 64), "coop"),
+    ((128, 192, 64), "coop"),
+    ((64, 96, 64), "pingpong"),
+    ((64, 160, 64), "pingpong"),
+    ((64, 192, 64), "pingpong"),
+)
+SM90_ODD_N_CLUSTERS = ((1, 1), (2, 1))
 SM90_TRANSPOSED_SPLIT_TILE = (32, 128, 64)
 SM90_TRANSPOSED_SPLITS = (8, 16)
 
@@ -167,6 +181,8 @@ def sm90_library(layout: Layout) -> list[Sm90Config]:
         configs.append(config(tile, cluster, "pingpong", "tma"))
     for (tile, schedule), cluster in itertools.product(SM90_WIDE_EPILOGUE_TILES, SM90_CLUSTERS):
         configs.append(config(tile, cluster, schedule, "tma", epilogue_n=128))
+    for (tile, schedule), cluster in itertools.product(SM90_ODD_N_TILES, SM90_ODD_N_CLUSTERS):
+        configs.append(config(tile, cluster, schedule, "tma"))
     return [c for c in configs if c.is_valid()]
 
 

@@ -91,7 +91,7 @@ class Sm90Config(KernelConfig):
     TEMPLATE: ClassVar[str] = "sm90.cu.tmpl"
     SPACE: ClassVar[dict[str, tuple[object, ...]]] = {
         "tile_m": (16, 32, 48, 64, 128, 192, 256),
-        "tile_n": (64, 128, 176, 192, 256, 320),
+        "tile_n": (64, 96, 128, 160, 176, 192, 256, 320),
         "tile_k": (32, 64, 128),
         "cluster_m": (1, 2),
         "cluster_n": (1, 2),

@@ -1,8 +1,8 @@
 """The sm90 family's newer tiles on a real GPU pass the verifier, residues in M, N and K
 included: warpgroups split along N (cuBLASLt's 192×192 and 128×320, and 128×256; both layouts,
 TMA and direct-store epilogues, stream-K), and tiles M below 64, which run the transposed problem
-(16, 32 and 48 rows; ping-pong and cooperative stream-K split-K), and 128-column TMA epilogue
-tiles. Skipped without a GPU."""
+(16, 32 and 48 rows; ping-pong and cooperative stream-K split-K), 128-column TMA epilogue
+tiles, and odd tile N (96, 160, 192 outside the split-N kernel). Skipped without a GPU."""
 
 from __future__ import annotations
 
@@ -42,6 +42,10 @@ CONFIGS = (
     ),
     Sm90Config(layout=Layout.NN, tile_n=128, cluster_m=2, schedule="pingpong", epilogue_n=128),
     Sm90Config(layout=Layout.TN, tile_n=256, cluster_m=2, epilogue_n=128),
+    Sm90Config(layout=Layout.NN, tile_n=96, cluster_m=2),
+    Sm90Config(layout=Layout.TN, tile_n=160, epilogue="nosmem"),
+    Sm90Config(layout=Layout.NN, tile_m=64, tile_n=160, schedule="pingpong"),
+    Sm90Config(layout=Layout.TN, tile_m=64, tile_n=192, cluster_m=2, schedule="pingpong"),
 )
 SHAPES = ((1000, 1160, 520), (4096, 3072, 512))  # the first leaves a residue on every side
 

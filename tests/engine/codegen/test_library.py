@@ -41,6 +41,30 @@ def test_the_sm90_library_covers_both_schedules_clusters_and_stream_k():
     assert {c.epilogue for c in configs} == {"tma", "nosmem"}
 
 
+def test_the_sm90_library_offers_odd_tile_n_on_both_schedules():
+    for layout in Layout:
+        configs = library("sm90", layout)
+        odd = {(c.tile_m, c.tile_n, c.schedule) for c in configs if c.tile_n in (96, 160, 192)}
+        assert {(128, 96, "coop"), (128, 160, "coop"), (128, 192, "coop")} <= odd
+        assert {(64, 96, "pingpong"), (64, 160, "pingpong"), (64, 192, "pingpong")} <= odd
+
+
+@pytest.mark.nvcc
+def test_odd_tile_n_builds_without_spills(engine_config):
+    from engine.compilation.compile import compile_many
+
+    configs = [
+        Sm90Config(layout=Layout.NN, tile_n=96, cluster_m=2),
+        Sm90Config(layout=Layout.TN, tile_m=64, tile_n=160, schedule="pingpong"),
+    ]
+    results = compile_many(
+        [c.render() for c in configs], jobs=2, archs=Sm90Config.ARCHS, config=engine_config
+    )
+    for config, result in zip(configs, results, strict=True):
+        assert result.ok, (config.name, result.error)
+        assert not result.spills, config.name
+
+
 # Families whose host launcher changed on purpose after the grid64 finals (sm90: new buffers
 # re-point the TMA descriptors instead of encoding them again). Their device code is the same, but
 # a verdict covers the host code too, so their kernels are re-keyed and sanitized again.

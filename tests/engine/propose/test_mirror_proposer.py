@@ -290,7 +290,11 @@ def test_the_exact_mirrors_copy_tile_cluster_stages_and_split_k_in_both_schedule
     assert [c.name for c in exact_mirrors(PROBLEM, [lt_kernel(tile_n=176)])] == [
         "hgemm_sm90_128x176x64_c2x1x1_sauto_nn_coop_epitma_persistent_rheuristic_sw1"
     ]  # cuBLASLt-autotune's pick on 12288x12288x1024 and 4096x12288x8192 (2026-12-05, H200)
-    assert exact_mirrors(PROBLEM, [lt_kernel(tile_n=96)]) == []  # no such tile in the family
+    assert [c.name for c in exact_mirrors(PROBLEM, [lt_kernel(tile_n=96)])] == [
+        "hgemm_sm90_128x96x64_c2x1x1_sauto_nn_coop_epitma_persistent_rheuristic_sw1",
+        "hgemm_sm90_128x96x64_c2x1x1_sauto_nn_pingpong_epitma_persistent_rheuristic_sw1",
+    ]  # an odd tile N both schedules take
+    assert exact_mirrors(PROBLEM, [lt_kernel(tile_n=112)]) == []  # no such tile in the family
     # cuBLASLt-autotune's pick on 16384x12288x512 (2026-12-05, H200): only warpgroups split
     # along N take it
     assert [c.name for c in exact_mirrors(PROBLEM, [lt_kernel(192, 192, cluster=(1, 2))])] == [
