@@ -7,9 +7,6 @@ does."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import zipfile
 from dataclasses import replace
 from pathlib import Path
@@ -32,6 +29,7 @@ from engine.publish.bundle import (
     unpack,
 )
 from engine.timing.cublaslt_kernels import CONFIG_ATTRIBUTES
+from tests.engine.publish.bundle_process import run_in_bundle
 from tests.engine.publish.test_bundle_kinds import record
 
 H200 = {"gpu_name": "NVIDIA H200", "cublaslt_version": "130100"}  # spread: 2 % (device)
@@ -166,28 +164,8 @@ def root(tmp_path_factory) -> Path:
     return unpack(tmp / "b.zip", tmp / "unpacked")
 
 
-def run(code: str, root: Path) -> str:
-    env = {**os.environ, "PYTHONPATH": str(root)}
-    env.pop("DJANGO_SETTINGS_MODULE", None)
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "import torch, gemmforge_bundle\nfrom gemmforge_bundle import _ops\n" + code,
-        ],
-        cwd=root,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stdout
-
-
 def test_the_runtime_dispatches_each_m_to_its_kernel_or_pinned_algorithm(root):
-    out = run(
+    out = run_in_bundle(
         "for m in (16, 128, 1024, 2000):\n"
         "    b = _ops.bucket_for(m, 4096, 4096, 'tn')\n"
         "    print(m, b and b.kind, b.algo[0] if b and b.algo else None)\n",
@@ -202,7 +180,7 @@ def test_the_runtime_dispatches_each_m_to_its_kernel_or_pinned_algorithm(root):
 
 
 def test_a_pinned_algorithm_is_not_used_on_another_gpu_or_cublaslt_version(root):
-    out = run(
+    out = run_in_bundle(
         "print(_ops.pinned_on())\n"
         "pin = ('NVIDIA H200', 130100)\n"
         "print(_ops.lt_mismatch(pin, 'NVIDIA H200', 130100))\n"
@@ -222,7 +200,7 @@ def test_a_pinned_algorithm_is_not_used_on_another_gpu_or_cublaslt_version(root)
 
 def test_an_unbuilt_shim_falls_back_with_one_warning(root):
     # a test double for the device (an H200, sm_90); the shim is not built on this machine
-    out = run(
+    out = run_in_bundle(
         "import warnings\n"
         "_ops._capability = lambda device: (9, 0)\n"
         "_ops._driver_version = lambda: None\n"
@@ -239,7 +217,8 @@ def test_an_unbuilt_shim_falls_back_with_one_warning(root):
 
 def test_a_format_2_manifest_reads_as_kernels_only(root, tmp_path):
     entries = [{"m": 16, "m_lo": 1, "m_hi": 31, "n": 64, "k": 64, "layout": "nn", "name": "x"}]
-    out = run(f"print(_ops.bucket_table({json.dumps(entries)})[(64, 64, 'nn')][0].kind)", root)
+    code = f"print(_ops.bucket_table({json.dumps(entries)})[(64, 64, 'nn')][0].kind)"
+    out = run_in_bundle(code, root)
     assert out.strip() == "kernel"
 
 

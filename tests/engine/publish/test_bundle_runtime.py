@@ -5,15 +5,13 @@ driver guard, fallbacks, autograd. The CUDA side is exercised by the gpu-marked 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from engine.problem import Problem
 from engine.publish.bundle import BundleKernel, unpack, write_bundle
+from tests.engine.publish.bundle_process import run_in_bundle
 
 
 def kernel(shape: str, layout: str, name: str, archs: tuple[str, ...], lo: int, hi: int):
@@ -42,26 +40,6 @@ def root(tmp_path_factory) -> Path:
     return unpack(out, tmp / "unpacked")
 
 
-def run(code: str, root: Path) -> str:
-    env = {**os.environ, "PYTHONPATH": str(root)}
-    env.pop("DJANGO_SETTINGS_MODULE", None)
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "import torch, gemmforge_bundle\nfrom gemmforge_bundle import _ops\n" + code,
-        ],
-        cwd=root,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stdout
-
-
 def test_the_manifest_carries_each_kernels_m_range(root):
     manifest = json.loads((root / "gemmforge_bundle" / "kernels.json").read_text())
     assert [(e["m"], e["m_lo"], e["m_hi"]) for e in manifest["kernels"]] == [
@@ -73,7 +51,7 @@ def test_the_manifest_carries_each_kernels_m_range(root):
 
 
 def test_every_m_in_a_range_dispatches_to_its_kernel_and_others_fall_back(root):
-    out = run(
+    out = run_in_bundle(
         "for m in (1, 45, 46, 362, 363, 4096, 4097, 0):\n"
         "    print(m, _ops.kernel_for(m, 4096, 4096, 'tn'))\n"
         "print('nn', _ops.kernel_for(16, 4096, 4096, 'nn'))\n"
@@ -108,11 +86,12 @@ def test_every_m_in_a_range_dispatches_to_its_kernel_and_others_fall_back(root):
     ],
 )
 def test_a_cubin_runs_only_where_its_arch_is_binary_compatible(root, arch, capability, runs):
-    assert run(f"print(_ops.arch_runs({arch!r}, {capability!r}))", root).strip() == str(runs)
+    out = run_in_bundle(f"print(_ops.arch_runs({arch!r}, {capability!r}))", root)
+    assert out.strip() == str(runs)
 
 
 def test_a_driver_older_than_the_build_is_a_reason_to_fall_back(root):
-    out = run(
+    out = run_in_bundle(
         "print(_ops.cannot_run(('sm_90a',), (9, 0), 12020, 12040))\n"
         "print(_ops.cannot_run(('sm_90a',), (9, 0), 13000, 12040))\n"
         "print(_ops.cannot_run(('sm_90a',), (9, 0), None, None))\n",
@@ -128,7 +107,7 @@ def test_a_driver_older_than_the_build_is_a_reason_to_fall_back(root):
 def test_a_gpu_of_another_arch_falls_back_with_exactly_one_warning(root):
     # a test double for the device: an sm_80 GPU; the sm_90a kernels must not be tried, the
     # sm_80 one is (and is not built here, which is the second reason, still no second warning)
-    out = run(
+    out = run_in_bundle(
         "import warnings\n"
         "_ops._capability = lambda device: (8, 0)\n"
         "_ops._driver_version = lambda: None\n"
@@ -147,7 +126,7 @@ def test_a_gpu_of_another_arch_falls_back_with_exactly_one_warning(root):
 
 
 def test_operands_no_kernel_takes_have_no_kernel_form(root):
-    out = run(
+    out = run_in_bundle(
         "h = torch.float16\n"
         "a, b = torch.randn(16, 64).to(h), torch.randn(64, 32).to(h)\n"
         "w = torch.randn(32, 64).to(h)\n"
@@ -180,7 +159,7 @@ def test_operands_no_kernel_takes_have_no_kernel_form(root):
 
 @pytest.mark.slow
 def test_fallbacks_give_torch_matmuls_result_for_any_dtype_and_layout(root):
-    out = run(
+    out = run_in_bundle(
         "torch.manual_seed(0)\n"
         "for dt in (torch.float16, torch.bfloat16, torch.float32):\n"
         "    a, b = torch.randn(16, 64, dtype=dt), torch.randn(64, 32, dtype=dt)\n"
@@ -198,7 +177,7 @@ def test_fallbacks_give_torch_matmuls_result_for_any_dtype_and_layout(root):
 
 @pytest.mark.slow
 def test_gradients_through_the_ops_equal_torch_matmuls_and_pass_gradcheck(root):
-    out = run(
+    out = run_in_bundle(
         "from torch.autograd import gradcheck\n"
         "torch.manual_seed(0)\n"
         "d = torch.float64\n"
