@@ -5,7 +5,7 @@
 # /tmp/site; stack_run.py unpacks .deb/*.deb with dpkg -x when no redis-server is on PATH.
 #   usage: bash bench/device/stack_wheels.sh
 # The device already has numpy, filelock, Pygments, requests, psutil, nvidia-ml-py, click,
-# python-dateutil, packaging and PyYAML, so those are left out.
+# python-dateutil, packaging, PyYAML and pytest, so those are left out.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PY=${PY:-.venv/bin/python}
@@ -40,7 +40,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 device = {"numpy", "filelock", "pygments", "requests", "psutil", "nvidia-ml-py",
-          "python-dateutil", "packaging", "pyyaml", "torch", "typing-extensions"}  # torch's own
+          "python-dateutil", "packaging", "pyyaml", "torch", "typing-extensions", "pytest"}  # pytest: the GPU tests
 env = {"python_version": "3.12", "python_full_version": "3.12.3", "sys_platform": "linux",
        "platform_system": "Linux", "platform_machine": "x86_64", "os_name": "posix",
        "implementation_name": "cpython", "platform_python_implementation": "CPython"}
