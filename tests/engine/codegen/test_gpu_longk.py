@@ -2,7 +2,8 @@
 16 to 256 wide, 1 to 16 splits, 2 to 12 stages, one CTA an SM or more, either reduction (pull
 through DSMEM loads, push through bulk DSMEM copies), pass the verifier (fresh random inputs
 against an fp32 reference) on shapes with M, N and K residues, need no workspace, and give the
-same result on every run (the splits are summed in a fixed order); push gives pull's result bit
+same result on every run (the splits are summed in a fixed order), also when the buffers move
+between calls (the launcher re-points the tensor maps it keeps); push gives pull's result bit
 for bit (the same sums in the same order). Skipped without a GPU."""
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import pytest
 from engine.codegen import LongKConfig
 from engine.problem import Layout, Problem
 from engine.verify.verifier import verify
+from tests.engine.codegen.moved_buffers import assert_each_call_writes_its_own_product
 
 pytestmark = [pytest.mark.gpu, pytest.mark.nvcc]
 
@@ -116,3 +118,12 @@ def test_push_gives_pulls_result_bit_for_bit(libraries, config):
     pushed = run(KernelLibrary(libraries[config.name]), problem, a, b)
     pulled = run(KernelLibrary(libraries[replace(config, reduce="pull").name]), problem, a, b)
     assert torch.equal(pushed, pulled)
+
+
+@pytest.mark.parametrize("config", [CONFIGS[0], CONFIGS[7], CONFIGS[9]], ids=lambda c: c.name)
+def test_each_call_on_moved_buffers_writes_its_own_product(libraries, config):
+    big = Problem(128, 256, 2048, config.layout)
+    small = Problem(72, 136, 1000, config.layout)
+    for problem in (big, small):
+        assert config.is_valid(problem), (problem, config.is_valid(problem).reason)
+    assert_each_call_writes_its_own_product(libraries[config.name], big, small)

@@ -10,6 +10,7 @@ import pytest
 from engine.codegen import Sm90Config
 from engine.codegen.library import library
 from engine.problem import Layout, Problem
+from tests.engine.codegen.moved_buffers import assert_each_call_writes_its_own_product
 
 pytestmark = [pytest.mark.gpu, pytest.mark.nvcc]
 
@@ -49,51 +50,10 @@ def libraries() -> dict[str, str]:
     return {c.name: b.library for c, b in zip(chosen, built, strict=True)}
 
 
-def operands(problem: Problem, seed: int):
-    import torch
-
-    generator = torch.Generator(device="cuda").manual_seed(seed)
-    a = torch.randn(problem.m, problem.k, device="cuda", generator=generator).half()
-    b = torch.randn(problem.k, problem.n, device="cuda", generator=generator).half()
-    stored_b = b if problem.layout is Layout.NN else b.t().contiguous()
-    c = torch.full((problem.m, problem.n), float("nan"), dtype=torch.float16, device="cuda")
-    return a, b, stored_b, c
-
-
 @pytest.mark.parametrize("config", configs(), ids=lambda c: c.name)
 def test_each_call_on_moved_buffers_writes_its_own_product(libraries, config):
-    import torch
-
-    from engine.gpu.runtime import KernelLibrary
-
-    kernel = KernelLibrary(libraries[config.name])
-    stream = torch.cuda.current_stream()
     big = Problem(384, 512, 1024, config.layout)
     small = Problem(136, 256, 520, config.layout)
     for problem in (big, small):
         assert config.is_valid(problem), (problem, config.is_valid(problem).reason)
-    sets = {p: [operands(p, seed) for seed in range(3)] for p in (big, small)}
-    # rotate, return to an earlier set, change the problem and come back
-    order = [(big, 0), (big, 1), (big, 2), (big, 0), (small, 1), (big, 1), (big, 1), (small, 2)]
-    for problem, index in order:
-        a, b, stored_b, c = sets[problem][index]
-        c.fill_(float("nan"))
-        workspace = torch.zeros(
-            max(kernel.workspace_size(problem.m, problem.n, problem.k), 1),
-            dtype=torch.uint8,
-            device="cuda",
-        )
-        error = kernel.launch(
-            a.data_ptr(),
-            stored_b.data_ptr(),
-            c.data_ptr(),
-            problem.m,
-            problem.n,
-            problem.k,
-            workspace.data_ptr(),
-            stream.cuda_stream,
-        )
-        stream.synchronize()
-        assert error == 0, (problem, index, error)
-        reference = (a.float() @ b.float()).half()
-        torch.testing.assert_close(c, reference, atol=0.06, rtol=0.02, msg=f"{problem} set {index}")
+    assert_each_call_writes_its_own_product(libraries[config.name], big, small)
