@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 from functools import cached_property
 
 from django.conf import settings
-from django.db.models import QuerySet
+from django.db.models import BooleanField, ExpressionWrapper, Q, QuerySet
 from django.utils import timezone
 
 from webapp.workers.models import WorkerHeartbeat
@@ -19,10 +19,16 @@ def online_since(*, within_s: int | None = None) -> datetime:
     return timezone.now() - timedelta(seconds=window)
 
 
+def is_online(since: datetime) -> Q:
+    """The one rule: a worker is online when its last heartbeat came after ``since`` and it did
+    not announce a shutdown."""
+    return Q(last_seen__gte=since, stopped__isnull=True)
+
+
 def workers_online(*, within_s: int | None = None) -> QuerySet[WorkerHeartbeat]:
     """Workers whose last heartbeat is recent and that did not announce a shutdown."""
     return WorkerHeartbeat.objects.filter(
-        last_seen__gte=online_since(within_s=within_s), stopped__isnull=True
+        is_online(online_since(within_s=within_s))
     ).select_related("gpu_environment")
 
 
@@ -56,10 +62,9 @@ class Heartbeats:
 
 def heartbeats_read(*, within_s: int | None = None) -> Heartbeats:
     """All heartbeats in one query, split as workers_online splits them."""
-    since = online_since(within_s=within_s)
+    rule = ExpressionWrapper(is_online(online_since(within_s=within_s)), BooleanField())
     online: list[WorkerHeartbeat] = []
     offline: list[WorkerHeartbeat] = []
-    for worker in WorkerHeartbeat.objects.select_related("gpu_environment"):
-        is_online = worker.last_seen >= since and worker.stopped is None
-        (online if is_online else offline).append(worker)
+    for worker in WorkerHeartbeat.objects.select_related("gpu_environment").annotate(online=rule):
+        (online if worker.online else offline).append(worker)
     return Heartbeats(tuple(online), tuple(offline))
