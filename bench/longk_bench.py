@@ -9,6 +9,8 @@ Sets of configs (``--set``, several separated by commas):
 - ``longk``: the longk family's library (Hopper cluster split-K, wgmma, TMA);
 - ``longk-push``: the push-reduction twins of its H100 winners (bulk DSMEM copies; outside the
   searched library until measured);
+- ``longk-prefetch``: the same winners, pull and push, asking for the rest of each K slice
+  into L2 once their pipeline is full (outside the searched library until measured);
 - ``sm80-cluster``: the baseline set's sm80 configs reduced inside a cluster.
 
 For each shape the set's configs valid for it are verified (the GPU step's verifier, fresh random
@@ -72,6 +74,13 @@ def longk_push_configs(layout: Layout) -> list[Any]:
     return list(longk_push_library(layout))
 
 
+def longk_prefetch_configs(layout: Layout) -> list[Any]:
+    """The L2-prefetching twins of the longk winners, pull and push (not searched yet)."""
+    from engine.codegen.library import longk_prefetch_library
+
+    return list(longk_prefetch_library(layout))
+
+
 def sm80_cluster_configs(layout: Layout) -> list[Any]:
     """The sm80 family's deep split-K tiles reduced inside a cluster (the first baseline)."""
     return [c for c in baseline_configs(layout) if getattr(c, "reduction", "") == "cluster"]
@@ -81,6 +90,7 @@ CONFIG_SETS = {
     "baseline": baseline_configs,
     "longk": longk_configs,
     "longk-push": longk_push_configs,
+    "longk-prefetch": longk_prefetch_configs,
     "sm80-cluster": sm80_cluster_configs,
 }
 

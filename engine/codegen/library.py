@@ -341,6 +341,18 @@ def longk_push_library(layout: Layout) -> list[LongKConfig]:
     ]
 
 
+def longk_prefetch_library(layout: Layout) -> list[LongKConfig]:
+    """The L2-prefetching twins (``prefetch=True``) of the pull configs LONGK_PUSH_TILINGS names
+    and of their push twins: as push, outside the searched library until a GPU has timed them
+    (bench/longk_bench.py --set longk-prefetch)."""
+    pulled = [c for c in longk_library(layout) if takes_push(c)]
+    return [
+        prefetching
+        for c in [*pulled, *longk_push_library(layout)]
+        if (prefetching := dataclasses.replace(c, prefetch=True)).is_valid()
+    ]
+
+
 # The family's own picks for a problem, for proposers that seed a shape's first round with each
 # family's prior (as Inductor's heuristic configs are Triton's). From the first H100 run
 # (bench/results/2026-12-06-h100-longk): the fastest config of each of the six shapes had

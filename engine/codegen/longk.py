@@ -29,6 +29,11 @@ by SPACE and the shipped policy is recognised by that layout, so a value added t
 it until it is retrained; the library offers push variants of the measured winners instead, and
 sampling and enumeration keep to pull.
 
+``prefetch`` (outside SPACE for the same reason): once the pipeline's first ``stages`` loads are
+out, the producer asks for the rest of its K slice into L2 (``cp.async.bulk.prefetch.tensor``),
+so that the slice's DRAM requests are all in flight from the start and a stage that comes free
+refills from L2, not from DRAM a round trip later.
+
 Hand-written CUDA with inline PTX (mbarrier, cp.async.bulk.tensor, wgmma), not CUTLASS's
 collective builder: the builder's kernels reduce split-K through a workspace (stream-K's
 fixup) and cannot end a mainloop in a cluster-wide DSMEM reduction, and a raw kernel keeps the
@@ -93,6 +98,35 @@ PUSH_INIT = """\
     // the bytes are expected before any peer can send (the sends follow a cluster barrier)
     mbar_expect_tx(received, uint32_t((kSplits - 1) * share_rows(split) * kRowBytes));
 """
+PREFETCH_FUNCTIONS = """\
+// prefetch=True: once the pipeline's first kStages loads are out, the producer asks for the rest
+// of its K slice into L2 (cp.async.bulk.prefetch.tensor), so that every DRAM request of the slice
+// is in flight from the start instead of a round trip later, as stages come free.
+__device__ __forceinline__ void tma_prefetch_l2(const CUtensorMap* map, int c0, int c1) {
+  asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, %2}];" ::"l"(
+                   reinterpret_cast<uint64_t>(map)),
+               "r"(c0), "r"(c1)
+               : "memory");
+}
+template <bool kKMajor, int kExtent, int kWidth>
+__device__ __forceinline__ void prefetch_operand(const CUtensorMap* map, int row0, int kt) {
+  if constexpr (kKMajor) {
+    tma_prefetch_l2(map, kt * kTileK, row0);
+  } else {
+#pragma unroll
+    for (int c = 0; c < kExtent / kWidth; ++c) tma_prefetch_l2(map, row0 + c * kWidth, kt * kTileK);
+  }
+}
+
+"""
+PREFETCH_L2 = """\
+        if (i == kStages - 1) {  // the pipeline is full: the rest of the slice into L2
+          for (int j = kStages; j < k_tiles; ++j) {
+            prefetch_operand<kPKMajor, kTileP, kPWidth>(&map_p, p0, kt_begin + j);
+            prefetch_operand<kQKMajor, kTileQ, kQWidth>(&map_q, q0, kt_begin + j);
+          }
+        }
+"""
 PUSH_REDUCTION = """\
   push_reduce(tile, received, split, kSwap ? q0 : p0, kSwap ? p0 : q0, p);
 """
@@ -147,6 +181,7 @@ class LongKConfig(KernelConfig):
     swap: bool = False
     ctas_per_sm: int = 0
     reduce: str = "pull"
+    prefetch: bool = False
 
     @classmethod
     def archs_for(cls, target: str | None = None) -> tuple[str, ...]:
@@ -249,9 +284,10 @@ class LongKConfig(KernelConfig):
         swap = "_swap" if self.swap else ""
         occupancy = f"_occ{self.ctas_per_sm}" if self.ctas_per_sm else ""
         push = "_push" if self.push else ""  # pull, the first design, keeps its names
+        prefetch = "_pf" if self.prefetch else ""
         return (
             f"hgemm_longk_{tm}x{tn}x{TILE_K}_s{self.stages}_{self.layout.value}"
-            f"_cluster{self.splits}{swap}{occupancy}{push}"
+            f"_cluster{self.splits}{swap}{occupancy}{push}{prefetch}"
         )
 
     def substitutions(self) -> dict[str, str]:
@@ -275,6 +311,9 @@ class LongKConfig(KernelConfig):
             "swap_desc": swap_desc,
             "wgmma_code": wgmma_code(self.tile_n, p_k_major, q_k_major),
             **self.reduction_substitutions(),
+            # empty without prefetch: the sources, hence the build cache keys, stay as they were
+            "prefetch_functions": PREFETCH_FUNCTIONS if self.prefetch else "",
+            "prefetch_l2": PREFETCH_L2 if self.prefetch else "",
         }
 
     def reduction_substitutions(self) -> dict[str, str]:

@@ -1,10 +1,11 @@
 """The longk family (Hopper cluster split-K) on a real GPU: both layouts, swapped and not, tiles
 16 to 256 wide, 1 to 16 splits, 2 to 12 stages, one CTA an SM or more, either reduction (pull
-through DSMEM loads, push through bulk DSMEM copies), pass the verifier (fresh random inputs
-against an fp32 reference) on shapes with M, N and K residues, need no workspace, and give the
-same result on every run (the splits are summed in a fixed order), also when the buffers move
-between calls (the launcher re-points the tensor maps it keeps); push gives pull's result bit
-for bit (the same sums in the same order). Skipped without a GPU."""
+through DSMEM loads, push through bulk DSMEM copies), with or without an L2 prefetch, pass the
+verifier (fresh random inputs against an fp32 reference) on shapes with M, N and K residues,
+need no workspace, and give the same result on every run (the splits are summed in a fixed
+order), also when the buffers move between calls (the launcher re-points the tensor maps it
+keeps); push gives pull's result bit for bit (the same sums in the same order). Skipped without
+a GPU."""
 
 from __future__ import annotations
 
@@ -31,6 +32,8 @@ CONFIGS = (
     # push: shares of 5 or 6 rows (64 over 12); a swapped tile, 16 CTAs, 15 slots of 2 rows
     LongKConfig(layout=Layout.NN, tile_n=64, stages=8, splits=12, reduce="push"),
     LongKConfig(layout=Layout.TN, tile_n=32, stages=4, splits=16, swap=True, reduce="push"),
+    # the rest of each K slice prefetched into L2 (8 of 47 K tiles a CTA on 40x72x1096 and less)
+    LongKConfig(layout=Layout.NN, tile_n=64, stages=8, splits=8, reduce="push", prefetch=True),
 )
 PUSHED = tuple(c for c in CONFIGS if c.reduce == "push")
 # the long-K shapes, and residues in M, N and K against every tile

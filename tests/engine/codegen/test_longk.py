@@ -13,6 +13,7 @@ import pytest
 
 from engine.codegen import FAMILIES, LongKConfig, get_family
 from engine.codegen.library import library
+from engine.codegen.longk import PREFETCH_FUNCTIONS, PREFETCH_L2
 from engine.compilation import compile as comp
 from engine.problem import Layout, Problem
 
@@ -299,6 +300,37 @@ def test_push_twins_are_offered_for_the_h100_winners_only_and_stay_out_of_the_se
         assert all(c.reduce == "push" and replace(c, reduce="pull").name in names for c in push)
 
 
+def test_prefetch_is_named_by_a_suffix_and_leaves_other_sources_as_they_were():
+    pull = LongKConfig(layout=NN, tile_n=64, stages=8, splits=16)
+    prefetching = replace(pull, prefetch=True)
+    assert prefetching.name == "hgemm_longk_64x64x64_s8_nn_cluster16_pf"
+    assert replace(pull, reduce="push", prefetch=True).name.endswith("_push_pf")
+    assert LongKConfig.from_knobs(prefetching.knobs()) == prefetching
+    assert "prefetch=" not in " ".join(prefetching.features())
+    source = prefetching.render()
+    assert "cp.async.bulk.prefetch.tensor.2d.L2.global.tile" in source
+    assert "if (i == kStages - 1)" in source
+    assert "${" not in source
+    # without the knob, not a byte of it: the pull and push sources keep their cache keys
+    assert "bulk.prefetch" not in pull.render()
+    without = source.replace(PREFETCH_FUNCTIONS, "").replace(PREFETCH_L2, "")
+    assert without.replace(prefetching.name, pull.name) == pull.render()
+
+
+def test_prefetch_twins_are_offered_for_the_push_tilings_and_stay_out_of_the_search():
+    from engine.codegen.library import longk_prefetch_library, longk_push_library
+
+    for layout in (NN, TN):
+        searched = library("longk", layout)
+        assert not any(c.prefetch for c in searched)
+        twins = longk_prefetch_library(layout)
+        assert all(c.prefetch and c.is_valid() for c in twins)
+        plain = {replace(c, prefetch=False).name for c in twins}
+        assert plain == {c.name for c in longk_push_library(layout)} | {
+            replace(c, reduce="pull").name for c in longk_push_library(layout)
+        }
+
+
 def test_the_prior_keeps_to_the_measured_pull_configs():
     from engine.codegen.library import longk_prior
 
@@ -311,6 +343,7 @@ def test_push_compiles_to_bulk_copies_without_spills(engine_config):
     configs = [
         LongKConfig(layout=NN, tile_n=64, stages=8, splits=12, reduce="push"),
         LongKConfig(layout=TN, tile_n=32, stages=4, splits=16, swap=True, reduce="push"),
+        LongKConfig(layout=NN, tile_n=64, stages=8, splits=8, reduce="push", prefetch=True),
     ]
     results = comp.compile_many(
         [c.render() for c in configs], jobs=2, archs=LongKConfig.ARCHS, config=engine_config
@@ -325,6 +358,7 @@ def test_push_compiles_to_bulk_copies_without_spills(engine_config):
                 [cuobjdump, "-sass", str(result.library)], capture_output=True, text=True
             ).stdout
             assert sass.count("UBLKCP") == config.splits - 1, config.name  # one copy a peer
+            assert ("UTMAPF.L2.2D" in sass) == config.prefetch, config.name  # L2 prefetch
 
 
 def find_cuobjdump() -> str | None:
