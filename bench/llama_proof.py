@@ -58,10 +58,14 @@ def log(msg: str) -> None:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="bench/llama_proof.py")
+    parser.add_argument("--zip", type=Path, help="a bundle (python -m engine bundle)")
+    parser.add_argument("--out", type=Path)
     parser.add_argument(
-        "--zip", type=Path, required=True, help="a bundle (python -m engine bundle)"
+        "--print-shapes",
+        action="store_true",
+        help="print the projections' MxNxK at each M (comma-separated, TN: nn.Linear's weight) "
+        "for `engine optimize --shapes`, and stop",
     )
-    parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--ms", default="1,16,128,1024,4096", help="comma-separated Ms (tokens)")
     parser.add_argument("--hidden", type=int, default=4096)
     parser.add_argument("--intermediate", type=int, default=14336)
@@ -76,6 +80,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--jobs", type=int, default=16, help="nvcc jobs for the bundle's build")
     parser.add_argument("--timeout", type=int, default=480, help="seconds for the build")
     args = parser.parse_args(argv)
+    if not args.print_shapes and (args.zip is None or args.out is None):
+        parser.error("--zip and --out are needed (unless --print-shapes)")
     unknown = set(sides_of(args)) - set(SIDES)
     if unknown or "torch" not in sides_of(args) or "bundle" not in sides_of(args):
         parser.error(f"--sides: torch and bundle, and any of {SIDES}; not {sorted(unknown)}")
@@ -450,8 +456,21 @@ def measure(
     return report
 
 
+def campaign_shapes(args: argparse.Namespace) -> str:
+    """The problems a campaign for this proof searches: every projection at every M."""
+    shapes = [
+        f"{m}x{p.n}x{p.k}"
+        for m in (int(m) for m in args.ms.split(","))
+        for p in projections(args.hidden, args.intermediate, args.heads, args.kv_heads)
+    ]
+    return ",".join(shapes)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.print_shapes:
+        print(campaign_shapes(args))
+        return 0
     args.out.mkdir(parents=True, exist_ok=True)
     sys.path.insert(0, str(REPO / "bench"))
     from bundle_overhead import unpack_and_build

@@ -15,7 +15,7 @@ if ls .whl/*.whl >/dev/null 2>&1; then
   export PYTHONPATH=/tmp/site
 fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
-if [[ $stage == library* || $stage =~ ^(smoke|checks|stack|bundle|resume|grid64|profile|splitk|raster|reduction|tiles|cublaslt|interference|warm|triton|fresh|replay-fresh|offline|evenk|longk|longk-profile|throughput)$ ]]; then
+if [[ $stage == library* || $stage =~ ^(smoke|checks|stack|bundle|resume|grid64|profile|splitk|raster|reduction|tiles|cublaslt|interference|warm|triton|fresh|replay-fresh|offline|evenk|longk|longk-profile|throughput|llama)$ ]]; then
   # inside the checkout (ignored): kept between calls while the lent machine stays warm
   export ENGINE_CACHE_DIR=$PWD/.cache/device
   mkdir -p "$ENGINE_CACHE_DIR/kernels"
@@ -528,7 +528,21 @@ if [[ $stage == llama ]]; then  # the user's proof (bench/llama_proof.py): a bun
   # torch.matmul, TunableOp and torch.compile max-autotune on a Llama layer's projections and
   # MLP block, eager and CUDA-graph, device and host time; the bundle is LLAMA_BUNDLE (a zip),
   # else written from LLAMA_DB (a campaign's SQLite with its finals beside it; default the
-  # recorded H200 grid64 campaign), campaign LLAMA_CAMPAIGN or the database's latest
+  # recorded H200 grid64 campaign), campaign LLAMA_CAMPAIGN or the database's latest.
+  # LLAMA_CAMPAIGN_BUDGET=N: first a campaign of N candidates a problem on the proof's own
+  # projections at each M (TN, library space, default proposers, finals with cuBLASLt's pinned
+  # algorithms), its database in the device cache (a call cut by LLAMA_CAMPAIGN_SECONDS resumes
+  # it on a warm machine), and the bundle from it
+  if [[ -n ${LLAMA_CAMPAIGN_BUDGET:-} ]]; then
+    llama_db=$ENGINE_CACHE_DIR/llama-campaign.sqlite
+    timeout -k 20 -s INT "${LLAMA_CAMPAIGN_SECONDS:-420}" python3 -m engine optimize \
+      --shapes "$(python3 bench/llama_proof.py --print-shapes "$@")" --layout tn \
+      --budget "$LLAMA_CAMPAIGN_BUDGET" --space library --name llama --db "$llama_db" \
+      --out "$OUT/llama-campaign.json" >"$OUT/llama-campaign.log" 2>&1 || status=1
+    tail -16 "$OUT/llama-campaign.log"
+    cp "$llama_db" "$OUT/llama-campaign.sqlite"
+    LLAMA_DB=${LLAMA_DB:-$llama_db} LLAMA_CAMPAIGN=${LLAMA_CAMPAIGN:-llama}
+  fi
   zip=${LLAMA_BUNDLE:-$OUT/llama-bundle.zip}
   if [[ -z ${LLAMA_BUNDLE:-} ]]; then
     python3 - "${LLAMA_DB:-bench/results/grid64/campaign.sqlite}" "${LLAMA_CAMPAIGN:-}" "$zip" \

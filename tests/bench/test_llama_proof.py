@@ -76,6 +76,23 @@ def test_a_llama_layer_has_four_projection_shapes(proof):
     ]
 
 
+def test_it_prints_every_projection_at_every_m_for_a_campaign_without_a_bundle(proof, capsys):
+    assert proof.main(["--print-shapes", "--ms", "1,128"]) == 0
+    shapes = capsys.readouterr().out.strip().split(",")
+    assert shapes == [
+        "1x4096x4096",
+        "1x1024x4096",
+        "1x14336x4096",
+        "1x4096x14336",
+        "128x4096x4096",
+        "128x1024x4096",
+        "128x14336x4096",
+        "128x4096x14336",
+    ]
+    with pytest.raises(SystemExit):
+        proof.parse_args(["--ms", "1"])  # a measurement needs its bundle and its folder
+
+
 def test_every_projection_and_the_block_is_timed_at_every_m_in_every_mode(proof, tmp_path):
     args = proof.parse_args(["--zip", "b.zip", "--out", str(tmp_path), "--ms", "1,128"])
     saved = []
