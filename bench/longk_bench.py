@@ -103,6 +103,52 @@ def configs_of(sets: str, layout: Layout) -> list[Any]:
     return list(configs.values())
 
 
+# A variant's name is its twin's with a suffix: push reduces through bulk copies, _pf prefetches
+# the K slice into L2 (engine/codegen/longk.py).
+VARIANT_SUFFIXES = ("_push_pf", "_pf", "_push")
+
+
+def twin_of(name: str) -> tuple[str, str] | None:
+    """(the variant's suffix, its twin's name: the same config without that change), or None
+    for a config that is nobody's variant. `_push_pf` is compared with `_push` (what prefetch
+    adds to push); `_pf` with the pull config; `_push` with pull."""
+    if name.endswith("_push_pf"):
+        return "_pf", name.removesuffix("_pf")
+    for suffix in VARIANT_SUFFIXES[1:]:
+        if name.endswith(suffix):
+            return suffix, name.removesuffix(suffix)
+    return None
+
+
+def variant_ratios(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per shape and variant timed beside its twin: the variant's speedup over the twin's (>1:
+    the change made the kernel faster), from one report's device-protocol speedups."""
+    rows = []
+    for shape in report.get("shapes", []):
+        speedups = shape.get("speedups", {})
+        for name, speedup in sorted(speedups.items()):
+            if (twin := twin_of(name)) is None or twin[1] not in speedups:
+                continue
+            suffix, twin_name = twin
+            rows.append(
+                {
+                    "problem": shape["problem"],
+                    "variant": name,
+                    "change": "push" if suffix == "_push" else "prefetch",
+                    "ratio": speedup / speedups[twin_name],
+                }
+            )
+    return rows
+
+
+def print_variant_ratios(rows: list[dict[str, Any]]) -> None:
+    if not rows:
+        return
+    print("variants against their twins (speedup ratio, >1: faster with the change):")
+    for row in rows:
+        print(f"  {row['problem']:<18} {row['change']:<9} {row['ratio']:.3f}  {row['variant']}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -116,7 +162,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--compile-only", action="store_true", help="build, then stop")
     parser.add_argument("--jobs", type=int, default=2, help="compile jobs (--compile-only)")
     parser.add_argument("--out", type=Path, default=Path("longk.json"))
+    parser.add_argument(
+        "--compare", type=Path, help="a report of this script: print its variants' ratios, stop"
+    )
     args = parser.parse_args(argv)
+    if args.compare is not None:
+        print_variant_ratios(variant_ratios(json.loads(args.compare.read_text())))
+        return 0
     unknown = [name for name in args.set.split(",") if name not in CONFIG_SETS]
     if unknown:
         parser.error(f"unknown set(s) {', '.join(unknown)}: expected from {', '.join(CONFIG_SETS)}")
@@ -200,6 +252,8 @@ def main(argv: list[str] | None = None) -> int:
         "verdicts": verdicts,
         "shapes": shapes,
     }
+    report["variants"] = variant_ratios(report)
+    print_variant_ratios(report["variants"])
     args.out.write_text(json.dumps(report, indent=1, default=str))
     print(f"wrote {args.out}")
     return 0

@@ -1,0 +1,57 @@
+"""bench/longk_bench.py's logic without a GPU: which config sets it times, and how a variant (push,
+L2 prefetch) is read against its twin (the GPU stage `bash bench/device/gpu_run.sh longk` runs
+the real one)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from engine.problem import Layout
+from tests.bench_scripts import load
+
+
+@pytest.fixture(scope="module")
+def bench():
+    return load("longk_bench")
+
+
+def test_every_variant_set_holds_twins_of_the_searched_library(bench):
+    searched = {c.name for c in bench.configs_of("longk", Layout.NN)}
+    variants = bench.configs_of("longk-push,longk-prefetch", Layout.NN)
+    assert variants
+    for config in variants:
+        _, twin = bench.twin_of(config.name)
+        pull = twin.removesuffix("_push")
+        assert pull in searched, config.name
+
+
+def test_a_variant_is_read_against_its_twin_only(bench, tmp_path, capsys):
+    report = {
+        "shapes": [
+            {
+                "problem": "128x128x16384_nn",
+                "speedups": {
+                    "hgemm_longk_64x64x64_s8_nn_cluster16": 1.0,
+                    "hgemm_longk_64x64x64_s8_nn_cluster16_push": 1.1,
+                    "hgemm_longk_64x64x64_s8_nn_cluster16_pf": 0.9,
+                    "hgemm_longk_64x64x64_s8_nn_cluster16_push_pf": 1.21,
+                    "hgemm_longk_64x128x64_s8_nn_cluster4_push": 1.3,  # its twin was not timed
+                },
+            },
+            {"problem": "256x128x4096_nn", "error": "no verified kernel"},
+        ]
+    }
+    rows = bench.variant_ratios(report)
+    ratios = {
+        (r["variant"].removeprefix("hgemm_longk_64x64x64_s8_nn_cluster16"), r["change"]): r["ratio"]
+        for r in rows
+    }
+    assert ratios == pytest.approx(
+        {("_push", "push"): 1.1, ("_pf", "prefetch"): 0.9, ("_push_pf", "prefetch"): 1.1}
+    )
+    path = tmp_path / "longk.json"
+    path.write_text(json.dumps(report))
+    assert bench.main(["--compare", str(path)]) == 0
+    assert "1.100  hgemm_longk_64x64x64_s8_nn_cluster16_push_pf" in capsys.readouterr().out
