@@ -11,6 +11,7 @@ Sets of configs (``--set``, several separated by commas):
   searched library until measured);
 - ``longk-prefetch``: the same winners, pull and push, asking for the rest of each K slice
   into L2 once their pipeline is full (outside the searched library until measured);
+- ``longk-variants``: those two sets and their pull twins alone (every variant beside its twin);
 - ``sm80-cluster``: the baseline set's sm80 configs reduced inside a cluster.
 
 For each shape the set's configs valid for it are verified (the GPU step's verifier, fresh random
@@ -81,6 +82,15 @@ def longk_prefetch_configs(layout: Layout) -> list[Any]:
     return list(longk_prefetch_library(layout))
 
 
+def longk_variant_configs(layout: Layout) -> list[Any]:
+    """The push and prefetch variants with their pull twins and nothing else: the shortest run
+    that reads every variant against its twin."""
+    from engine.codegen.library import takes_push
+
+    twins = [c for c in longk_configs(layout) if takes_push(c)]
+    return twins + longk_push_configs(layout) + longk_prefetch_configs(layout)
+
+
 def sm80_cluster_configs(layout: Layout) -> list[Any]:
     """The sm80 family's deep split-K tiles reduced inside a cluster (the first baseline)."""
     return [c for c in baseline_configs(layout) if getattr(c, "reduction", "") == "cluster"]
@@ -91,6 +101,7 @@ CONFIG_SETS = {
     "longk": longk_configs,
     "longk-push": longk_push_configs,
     "longk-prefetch": longk_prefetch_configs,
+    "longk-variants": longk_variant_configs,
     "sm80-cluster": sm80_cluster_configs,
 }
 

@@ -27,6 +27,13 @@ def test_every_variant_set_holds_twins_of_the_searched_library(bench):
         assert pull in searched, config.name
 
 
+def test_the_variants_set_times_each_variant_beside_its_twin(bench):
+    configs = bench.configs_of("longk-variants", Layout.NN)
+    names = {c.name for c in configs}
+    assert all(bench.twin_of(n) is None or bench.twin_of(n)[1] in names for n in names)
+    assert sum(bench.twin_of(n) is None for n in names) == 8  # the pull twins
+
+
 def test_a_variant_is_read_against_its_twin_only(bench, tmp_path, capsys):
     report = {
         "shapes": [
