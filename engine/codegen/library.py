@@ -295,9 +295,10 @@ LONGK_DEEP_SPLITS = (4, 8, 16)
 # The push reduction (bulk DSMEM copies, engine/codegen/longk.py) for the tilings that won a
 # shape on the second H100 call (bench/NOTES.md §30), as (tile_n, stages, splits), unpadded; and
 # for the swapped tile of the same width and splits (the library swaps at 4 stages only), so that
-# the swapped partial tile's layout is covered too. Kept out of the searched library (and so out
-# of campaigns, the seed's prior and the fresh replay's frozen subset) until a GPU has verified
-# and timed it: bench/longk_bench.py --set longk-push.
+# the swapped partial tile's layout is covered too. Out of the searched library (and so out of
+# campaigns, the seed's prior and the fresh replay's frozen subset): on an H100 it verified and
+# tied its pull twin (geomean 1.005, bench/results/2026-12-06-h100-longk-3), so it adds configs
+# without adding speed. bench/longk_bench.py --set longk-push.
 LONGK_PUSH_TILINGS = ((64, 8, 16), (128, 8, 4), (128, 8, 8), (64, 8, 8), (64, 12, 8), (64, 6, 8))
 
 
@@ -343,8 +344,9 @@ def longk_push_library(layout: Layout) -> list[LongKConfig]:
 
 def longk_prefetch_library(layout: Layout) -> list[LongKConfig]:
     """The L2-prefetching twins (``prefetch=True``) of the pull configs LONGK_PUSH_TILINGS names
-    and of their push twins: as push, outside the searched library until a GPU has timed them
-    (bench/longk_bench.py --set longk-prefetch)."""
+    and of their push twins, outside the searched library: on an H100 they ran 10 % slower than
+    their twins (geomean 0.899, bench/results/2026-12-06-h100-longk-3). bench/longk_bench.py
+    --set longk-prefetch."""
     pulled = [c for c in longk_library(layout) if takes_push(c)]
     return [
         prefetching
