@@ -5,6 +5,7 @@ earlier set, or the problem changes in between."""
 
 from __future__ import annotations
 
+from engine.codegen.base import KernelConfig
 from engine.problem import Layout, Problem
 
 
@@ -20,12 +21,18 @@ def operands(problem: Problem, seed: int):
     return a, b, stored_b, c
 
 
-def assert_each_call_writes_its_own_product(library: str, big: Problem, small: Problem) -> None:
-    """Launch the kernel at ``library`` on three buffer sets of each problem: rotate, return to
-    an earlier set, change the problem and come back; compare each C with an fp32 reference."""
+def assert_each_call_writes_its_own_product(
+    config: KernelConfig, library: str, big: Problem, small: Problem
+) -> None:
+    """Launch ``config``'s kernel, built at ``library``, on three buffer sets of each problem (both
+    valid for it): rotate, return to an earlier set, change the problem and come back; compare
+    each C with an fp32 reference."""
     import torch
 
     from engine.gpu.runtime import KernelLibrary
+
+    for problem in (big, small):
+        assert config.is_valid(problem), (problem, config.is_valid(problem).reason)
 
     kernel = KernelLibrary(library)
     stream = torch.cuda.current_stream()
