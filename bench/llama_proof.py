@@ -79,6 +79,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=20, help="eager runs per median")
     parser.add_argument("--jobs", type=int, default=16, help="nvcc jobs for the bundle's build")
     parser.add_argument("--timeout", type=int, default=480, help="seconds for the build")
+    parser.add_argument(
+        "--resume",
+        type=Path,
+        help="an earlier run's llama_proof.json on this GPU: its rows are kept and not measured "
+        "again (a run cut short goes on where it stopped)",
+    )
     args = parser.parse_args(argv)
     if not args.print_shapes and (args.zip is None or args.out is None):
         parser.error("--zip and --out are needed (unless --print-shapes)")
@@ -432,21 +438,27 @@ def measure(
     save: Callable[[dict[str, Any]], None] = lambda report: None,
     report: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Every row of --parts at every M, saved after each; the summary at the end."""
+    """Every row of --parts at every M, saved after each; the summary at the end. Rows already in
+    ``report`` (a resumed run's) are kept and not measured again."""
     report = report if report is not None else {}
     report.setdefault("rows", [])
+    done = {(r["part"], r["m"]) for r in report["rows"]}
     ms = [int(m) for m in args.ms.split(",") if m.strip()]
     parts = {p.strip() for p in args.parts.split(",")}
     wanted = sides_of(args)
     if "proj" in parts:
         for p in projections(args.hidden, args.intermediate, args.heads, args.kv_heads):
             for m in ms:
+                if (p.names, m) in done:
+                    continue
                 log(f"{p.names} {m}x{p.n}x{p.k}")
                 sides, served = make_projection(p, m, wanted)
                 report["rows"].append(row(p.names, m, p.n, p.k, served, sides, timer))
                 save(report)
     if "mlp" in parts:
         for m in ms:
+            if ("mlp", m) in done:
+                continue
             log(f"mlp M={m}")
             sides, served = make_mlp(m, args.hidden, args.intermediate, wanted)
             report["rows"].append(row("mlp", m, None, None, served, sides, timer))
@@ -454,6 +466,28 @@ def measure(
     report["summary"] = summary(report["rows"])
     save(report)
     return report
+
+
+def same_machine(environment: Mapping[str, Any]) -> dict[str, Any]:
+    """An environment less what changes from run to run on one machine (when, the clocks)."""
+    return {k: v for k, v in environment.items() if k not in ("date", "recorded_at", "clocks")}
+
+
+def resumed_rows(path: Path | None, report: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The rows of an earlier run's report, if it ran on this machine's GPU and software with the
+    same bundle table; else none (rows of another machine or bundle must not share this table)."""
+    if path is None or not path.is_file():
+        return []
+    earlier = json.loads(path.read_text())
+    if same_machine(earlier.get("environment", {})) != same_machine(report["environment"]):
+        log(f"not resuming {path}: its environment differs from this run's")
+        return []
+    if earlier.get("table") != report.get("table"):
+        log(f"not resuming {path}: its bundle's table differs from this one's")
+        return []
+    rows = earlier.get("rows", [])
+    log(f"resuming {path}: {len(rows)} rows kept")
+    return rows
 
 
 def campaign_shapes(args: argparse.Namespace) -> str:
@@ -488,6 +522,7 @@ def main(argv: list[str] | None = None) -> int:
         "manifest_cublaslt": _ops._manifest().get("cublaslt"),
         "table": sorted(map(list, gemmforge_bundle.bucket_table())),
     }
+    report["rows"] = resumed_rows(args.resume, report)
 
     def save(r: dict[str, Any]) -> None:
         (args.out / REPORT).write_text(json.dumps(r, indent=1, default=str))

@@ -565,8 +565,13 @@ PY
       tests/engine/publish/test_bundle_native.py >"$OUT/llama-gpu-tests.log" 2>&1 || status=1
     tail -3 "$OUT/llama-gpu-tests.log"
   fi
+  # the proof's rows so far stay in the device cache: a call cut by LLAMA_SECONDS goes on from
+  # them on a warm machine (LLAMA_RESUME=0: start afresh)
+  proof_kept=$ENGINE_CACHE_DIR/llama_proof.json
+  [[ ${LLAMA_RESUME:-1} == 0 ]] && rm -f "$proof_kept"
   timeout -k 10 "${LLAMA_SECONDS:-480}" python3 bench/llama_proof.py --zip "$zip" \
-    --out "$OUT/llama" "$@" >"$OUT/llama.log" 2>&1 || status=1
+    --out "$OUT/llama" --resume "$proof_kept" "$@" >"$OUT/llama.log" 2>&1 || status=1
+  cp "$OUT/llama/llama_proof.json" "$proof_kept" 2>/dev/null
   tail -60 "$OUT/llama.log"
 fi
 # PACK_OUT=1: everything under $OUT but the kernel pack travels back as one results.tar.xz (the

@@ -183,3 +183,41 @@ def test_the_table_shows_every_side_in_every_mode_and_what_the_bundle_served(pro
     assert any("gate/up: cublaslt_x, down: torch.matmul" in line for line in lines)
     assert "proj graph: bundle vs torch: geomean 1.111x" in text
     assert "proj host: bundle - torch.matmul: max +0.50 µs" in text
+
+
+def test_a_resumed_run_keeps_the_earlier_rows_and_measures_only_the_rest(proof, tmp_path):
+    args = proof.parse_args(["--zip", "b.zip", "--out", str(tmp_path), "--ms", "1,128"])
+    first = proof.measure(args, FakeTimer(), make_projection=fake_sides, make_mlp=fake_mlp)
+    env = {"gpu": "H100", "driver": "580", "date": "2026-12-06T22:00:00+00:00"}
+    table = [[4096, 4096, "tn", 1, "hgemm_for_4096x4096"]]
+    earlier = {"environment": env, "table": table, "rows": first["rows"][:3]}
+    (tmp_path / "earlier.json").write_text(json.dumps(earlier))
+
+    later = {"environment": {**env, "date": "2026-12-06T22:09:00+00:00"}, "table": table}
+    kept = proof.resumed_rows(tmp_path / "earlier.json", later)
+    assert kept == first["rows"][:3]
+    measured = []
+
+    def counting_sides(p, m, wanted):
+        measured.append((p.names, m))
+        return fake_sides(p, m, wanted)
+
+    report = proof.measure(
+        args, FakeTimer(), make_projection=counting_sides, make_mlp=fake_mlp,
+        report={"rows": kept},
+    )  # fmt: skip
+    assert measured == [("k/v", 128), ("gate/up", 1), ("gate/up", 128), ("down", 1), ("down", 128)]
+    assert [(r["part"], r["m"]) for r in report["rows"]] == [
+        (r["part"], r["m"]) for r in first["rows"]
+    ]
+    assert report["summary"] == first["summary"]
+
+
+def test_it_does_not_resume_rows_of_another_gpu_or_another_bundle(proof, tmp_path):
+    earlier = {"environment": {"gpu": "H200"}, "table": [], "rows": [{"part": "q/o", "m": 1}]}
+    (tmp_path / "earlier.json").write_text(json.dumps(earlier))
+    path = tmp_path / "earlier.json"
+    assert proof.resumed_rows(path, {"environment": {"gpu": "H200"}, "table": []}) != []
+    assert proof.resumed_rows(path, {"environment": {"gpu": "H100"}, "table": []}) == []
+    assert proof.resumed_rows(path, {"environment": {"gpu": "H200"}, "table": [[1]]}) == []
+    assert proof.resumed_rows(tmp_path / "missing.json", {"environment": {}, "table": []}) == []
