@@ -12,6 +12,9 @@ Sets of configs (``--set``, several separated by commas):
 - ``longk-prefetch``: the same winners, pull and push, asking for the rest of each K slice
   into L2 once their pipeline is full (outside the searched library until measured);
 - ``longk-variants``: those two sets and their pull twins alone (every variant beside its twin);
+- ``longk-groups``: a tile's K over several small clusters summed in the workspace (``groups``),
+  beside the pull configs that won a shape on the H100 (outside the searched library until
+  measured);
 - ``sm80-cluster``: the baseline set's sm80 configs reduced inside a cluster.
 
 For each shape the set's configs valid for it are verified (the GPU step's verifier, fresh random
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -91,6 +95,14 @@ def longk_variant_configs(layout: Layout) -> list[Any]:
     return twins + longk_push_configs(layout) + longk_prefetch_configs(layout)
 
 
+def longk_groups_configs(layout: Layout) -> list[Any]:
+    """The groups configs and, to read them against, the pull winners of the H100 runs."""
+    from engine.codegen.library import longk_groups_library, takes_push
+
+    winners = [c for c in longk_configs(layout) if takes_push(c)]
+    return winners + list(longk_groups_library(layout))
+
+
 def sm80_cluster_configs(layout: Layout) -> list[Any]:
     """The sm80 family's deep split-K tiles reduced inside a cluster (the first baseline)."""
     return [c for c in baseline_configs(layout) if getattr(c, "reduction", "") == "cluster"]
@@ -102,6 +114,7 @@ CONFIG_SETS = {
     "longk-push": longk_push_configs,
     "longk-prefetch": longk_prefetch_configs,
     "longk-variants": longk_variant_configs,
+    "longk-groups": longk_groups_configs,
     "sm80-cluster": sm80_cluster_configs,
 }
 
@@ -152,12 +165,45 @@ def variant_ratios(report: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
+GROUPED = re.compile(r"_cluster\d+_g\d+")
+
+
+def grouped_vs_single(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per shape: the fastest longk config whose tile's K runs over several clusters (``_g``)
+    against the fastest that keeps it in one, from one report's device-protocol speedups."""
+    rows = []
+    for shape in report.get("shapes", []):
+        longk = {n: s for n, s in shape.get("speedups", {}).items() if n.startswith("hgemm_longk")}
+        grouped = {n: s for n, s in longk.items() if GROUPED.search(n)}
+        single = {n: s for n, s in longk.items() if n not in grouped}
+        if grouped and single:
+            best_grouped = max(grouped, key=grouped.__getitem__)
+            best_single = max(single, key=single.__getitem__)
+            rows.append(
+                {
+                    "problem": shape["problem"],
+                    "grouped": best_grouped,
+                    "single": best_single,
+                    "ratio": grouped[best_grouped] / single[best_single],
+                }
+            )
+    return rows
+
+
 def print_variant_ratios(rows: list[dict[str, Any]]) -> None:
     if not rows:
         return
     print("variants against their twins (speedup ratio, >1: faster with the change):")
     for row in rows:
         print(f"  {row['problem']:<18} {row['change']:<9} {row['ratio']:.3f}  {row['variant']}")
+
+
+def print_grouped(rows: list[dict[str, Any]]) -> None:
+    if not rows:
+        return
+    print("fastest over several clusters against fastest in one (speedup ratio, >1: groups win):")
+    for row in rows:
+        print(f"  {row['problem']:<18} {row['ratio']:.3f}  {row['grouped']} / {row['single']}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -178,7 +224,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     if args.compare is not None:
-        print_variant_ratios(variant_ratios(json.loads(args.compare.read_text())))
+        saved = json.loads(args.compare.read_text())
+        print_variant_ratios(variant_ratios(saved))
+        print_grouped(grouped_vs_single(saved))
         return 0
     unknown = [name for name in args.set.split(",") if name not in CONFIG_SETS]
     if unknown:
@@ -265,6 +313,8 @@ def main(argv: list[str] | None = None) -> int:
     }
     report["variants"] = variant_ratios(report)
     print_variant_ratios(report["variants"])
+    report["grouped"] = grouped_vs_single(report)
+    print_grouped(report["grouped"])
     args.out.write_text(json.dumps(report, indent=1, default=str))
     print(f"wrote {args.out}")
     return 0

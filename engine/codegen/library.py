@@ -355,6 +355,29 @@ def longk_prefetch_library(layout: Layout) -> list[LongKConfig]:
     ]
 
 
+# groups > 1: a tile's K over several small clusters, summed across them in the workspace (the
+# last cluster to arrive sums), so that a tile gets up to 64 CTAs while the clusters stay small
+# enough to be resident at once (an H100 holds 7 clusters of 16 one-CTA-an-SM CTAs, so the
+# library's 128-CTA tilings at 16 splits ran in two waves). Out of the searched library until a
+# GPU has timed them: bench/longk_bench.py --set longk-groups.
+LONGK_GROUPS_TILES = (32, 64, 128)
+LONGK_GROUPS_CLUSTERS = (4, 8)
+LONGK_GROUPS = (2, 4, 8)
+LONGK_GROUPS_STAGES = 8
+
+
+def longk_groups_library(layout: Layout) -> list[LongKConfig]:
+    configs = [
+        LongKConfig(
+            layout=layout, tile_n=tile, stages=LONGK_GROUPS_STAGES, splits=splits, groups=groups
+        )
+        for tile, splits, groups in itertools.product(
+            LONGK_GROUPS_TILES, LONGK_GROUPS_CLUSTERS, LONGK_GROUPS
+        )
+    ]
+    return [c for c in configs if c.is_valid()]
+
+
 # The family's own picks for a problem, for proposers that seed a shape's first round with each
 # family's prior (as Inductor's heuristic configs are Triton's). From the first H100 run
 # (bench/results/2026-12-06-h100-longk): the fastest config of each of the six shapes had

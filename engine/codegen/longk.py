@@ -34,6 +34,16 @@ out, the producer asks for the rest of its K slice into L2 (``cp.async.bulk.pref
 so that the slice's DRAM requests are all in flight from the start and a stage that comes free
 refills from L2, not from DRAM a round trip later.
 
+``groups`` (outside SPACE for the same reason; 1: the designs above) runs a tile's K over
+``groups`` clusters of ``splits`` CTAs each, so that a tile gets more CTAs than one cluster may
+hold (16) while every cluster stays small enough that all of them are resident at once (an H100
+holds only 7 clusters of 16 one-CTA-an-SM CTAs: 8 such clusters run in two waves). Each cluster
+sums its partials through DSMEM as pull does; each CTA then writes its share of the cluster's sum
+to the caller's workspace, and the last cluster of the tile to arrive (a 64-bit counter per
+share, tagged with the launch's epoch, so the workspace needs no zeroing: the first arrival of a
+launch takes over whatever the counter held) sums every group's share in group order and stores
+fp16. Deterministic, one launch, no memset; the workspace is ``gemmforge_workspace_size``'s.
+
 Hand-written CUDA with inline PTX (mbarrier, cp.async.bulk.tensor, wgmma), not CUTLASS's
 collective builder: the builder's kernels reduce split-K through a workspace (stream-K's
 fixup) and cannot end a mainloop in a cluster-wide DSMEM reduction, and a raw kernel keeps the
@@ -67,6 +77,7 @@ HOPPER_ARCHS = ("sm_90a",)
 MAX_MN_LOG2 = 22
 MIN_K_OVER_MN = 2
 REDUCTIONS = ("pull", "push")  # the ``reduce`` knob's values; pull is the first design
+MAX_GROUPS = 16  # clusters along K a tile (the epoch counter holds up to 255)
 
 
 # The reduction's pieces of longk.cu.tmpl (KernelConfig.reduction_substitutions). Pull's end of
@@ -130,6 +141,70 @@ PREFETCH_L2 = """\
 PUSH_REDUCTION = """\
   push_reduce(tile, received, split, kSwap ? q0 : p0, kSwap ? p0 : q0, p);
 """
+GROUPS_TEMPLATE = "longk_groups.cu.tmpl"
+GROUPS_INCLUDES = "#include <atomic>\n#include <chrono>\n\n"
+GROUPS_CONSTANTS = """\
+// groups: a tile's K runs over kGroups clusters; the workspace holds a counter per share (a
+// cluster rank's rows of the tile) and each group's fp32 sum of that share.
+constexpr int kGroups = {groups};
+constexpr int kSlices = kSplits * kGroups;  // K slices a tile
+constexpr int kShareQuads = (kTileRows * (kTileCols / 4) + kSplits - 1) / kSplits;
+__host__ __device__ constexpr int64_t counter_quads(int64_t tiles) {{
+  return (tiles * kSplits * 8 + 15) / 16;  // the counters, in 16-byte units
+}}
+__host__ __device__ constexpr int64_t workspace_bytes(int64_t tiles) {{
+  return 16 * (counter_quads(tiles) + tiles * kSplits * kGroups * kShareQuads);
+}}
+// The counter is the launch's epoch (56 bits) over an arrival count (8 bits): the first arrival
+// of a launch finds another epoch (a fresh workspace's bytes, an earlier launch's) and counts
+// from zero, so nothing has to be zeroed; the last arrival sets the count back to zero, so that
+// a CUDA graph replaying one launch (one epoch) starts each replay from zero too.
+__device__ __forceinline__ bool arrive_last(unsigned long long* counter,
+                                            unsigned long long epoch) {{
+  unsigned long long seen = *reinterpret_cast<volatile unsigned long long*>(counter);
+  for (;;) {{
+    const unsigned long long count = (seen >> 8) == epoch ? (seen & 0xff) : 0;
+    const bool last = count + 1 == kGroups;
+    const unsigned long long next = (epoch << 8) | (last ? 0 : count + 1);
+    const unsigned long long found = atomicCAS(counter, seen, next);
+    if (found == seen) {{
+      __threadfence();
+      return last;
+    }}
+    seen = found;
+  }}
+}}
+// A launch's epoch: distinct per launch of a process, and across processes by a clock-seeded start.
+inline unsigned long long next_epoch() {{
+  static std::atomic<unsigned long long> launches{{
+      (unsigned long long)(std::chrono::steady_clock::now().time_since_epoch().count()) *
+      0x9E3779B97F4A7C15ull}};
+  return (launches.fetch_add(1, std::memory_order_relaxed) + 1) & ((1ull << 56) - 1);
+}}
+"""
+GROUPS_PARAMS = "  void* workspace;\n  unsigned long long epoch;\n"
+PULL_K_SLICE = """\
+  const int kt_begin = int(int64_t(split) * p.k_tiles / kSplits);
+  const int kt_end = int(int64_t(split + 1) * p.k_tiles / kSplits);
+"""
+GROUPS_K_SLICE = """\
+  const int group = int(blockIdx.z) / kSplits;  // the cluster's place along K among the tile's
+  const int slice = group * kSplits + split;
+  const int kt_begin = int(int64_t(slice) * p.k_tiles / kSlices);
+  const int kt_end = int(int64_t(slice + 1) * p.k_tiles / kSlices);
+"""
+NO_WORKSPACE = 'extern "C" size_t gemmforge_workspace_size(int, int, int) { return 0; }'
+GROUPS_WORKSPACE = """\
+extern "C" size_t gemmforge_workspace_size(int M, int N, int) {
+  const int p_rows = kSwap ? N : M, q_rows = kSwap ? M : N;
+  const int64_t tiles =
+      int64_t((p_rows + kTileP - 1) / kTileP) * int64_t((q_rows + kTileQ - 1) / kTileQ);
+  return size_t(workspace_bytes(tiles));
+}"""
+GROUPS_PARAMS_INIT = ", workspace, next_epoch()"
+GROUPS_WORKSPACE_CHECK = (
+    "  if (workspace == nullptr) return int(cudaErrorInvalidValue);  // the counters live there\n"
+)
 
 
 def serves(problem: Problem) -> bool:
@@ -182,6 +257,7 @@ class LongKConfig(KernelConfig):
     ctas_per_sm: int = 0
     reduce: str = "pull"
     prefetch: bool = False
+    groups: int = 1
 
     @classmethod
     def archs_for(cls, target: str | None = None) -> tuple[str, ...]:
@@ -263,6 +339,10 @@ class LongKConfig(KernelConfig):
             return invalid(f"reduce={self.reduce!r} is not one of {list(REDUCTIONS)}")
         if self.push and self.splits == 1:
             return invalid("reduce='push' with 1 split has no peer to send to")
+        if not 1 <= self.groups <= MAX_GROUPS:
+            return invalid(f"groups={self.groups}: 1 to {MAX_GROUPS} clusters along K a tile")
+        if self.groups > 1 and self.push:
+            return invalid("groups > 1 sums each cluster by pull; push is not built for it")
         if self.smem_bytes > SMEM_LIMIT:
             return invalid(f"{self.smem_bytes} B of shared memory exceed {SMEM_LIMIT} B")
         if self.ctas_per_sm and self.natural_ctas_per_sm() <= self.ctas_per_sm:
@@ -275,6 +355,11 @@ class LongKConfig(KernelConfig):
                 f"{problem.key} is not long-K with few output tiles (M·N ≤ 2^{MAX_MN_LOG2}, "
                 f"K ≥ {MIN_K_OVER_MN}·max(M, N)): the family is searched only there"
             )
+        if problem is not None and self.splits * self.groups > math.ceil(problem.k / TILE_K):
+            return invalid(
+                f"{self.splits} splits x {self.groups} groups but K={problem.k} has only "
+                f"{math.ceil(problem.k / TILE_K)} tiles"
+            )
         return self.fits(problem)
 
     # -- naming and rendering --------------------------------------------------------------
@@ -285,9 +370,10 @@ class LongKConfig(KernelConfig):
         occupancy = f"_occ{self.ctas_per_sm}" if self.ctas_per_sm else ""
         push = "_push" if self.push else ""  # pull, the first design, keeps its names
         prefetch = "_pf" if self.prefetch else ""
+        groups = f"_g{self.groups}" if self.groups > 1 else ""
         return (
             f"hgemm_longk_{tm}x{tn}x{TILE_K}_s{self.stages}_{self.layout.value}"
-            f"_cluster{self.splits}{swap}{occupancy}{push}{prefetch}"
+            f"_cluster{self.splits}{groups}{swap}{occupancy}{push}{prefetch}"
         )
 
     def substitutions(self) -> dict[str, str]:
@@ -314,12 +400,40 @@ class LongKConfig(KernelConfig):
             # empty without prefetch: the sources, hence the build cache keys, stay as they were
             "prefetch_functions": PREFETCH_FUNCTIONS if self.prefetch else "",
             "prefetch_l2": PREFETCH_L2 if self.prefetch else "",
+            **self.groups_substitutions(),
+        }
+
+    def groups_substitutions(self) -> dict[str, str]:
+        """The template's slots for ``groups``: with one group they hold the text the template
+        had before the knob (the build cache keys stay as they were)."""
+        grouped = self.groups > 1
+        return {
+            "groups_includes": GROUPS_INCLUDES if grouped else "",
+            "groups_constants": GROUPS_CONSTANTS.format(groups=self.groups) if grouped else "",
+            "params_extra": GROUPS_PARAMS if grouped else "",
+            "k_slice": GROUPS_K_SLICE if grouped else PULL_K_SLICE,
+            "workspace_size": GROUPS_WORKSPACE if grouped else NO_WORKSPACE,
+            "workspace_param": " workspace" if grouped else "",
+            "params_init": GROUPS_PARAMS_INIT if grouped else "",
+            "workspace_check": GROUPS_WORKSPACE_CHECK if grouped else "",
+            "grid_z": "kSplits * kGroups" if grouped else "kSplits",
         }
 
     def reduction_substitutions(self) -> dict[str, str]:
         """The template's reduction slots. Pull's text is the first design's, byte for byte (a
         source's bytes are its build's cache key), so the pull slots that hold no code are empty
         and the others hold exactly what the template said before push existed."""
+        if self.groups > 1:
+            return {
+                "push_desc": "",
+                "push_constants": "",
+                "reduce_data_bytes": "kPartialBytes",
+                "barrier_bytes": "2 * kStages * 8",
+                "push_barrier": "",
+                "push_init": "",
+                "push_functions": "",
+                "reduction": load_template(GROUPS_TEMPLATE).template,
+            }
         if not self.push:
             return {
                 "push_desc": "",
@@ -346,7 +460,9 @@ class LongKConfig(KernelConfig):
     def problem_fit(self, problem: Problem) -> dict[str, float]:
         fit = super().problem_fit(problem)
         tm, tn = self.tile_mn()
-        ctas = math.ceil(problem.m / tm) * math.ceil(problem.n / tn) * self.splits
+        ctas = math.ceil(problem.m / tm) * math.ceil(problem.n / tn) * self.splits * self.groups
         fit["waves"] = ctas / 132
-        fit["effective_splits"] = float(min(self.splits, math.ceil(problem.k / TILE_K)))
+        fit["effective_splits"] = float(
+            min(self.splits * self.groups, math.ceil(problem.k / TILE_K))
+        )
         return fit

@@ -62,3 +62,39 @@ def test_a_variant_is_read_against_its_twin_only(bench, tmp_path, capsys):
     path.write_text(json.dumps(report))
     assert bench.main(["--compare", str(path)]) == 0
     assert "1.100  hgemm_longk_64x64x64_s8_nn_cluster16_push_pf" in capsys.readouterr().out
+
+
+def test_the_groups_set_times_the_grouped_configs_beside_the_h100_winners(bench):
+    configs = bench.configs_of("longk-groups", Layout.NN)
+    grouped = [c for c in configs if c.groups > 1]
+    single = [c for c in configs if c.groups == 1]
+    assert len(grouped) == 18
+    assert {c.name for c in single} <= {c.name for c in bench.configs_of("longk", Layout.NN)}
+    assert single
+
+
+def test_the_fastest_grouped_config_is_read_against_the_fastest_single_cluster_one(bench):
+    report = {
+        "shapes": [
+            {
+                "problem": "128x128x16384_nn",
+                "speedups": {
+                    "hgemm_longk_64x64x64_s8_nn_cluster16": 1.0,
+                    "hgemm_longk_64x32x64_s8_nn_cluster8": 0.9,
+                    "hgemm_longk_64x64x64_s8_nn_cluster4_g4": 1.1,
+                    "hgemm_longk_64x32x64_s8_nn_cluster8_g2": 0.8,
+                    "hgemm_sm80_64x64x64_w2x2_s4_nn_sw1_splitk16_cluster": 1.5,
+                },
+            },
+            {"problem": "256x128x4096_nn", "speedups": {"hgemm_longk_64x64x64_s8_nn_cluster8": 1}},
+        ]
+    }
+    rows = bench.grouped_vs_single(report)
+    assert rows == [
+        {
+            "problem": "128x128x16384_nn",
+            "grouped": "hgemm_longk_64x64x64_s8_nn_cluster4_g4",
+            "single": "hgemm_longk_64x64x64_s8_nn_cluster16",
+            "ratio": pytest.approx(1.1),
+        }
+    ]

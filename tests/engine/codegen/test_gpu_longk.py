@@ -4,8 +4,10 @@ through DSMEM loads, push through bulk DSMEM copies), with or without an L2 pref
 verifier (fresh random inputs against an fp32 reference) on shapes with M, N and K residues,
 need no workspace, and give the same result on every run (the splits are summed in a fixed
 order), also when the buffers move between calls (the launcher re-points the tensor maps it
-keeps); push gives pull's result bit for bit (the same sums in the same order). Skipped without
-a GPU."""
+keeps); push gives pull's result bit for bit (the same sums in the same order). A tile's K over
+several clusters (``groups``) sums them in the caller's workspace: whatever the workspace held
+before, and under a CUDA graph that replays one launch, its result is the same bits. Skipped
+without a GPU."""
 
 from __future__ import annotations
 
@@ -34,8 +36,13 @@ CONFIGS = (
     LongKConfig(layout=Layout.TN, tile_n=32, stages=4, splits=16, swap=True, reduce="push"),
     # the rest of each K slice prefetched into L2 (8 of 47 K tiles a CTA on 40x72x1096 and less)
     LongKConfig(layout=Layout.NN, tile_n=64, stages=8, splits=8, reduce="push", prefetch=True),
+    # a tile's K over several clusters: 4 x 4, 8 x 8 (64 slices), a swapped tile over 2 x 3
+    LongKConfig(layout=Layout.NN, tile_n=64, stages=8, splits=4, groups=4),
+    LongKConfig(layout=Layout.NN, tile_n=32, stages=8, splits=8, groups=8),
+    LongKConfig(layout=Layout.TN, tile_n=32, stages=4, splits=3, groups=2, swap=True),
 )
 PUSHED = tuple(c for c in CONFIGS if c.reduce == "push")
+GROUPED = tuple(c for c in CONFIGS if c.groups > 1)
 # the long-K shapes, and residues in M, N and K against every tile
 SHAPES = ("128x128x16384", "200x264x3000", "40x72x1096")
 
@@ -72,7 +79,7 @@ def operands(problem: Problem, seed: int = 7):
     return a, b
 
 
-def run(kernel, problem: Problem, a, b):
+def run(kernel, problem: Problem, a, b, workspace=None):
     """C from one launch of ``kernel`` (a KernelLibrary), into a buffer that starts as NaN."""
     import torch
 
@@ -85,7 +92,7 @@ def run(kernel, problem: Problem, a, b):
         problem.m,
         problem.n,
         problem.k,
-        0,
+        0 if workspace is None else workspace.data_ptr(),
         stream.cuda_stream,
     )
     stream.synchronize()
@@ -131,3 +138,79 @@ def test_each_call_on_moved_buffers_writes_its_own_product(libraries, config):
         Problem(128, 256, 2048, config.layout),
         Problem(72, 136, 1000, config.layout),
     )
+
+
+def workspace_for(kernel, problem: Problem, fill: int):
+    import torch
+
+    size = kernel.workspace_size(problem.m, problem.n, problem.k)
+    assert size > 0
+    return torch.full((size,), fill, dtype=torch.uint8, device="cuda")
+
+
+@pytest.mark.parametrize("config", GROUPED, ids=lambda c: c.name)
+def test_groups_give_the_same_bits_whatever_the_workspace_held(libraries, config):
+    import torch
+
+    from engine.gpu.runtime import KernelLibrary
+
+    problem = Problem(200, 264, 3000, config.layout)
+    kernel = KernelLibrary(libraries[config.name])
+    a, b = operands(problem, seed=13)
+    first = run(kernel, problem, a, b, workspace_for(kernel, problem, 0))
+    for fill in (0xFF, 0x00, 0x5A):  # all ones, zeros, a pattern: no epoch the launch could hold
+        assert torch.equal(run(kernel, problem, a, b, workspace_for(kernel, problem, fill)), first)
+    reused = workspace_for(kernel, problem, 0xFF)
+    assert all(torch.equal(run(kernel, problem, a, b, reused), first) for _ in range(3))
+    reference = (a.double() @ b.double()).float()
+    error = (first.float() - reference).norm() / reference.norm()
+    assert error < 1e-3, float(error)
+
+
+@pytest.mark.parametrize("config", GROUPED[:1], ids=lambda c: c.name)
+def test_groups_hold_under_a_cuda_graph_that_replays_one_launch(libraries, config):
+    import torch
+
+    from engine.gpu.runtime import KernelLibrary
+
+    problem = Problem(128, 128, 8192, config.layout)
+    kernel = KernelLibrary(libraries[config.name])
+    a, b = operands(problem, seed=17)
+    c = torch.empty(problem.m, problem.n, dtype=torch.float16, device="cuda")
+    workspace = workspace_for(kernel, problem, 0xFF)
+    run(kernel, problem, a, b, workspace)  # warm-up, as a caller does before capturing
+    stream = torch.cuda.Stream()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        error = kernel.launch(
+            a.data_ptr(), b.data_ptr(), c.data_ptr(), problem.m, problem.n, problem.k,
+            workspace.data_ptr(), torch.cuda.current_stream().cuda_stream,
+        )  # fmt: skip
+    assert error == 0
+    for seed in (19, 23, 29):  # new operands in the captured buffers, one replay each
+        fresh_a, fresh_b = operands(problem, seed=seed)
+        a.copy_(fresh_a), b.copy_(fresh_b)
+        c.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(
+            c, run(kernel, problem, fresh_a, fresh_b, workspace_for(kernel, problem, 0))
+        )
+
+
+@pytest.mark.parametrize("config", GROUPED[:1], ids=lambda c: c.name)
+def test_groups_refuse_a_launch_without_their_workspace(libraries, config):
+    import torch
+
+    from engine.gpu.runtime import KernelLibrary
+
+    problem = Problem(128, 128, 8192, config.layout)
+    kernel = KernelLibrary(libraries[config.name])
+    a, b = operands(problem)
+    c = torch.empty(problem.m, problem.n, dtype=torch.float16, device="cuda")
+    stream = torch.cuda.current_stream()
+    error = kernel.launch(
+        a.data_ptr(), b.data_ptr(), c.data_ptr(), problem.m, problem.n, problem.k, 0,
+        stream.cuda_stream,
+    )  # fmt: skip
+    assert error != 0

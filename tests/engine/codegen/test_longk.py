@@ -1,6 +1,7 @@
 """The longk family (Hopper cluster split-K): config space, validity, names, rendering, library,
 and an sm_90a build that runs wgmma without spills; the push reduction's knob, its shared-memory
-accounting, and a build whose SASS holds its bulk copies (UBLKCP)."""
+accounting, and a build whose SASS holds its bulk copies (UBLKCP); ``groups``, a tile's K over
+several clusters summed in the workspace: its name, its slots, its workspace size, its build."""
 
 from __future__ import annotations
 
@@ -371,3 +372,101 @@ def find_cuobjdump() -> str | None:
         return None
     bundled = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
     return str(bundled) if bundled.is_file() else None
+
+
+def test_groups_are_named_by_a_suffix_and_leave_other_sources_as_they_were():
+    single = LongKConfig(layout=NN, tile_n=64, stages=8, splits=8)
+    grouped = replace(single, groups=4)
+    assert grouped.name == "hgemm_longk_64x64x64_s8_nn_cluster8_g4"
+    assert replace(grouped, swap=True, tile_n=32).name.endswith("_cluster8_g4_swap")
+    assert LongKConfig.from_knobs(grouped.knobs()) == grouped
+    assert "groups" not in LongKConfig.SPACE  # the shipped policy's layout stays as it is
+    source = single.render()
+    assert "gemmforge_workspace_size(int, int, int) { return 0; }" in source
+    assert "kGroups" not in source
+    assert "epoch" not in source
+    assert "unsigned(kSplits));" in source
+
+
+def test_groups_render_a_workspace_reduction_with_an_epoch_counter():
+    source = LongKConfig(layout=TN, tile_n=64, stages=8, splits=4, groups=4).render()
+    assert "${" not in source
+    assert "constexpr int kGroups = 4;" in source
+    assert "arrive_last(counter, p.epoch)" in source
+    assert "atomicCAS(counter, seen, next)" in source
+    assert "unsigned(kSplits * kGroups));" in source
+    assert "clusterDim.z = unsigned(kSplits);" in source  # the cluster stays one group
+    assert "if (workspace == nullptr) return int(cudaErrorInvalidValue);" in source
+    assert source.count("cluster.sync();") == 2
+
+
+@pytest.mark.parametrize(
+    ("config", "reason"),
+    [
+        (LongKConfig(layout=NN, splits=4, groups=0), "groups=0"),
+        (LongKConfig(layout=NN, splits=4, groups=17), "groups=17"),
+        (LongKConfig(layout=NN, splits=4, groups=2, reduce="push"), "push is not built"),
+    ],
+)
+def test_it_rejects_illegal_groups_with_a_reason(config, reason):
+    verdict = config.is_valid()
+    assert not verdict
+    assert reason in verdict.reason
+
+
+def test_groups_count_every_slice_against_the_k_tiles_and_the_ctas():
+    config = LongKConfig(layout=NN, tile_n=64, stages=8, splits=8, groups=4)
+    assert config.is_valid(Problem(128, 128, 2048, NN))  # 32 K tiles, 32 slices
+    verdict = config.is_valid(Problem(128, 128, 1984, NN))
+    assert not verdict
+    assert "8 splits x 4 groups" in verdict.reason
+    assert config.problem_fit(Problem(128, 128, 16384, NN))["waves"] == 4 * 32 / 132
+
+
+def test_groups_stay_out_of_the_search_and_the_prior():
+    from engine.codegen.library import longk_groups_library, longk_prior
+
+    for layout in (NN, TN):
+        assert all(c.groups == 1 for c in library("longk", layout))
+        grouped = longk_groups_library(layout)
+        assert grouped
+        assert all(c.groups > 1 and c.is_valid() for c in grouped)
+    assert all(c.groups == 1 for c in longk_prior(Problem.parse("128x128x16384"), count=8))
+
+
+def expected_workspace_bytes(config: LongKConfig, m: int, n: int) -> int:
+    """The launcher's formula, written again: a counter (8 bytes) a share, in 16-byte units,
+    then each group's fp32 sum of each share (the largest share, in 16-byte quads)."""
+    rows, cols = config.partial_rows_and_row_bytes()[0], (64 if config.swap else config.tile_n)
+    tm, tn = config.tile_mn()
+    tiles = -(-m // tm) * -(-n // tn)
+    counters = -(-(tiles * config.splits * 8) // 16)
+    share_quads = -(-(rows * cols // 4) // config.splits)
+    return 16 * (counters + tiles * config.splits * config.groups * share_quads)
+
+
+@pytest.mark.nvcc
+def test_groups_compile_to_one_compare_and_swap_and_size_their_workspace(engine_config):
+    import ctypes
+
+    configs = [
+        LongKConfig(layout=NN, tile_n=64, stages=8, splits=8, groups=4),
+        LongKConfig(layout=TN, tile_n=32, stages=4, splits=3, groups=2, swap=True),
+    ]
+    results = comp.compile_many(
+        [c.render() for c in configs], jobs=2, archs=LongKConfig.ARCHS, config=engine_config
+    )
+    for config, result in zip(configs, results, strict=True):
+        assert result.ok, (config.name, result.error, result.log[-3000:])
+        assert not result.spills, config.name
+        assert all(r.stack_bytes == 0 for r in result.resources), config.name
+        library_file = ctypes.CDLL(str(result.library))
+        library_file.gemmforge_workspace_size.restype = ctypes.c_size_t
+        for m, n, k in ((128, 128, 16384), (200, 264, 3000), (40, 72, 1096)):
+            size = library_file.gemmforge_workspace_size(m, n, k)
+            assert size == expected_workspace_bytes(config, m, n), (config.name, m, n)
+        if (cuobjdump := find_cuobjdump()) is not None:
+            sass = subprocess.run(
+                [cuobjdump, "-sass", str(result.library)], capture_output=True, text=True
+            ).stdout
+            assert sass.count("ATOMG.E.CAS.64") == 1, config.name  # one arrival a CTA
