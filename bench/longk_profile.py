@@ -58,6 +58,8 @@ def run_kernel(target: str, shape: str, reps: int) -> None:
 
         kernel = KernelLibrary(target)
         stream = torch.cuda.current_stream().cuda_stream
+        size = kernel.workspace_size(problem.m, problem.n, problem.k)
+        workspace = torch.empty(max(size, 1), dtype=torch.uint8, device="cuda")
         for _ in range(reps):
             error = kernel.launch(
                 a.data_ptr(),
@@ -66,7 +68,7 @@ def run_kernel(target: str, shape: str, reps: int) -> None:
                 problem.m,
                 problem.n,
                 problem.k,
-                0,
+                workspace.data_ptr() if size else 0,
                 stream,
             )
             assert error == 0, error
@@ -117,19 +119,23 @@ def profile(target: str, shape: str, out: Path, tag: str) -> dict[str, object]:
 
 def best_pairs(report: dict, count: int) -> list[str]:
     """The fastest longk config of each of the first ``count`` shapes of a longk_bench report, as
-    SHAPE/TILE_N/STAGES/SPLITS/SWAP/CTAS_PER_SM."""
-    pattern = re.compile(r"hgemm_longk_(\d+)x(\d+)x64_s(\d+)_nn_cluster(\d+)(_swap)?(?:_occ(\d))?$")
+    SHAPE/TILE_N/STAGES/SPLITS/SWAP/CTAS_PER_SM/GROUPS."""
+    pattern = re.compile(
+        r"hgemm_longk_(\d+)x(\d+)x64_s(\d+)_nn_cluster(\d+)(?:_g(\d+))?(_swap)?(?:_occ(\d))?$"
+    )
     pairs = []
     for shape in report.get("shapes", [])[:count]:
         speedups = shape.get("speedups", {})
         ranked = sorted((n for n in speedups if pattern.match(n)), key=speedups.get, reverse=True)
         if not ranked:
             continue
-        tm, tn, stages, splits, swap, occupancy = pattern.match(ranked[0]).groups()
+        tm, tn, stages, splits, groups, swap, occupancy = pattern.match(ranked[0]).groups()
         tile_n = tm if swap else tn
         problem = shape["problem"].split("_")[0]  # "128x128x16384_nn"
         swapped = 1 if swap else 0
-        pairs.append(f"{problem}/{tile_n}/{stages}/{splits}/{swapped}/{occupancy or 0}")
+        pairs.append(
+            f"{problem}/{tile_n}/{stages}/{splits}/{swapped}/{occupancy or 0}/{groups or 1}"
+        )
     return pairs
 
 
@@ -157,7 +163,10 @@ def main(argv: list[str] | None = None) -> int:
         pairs = best_pairs(json.loads(args.best_of.read_text()), args.shapes) or pairs
     rows = []
     for pair in pairs:
-        shape, tile_n, stages, splits, swap, occupancy = [*pair.split("/"), "0"][:6]
+        fields = pair.split("/")
+        # CTAS_PER_SM (default 0: as many as fit) and GROUPS (default 1) may be left off
+        fields += ["0", "1"][len(fields) - 5 :]
+        shape, tile_n, stages, splits, swap, occupancy, groups = fields
         config = LongKConfig(
             layout=Layout.NN,
             tile_n=int(tile_n),
@@ -165,6 +174,7 @@ def main(argv: list[str] | None = None) -> int:
             splits=int(splits),
             swap=swap == "1",
             ctas_per_sm=int(occupancy),
+            groups=int(groups),
         )
         [built] = compile_configs([config], target_arch="sm_90")
         if not built.ok:
