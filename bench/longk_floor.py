@@ -27,36 +27,30 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from bench.longk_profile import best_pairs
-    from engine.codegen import LongKConfig
+    from bench.longk_profile import best_pairs, config_of
     from engine.compilation.compile import compile_configs
     from engine.gpu.runtime import KernelLibrary
-    from engine.problem import Layout, Problem
+    from engine.problem import Problem
 
     report = json.loads(args.best_of.read_text())
     stream = torch.cuda.current_stream()
     flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
     runners = {"empty kernel": lambda: torch.cuda._sleep(0)}
     for pair in best_pairs(report, len(report.get("shapes", []))):
-        shape, tile_n, stages, splits, swap, occupancy = pair.split("/")
+        shape, config = config_of(pair)
         problem = Problem.parse(shape)
         a = torch.randn(problem.m, problem.k, device="cuda").half()
         b = torch.randn(problem.k, problem.n, device="cuda").half()
         c = torch.empty(problem.m, problem.n, device="cuda", dtype=torch.float16)
-        config = LongKConfig(
-            layout=Layout.NN,
-            tile_n=int(tile_n),
-            stages=int(stages),
-            splits=int(splits),
-            swap=swap == "1",
-            ctas_per_sm=int(occupancy),
-        )
         [built] = compile_configs([config], target_arch="sm_90")
         kernel = KernelLibrary(str(built.library))
+        size = kernel.workspace_size(problem.m, problem.n, problem.k)
+        workspace = torch.empty(max(size, 1), dtype=torch.uint8, device="cuda")
+        workspace_ptr = workspace.data_ptr() if size else 0
 
-        def launch(kernel=kernel, a=a, b=b, c=c, p=problem) -> None:
+        def launch(kernel=kernel, a=a, b=b, c=c, p=problem, w=workspace_ptr) -> None:
             kernel.launch(
-                a.data_ptr(), b.data_ptr(), c.data_ptr(), p.m, p.n, p.k, 0, stream.cuda_stream
+                a.data_ptr(), b.data_ptr(), c.data_ptr(), p.m, p.n, p.k, w, stream.cuda_stream
             )
 
         runners[f"{shape} {config.name}"] = launch

@@ -21,6 +21,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -117,6 +118,26 @@ def profile(target: str, shape: str, out: Path, tag: str) -> dict[str, object]:
     return {"shape": shape, "target": tag, "rc": result.returncode, **summarise(text)}
 
 
+def config_of(pair: str) -> tuple[str, Any]:
+    """(SHAPE, the NN LongKConfig) of SHAPE/TILE_N/STAGES/SPLITS/SWAP[/CTAS_PER_SM[/GROUPS]]
+    (CTAS_PER_SM 0, as many as fit, and GROUPS 1 when left off)."""
+    from engine.codegen import LongKConfig
+    from engine.problem import Layout
+
+    fields = pair.split("/")
+    fields += ["0", "1"][len(fields) - 5 :]
+    shape, tile_n, stages, splits, swap, occupancy, groups = fields
+    return shape, LongKConfig(
+        layout=Layout.NN,
+        tile_n=int(tile_n),
+        stages=int(stages),
+        splits=int(splits),
+        swap=swap == "1",
+        ctas_per_sm=int(occupancy),
+        groups=int(groups),
+    )
+
+
 def best_pairs(report: dict, count: int) -> list[str]:
     """The fastest longk config of each of the first ``count`` shapes of a longk_bench report, as
     SHAPE/TILE_N/STAGES/SPLITS/SWAP/CTAS_PER_SM/GROUPS."""
@@ -153,9 +174,7 @@ def main(argv: list[str] | None = None) -> int:
         run_kernel(args.run, args.shape, args.reps)
         return 0
 
-    from engine.codegen import LongKConfig
     from engine.compilation.compile import compile_configs
-    from engine.problem import Layout
 
     args.out.mkdir(parents=True, exist_ok=True)
     pairs = args.pairs.split(",")
@@ -163,19 +182,7 @@ def main(argv: list[str] | None = None) -> int:
         pairs = best_pairs(json.loads(args.best_of.read_text()), args.shapes) or pairs
     rows = []
     for pair in pairs:
-        fields = pair.split("/")
-        # CTAS_PER_SM (default 0: as many as fit) and GROUPS (default 1) may be left off
-        fields += ["0", "1"][len(fields) - 5 :]
-        shape, tile_n, stages, splits, swap, occupancy, groups = fields
-        config = LongKConfig(
-            layout=Layout.NN,
-            tile_n=int(tile_n),
-            stages=int(stages),
-            splits=int(splits),
-            swap=swap == "1",
-            ctas_per_sm=int(occupancy),
-            groups=int(groups),
-        )
+        shape, config = config_of(pair)
         [built] = compile_configs([config], target_arch="sm_90")
         if not built.ok:
             rows.append({"shape": shape, "target": config.name, "error": built.error})
