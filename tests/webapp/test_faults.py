@@ -520,12 +520,21 @@ LAUNCH = {
 
 @pytest.mark.django_db
 def test_launching_while_redis_is_frozen_answers_and_keeps_the_limit(
-    own_redis, alice_client, alice, settings
+    own_redis, alice_client, alice, settings, monkeypatch
 ):
+    from types import SimpleNamespace
+
     from django.test import Client
 
+    from webapp import ratelimit
     from webapp.campaigns.models import Campaign
 
+    # every request in one rate window: a window boundary crossed while Redis is frozen (its
+    # socket timeout) would start the count afresh and let the third launch through
+    now = time.time()
+    monkeypatch.setattr(
+        ratelimit, "time", SimpleNamespace(time=lambda: now, monotonic=time.monotonic)
+    )
     settings.CACHES = production_cache(own_redis.url)
     settings.LAUNCH_RATE_LIMIT = 2
     assert alice_client.post("/campaigns/new/", LAUNCH).status_code == 302  # counted in Redis
