@@ -356,10 +356,10 @@ def longk_prefetch_library(layout: Layout) -> list[LongKConfig]:
 
 
 # groups > 1: a tile's K over several small clusters, summed across them in the workspace (the
-# last cluster to arrive sums), so that a tile gets up to 64 CTAs while the clusters stay small
-# enough to be resident at once (an H100 holds 7 clusters of 16 one-CTA-an-SM CTAs, so the
-# library's 128-CTA tilings at 16 splits ran in two waves). Out of the searched library until a
-# GPU has timed them: bench/longk_bench.py --set longk-groups.
+# last cluster to arrive sums), so that a tile gets more CTAs than one cluster holds. Out of the
+# searched library: on an H100 every one verified and every one was slower than the best
+# single-cluster config (geomean 0.80 of it over the six long-K shapes; each group added costs
+# more), bench/results/2026-12-06-h100-longk-groups. bench/longk_bench.py --set longk-groups.
 LONGK_GROUPS_TILES = (32, 64, 128)
 LONGK_GROUPS_CLUSTERS = (4, 8)
 LONGK_GROUPS = (2, 4, 8)
