@@ -1,0 +1,160 @@
+"""Issue 41's acceptance on shapes never measured: draw them, then read a campaign's finals.
+
+    python3 bench/holdout.py draw --seed 4141 [--per-class 6]
+        prints 24 MxNxK of the CUDA-L2 grid ({64, …, 16384}³, NN), 6 a class, none that a file
+        under bench/results (or the recorded cuBLASLt kernels) names: for `engine optimize
+        --shapes … --layout nn --budget 32` with the default proposers and finals
+    python3 bench/holdout.py summary RESULTS.json [--out FILE]
+        per class and overall, the geomean of the finals' kernel against cuBLASLt-autotune and
+        Inductor max-autotune (device protocol, each problem's one kernel, the times from one
+        child process), and each acceptance line met or not
+
+The classes are the issue's: long-K (M·N ≤ 2^20 and K ≥ 4·max(M, N)); small (M·N·K ≤ 2^30);
+large (M·N·K ≥ 2^36); mid, the rest. A problem the campaign left without a final counts as a miss
+(the summary names it) and is left out of the geomeans. Claims nothing: the JSON holds the ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+CLASSES = ("long-K", "small", "mid", "large")
+GRID = (64, 128, 256, 512, 1024, 2048, 4096, 8192, 12288, 16384)
+LT, INDUCTOR = "cublaslt_autotune", "inductor_max_autotune"
+PROTOCOL = "device"
+# (what, class or "all", baseline, the geomean it must reach): issue 41's acceptance
+TARGETS = (
+    ("overall vs cuBLASLt-autotune", "all", LT, 1.03),
+    ("overall vs Inductor max-autotune", "all", INDUCTOR, 1.00),
+    ("long-K vs cuBLASLt-autotune", "long-K", LT, 1.20),
+    ("small vs cuBLASLt-autotune", "small", LT, 1.04),
+    *((f"{c} vs cuBLASLt-autotune at least", c, LT, 0.99) for c in CLASSES),
+)
+
+Shape = tuple[int, int, int]
+
+
+def shape_class(m: int, n: int, k: int) -> str:
+    if m * n <= 2**20 and k >= 4 * max(m, n):
+        return "long-K"
+    mnk = m * n * k
+    if mnk <= 2**30:
+        return "small"
+    return "large" if mnk >= 2**36 else "mid"
+
+
+def draw(seed: int, per_class: int, known: set[Shape]) -> list[Shape]:
+    """``per_class`` shapes of each class, drawn with ``seed`` from the grid less ``known``,
+    class after class in CLASSES order."""
+    pool = [(m, n, k) for m in GRID for n in GRID for k in GRID if (m, n, k) not in known]
+    rng = random.Random(seed)
+    drawn: list[Shape] = []
+    for name in CLASSES:
+        members = [s for s in pool if shape_class(*s) == name]
+        if len(members) < per_class:
+            raise SystemExit(f"only {len(members)} unmeasured {name} shapes, {per_class} asked")
+        drawn += rng.sample(members, per_class)
+    return drawn
+
+
+def geomean(values: Iterable[float]) -> float | None:
+    values = [v for v in values if v > 0]
+    return math.exp(sum(map(math.log, values)) / len(values)) if values else None
+
+
+def ratios(entry: Mapping[str, Any]) -> dict[str, float]:
+    """The problem's finals kernel against each baseline in the device protocol ({} without)."""
+    if entry.get("best") is None:
+        return {}
+    return dict(entry.get("final_speedups", {}).get(PROTOCOL, {}))
+
+
+def summary(report: Mapping[str, Any]) -> dict[str, Any]:
+    rows, misses = [], []
+    for entry in report.get("problems", []):
+        shape = entry["problem"].rsplit("_", 1)[0]
+        m, n, k = (int(x) for x in shape.split("x"))
+        found = ratios(entry)
+        if not found:
+            misses.append({"problem": entry["problem"], "why": entry.get("final_error", "")})
+            continue
+        rows.append(
+            {
+                "problem": entry["problem"],
+                "class": shape_class(m, n, k),
+                "kernel": entry["best"],
+                LT: found.get(LT),
+                INDUCTOR: found.get(INDUCTOR),
+            }
+        )
+    classes: dict[str, dict[str, Any]] = {}
+    for name in (*CLASSES, "all"):
+        members = [r for r in rows if name in ("all", r["class"])]
+        classes[name] = {
+            "problems": len(members),
+            **{b: geomean(r[b] for r in members if r[b] is not None) for b in (LT, INDUCTOR)},
+        }
+    checks = [
+        {
+            "what": what,
+            "geomean": classes[group][baseline],
+            "target": target,
+            "met": classes[group][baseline] is not None and classes[group][baseline] >= target,
+        }
+        for what, group, baseline, target in TARGETS
+    ]
+    return {"rows": rows, "misses": misses, "classes": classes, "checks": checks}
+
+
+def table(result: Mapping[str, Any]) -> str:
+    def cell(value: float | None) -> str:
+        return "—" if value is None else f"{value:.3f}"
+
+    lines = [f"{'class':<8} {'shapes':>6} {'vs Lt-autotune':>15} {'vs Inductor':>12}"]
+    for name, c in result["classes"].items():
+        lines.append(f"{name:<8} {c['problems']:>6} {cell(c[LT]):>15} {cell(c[INDUCTOR]):>12}")
+    lines += [
+        f"{'met' if c['met'] else 'NOT met':<7} {c['what']}: {cell(c['geomean'])} "
+        f"(≥ {c['target']:.2f})"
+        for c in result["checks"]
+    ]
+    lines += [f"no final: {m['problem']} {m['why']}".rstrip() for m in result["misses"]]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="bench/holdout.py", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    drawing = commands.add_parser("draw")
+    drawing.add_argument("--seed", type=int, required=True)
+    drawing.add_argument("--per-class", type=int, default=6)
+    reading = commands.add_parser("summary")
+    reading.add_argument("results", type=Path, help="engine optimize's results JSON")
+    reading.add_argument("--out", type=Path)
+    args = parser.parse_args(argv)
+    if args.command == "draw":
+        from bench.replay_fresh import known_shapes
+
+        shapes = draw(args.seed, args.per_class, known_shapes())
+        print(",".join(f"{m}x{n}x{k}" for m, n, k in shapes))
+        return 0
+    result = summary(json.loads(args.results.read_text()))
+    if args.out:
+        args.out.write_text(json.dumps(result, indent=1))
+    print(table(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

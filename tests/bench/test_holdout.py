@@ -1,0 +1,87 @@
+"""bench/holdout.py without a GPU: the issue's shape classes, a seeded draw of unmeasured shapes
+(so many a class, none known), and the finals read into per-class geomeans and acceptance lines."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.bench_scripts import load
+
+
+@pytest.fixture(scope="module")
+def holdout():
+    return load("holdout")
+
+
+@pytest.mark.parametrize(
+    ("shape", "kind"),
+    [
+        ((128, 128, 16384), "long-K"),
+        ((1024, 1024, 4096), "long-K"),  # M·N = 2^20, K = 4·max
+        ((1024, 1024, 2048), "mid"),  # K below 4·max(M, N)
+        ((1024, 1024, 1024), "small"),  # M·N·K = 2^30
+        ((4096, 4096, 4096), "large"),  # 2^36
+        ((2048, 4096, 4096), "mid"),
+    ],
+)
+def test_shapes_fall_in_the_issues_classes(holdout, shape, kind):
+    assert holdout.shape_class(*shape) == kind
+
+
+def test_a_draw_is_seeded_takes_so_many_a_class_and_skips_known_shapes(holdout):
+    known = {(128, 128, 16384), (64, 64, 64)}
+    drawn = holdout.draw(7, 6, known)
+    assert drawn == holdout.draw(7, 6, known)
+    assert drawn != holdout.draw(8, 6, known)
+    assert len(set(drawn)) == 24
+    assert not set(drawn) & known
+    classes = [holdout.shape_class(*s) for s in drawn]
+    assert classes == [c for c in holdout.CLASSES for _ in range(6)]
+
+
+def entry(shape: str, lt: float, inductor: float) -> dict:
+    return {
+        "problem": f"{shape}_nn",
+        "best": f"kernel_for_{shape}",
+        "final_speedups": {
+            "device": {"cublaslt_autotune": lt, "inductor_max_autotune": inductor},
+            "offline": {"cublaslt_autotune": 9.0, "inductor_max_autotune": 9.0},
+        },
+    }
+
+
+def test_the_summary_reads_the_finals_device_ratios_per_class_and_checks_each_target(
+    holdout, tmp_path, capsys
+):
+    report = {
+        "problems": [
+            entry("128x128x16384", 1.44, 1.2),  # long-K
+            entry("128x64x12288", 1.0, 1.0),  # long-K
+            entry("512x256x64", 1.05, 1.1),  # small
+            entry("2048x4096x4096", 0.98, 1.0),  # mid
+            entry("8192x8192x12288", 1.0, 0.9),  # large
+            {"problem": "64x64x64_nn", "best": None, "final_error": "no kernel verified"},
+        ]
+    }
+    result = holdout.summary(report)
+    classes = result["classes"]
+    assert classes["long-K"]["problems"] == 2
+    assert classes["long-K"]["cublaslt_autotune"] == pytest.approx(1.2)  # √(1.44 · 1.0)
+    assert classes["small"]["inductor_max_autotune"] == pytest.approx(1.1)
+    assert classes["all"]["problems"] == 5
+    assert result["misses"] == [{"problem": "64x64x64_nn", "why": "no kernel verified"}]
+    checks = {c["what"]: c["met"] for c in result["checks"]}
+    assert checks["long-K vs cuBLASLt-autotune"] is True
+    assert checks["small vs cuBLASLt-autotune"] is True
+    assert checks["mid vs cuBLASLt-autotune at least"] is False  # 0.98 < 0.99
+    assert checks["overall vs Inductor max-autotune"] is True
+
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(report))
+    assert holdout.main(["summary", str(path), "--out", str(tmp_path / "s.json")]) == 0
+    out = capsys.readouterr().out
+    assert "NOT met mid vs cuBLASLt-autotune at least: 0.980 (≥ 0.99)" in out
+    assert "no final: 64x64x64_nn no kernel verified" in out
+    assert json.loads((tmp_path / "s.json").read_text())["classes"]["all"]["problems"] == 5
