@@ -424,7 +424,8 @@ class LongKConfig(KernelConfig):
         """The template's reduction slots. Pull's text is the first design's, byte for byte (a
         source's bytes are its build's cache key), so the pull slots that hold no code are empty
         and the others hold exactly what the template said before push existed."""
-        if self.groups > 1:
+        if not self.push:  # groups > 1 sums each cluster as pull does, then across clusters
+            reduction = GROUPS_TEMPLATE if self.groups > 1 else PULL_TEMPLATE
             return {
                 "push_desc": "",
                 "push_constants": "",
@@ -433,18 +434,7 @@ class LongKConfig(KernelConfig):
                 "push_barrier": "",
                 "push_init": "",
                 "push_functions": "",
-                "reduction": load_template(GROUPS_TEMPLATE).template,
-            }
-        if not self.push:
-            return {
-                "push_desc": "",
-                "push_constants": "",
-                "reduce_data_bytes": "kPartialBytes",
-                "barrier_bytes": "2 * kStages * 8",
-                "push_barrier": "",
-                "push_init": "",
-                "push_functions": "",
-                "reduction": load_template(PULL_TEMPLATE).template,
+                "reduction": load_template(reduction).template,
             }
         return {
             "push_desc": PUSH_DESC.format(splits=self.splits),

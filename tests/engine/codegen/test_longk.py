@@ -346,6 +346,17 @@ def test_push_compiles_to_bulk_copies_without_spills(engine_config):
         LongKConfig(layout=TN, tile_n=32, stages=4, splits=16, swap=True, reduce="push"),
         LongKConfig(layout=NN, tile_n=64, stages=8, splits=8, reduce="push", prefetch=True),
     ]
+    for config, result in zip(configs, built_without_spills(configs, engine_config), strict=True):
+        if (cuobjdump := find_cuobjdump()) is not None:
+            sass = subprocess.run(
+                [cuobjdump, "-sass", str(result.library)], capture_output=True, text=True
+            ).stdout
+            assert sass.count("UBLKCP") == config.splits - 1, config.name  # one copy a peer
+            assert ("UTMAPF.L2.2D" in sass) == config.prefetch, config.name  # L2 prefetch
+
+
+def built_without_spills(configs: list[LongKConfig], engine_config) -> list:
+    """Each config built for sm_90a, without spills, stack or wgmma serialisation (C7510)."""
     results = comp.compile_many(
         [c.render() for c in configs], jobs=2, archs=LongKConfig.ARCHS, config=engine_config
     )
@@ -354,12 +365,7 @@ def test_push_compiles_to_bulk_copies_without_spills(engine_config):
         assert not result.spills, config.name
         assert all(r.stack_bytes == 0 for r in result.resources), config.name
         assert "C7510" not in result.log, config.name
-        if (cuobjdump := find_cuobjdump()) is not None:
-            sass = subprocess.run(
-                [cuobjdump, "-sass", str(result.library)], capture_output=True, text=True
-            ).stdout
-            assert sass.count("UBLKCP") == config.splits - 1, config.name  # one copy a peer
-            assert ("UTMAPF.L2.2D" in sass) == config.prefetch, config.name  # L2 prefetch
+    return results
 
 
 def find_cuobjdump() -> str | None:
@@ -453,13 +459,7 @@ def test_groups_compile_to_one_compare_and_swap_and_size_their_workspace(engine_
         LongKConfig(layout=NN, tile_n=64, stages=8, splits=8, groups=4),
         LongKConfig(layout=TN, tile_n=32, stages=4, splits=3, groups=2, swap=True),
     ]
-    results = comp.compile_many(
-        [c.render() for c in configs], jobs=2, archs=LongKConfig.ARCHS, config=engine_config
-    )
-    for config, result in zip(configs, results, strict=True):
-        assert result.ok, (config.name, result.error, result.log[-3000:])
-        assert not result.spills, config.name
-        assert all(r.stack_bytes == 0 for r in result.resources), config.name
+    for config, result in zip(configs, built_without_spills(configs, engine_config), strict=True):
         library_file = ctypes.CDLL(str(result.library))
         library_file.gemmforge_workspace_size.restype = ctypes.c_size_t
         for m, n, k in ((128, 128, 16384), (200, 264, 3000), (40, 72, 1096)):
