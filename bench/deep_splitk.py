@@ -14,7 +14,10 @@ Two sets (``--set``):
 - ``transposed``: the tiles M below 64 (the transposed problem) beside the sm80 kernels that
   won there, on the small-M shapes where cuBLASLt runs 8- to 48-row tiles (§22);
 - ``epilogue``: the ping-pong 128×128 and cooperative 128×256 kernels with a 128-column TMA
-  epilogue tile beside the builder's, on the short-K wide shapes (§22).
+  epilogue tile beside the builder's, on the short-K wide shapes (§22);
+- ``oddn``: the odd tile N (96, 160, 192: cooperative 128-row and ping-pong 64-row tiles) beside
+  the same schedules at 128 and 256, clusters 1×1 and 2×1, on shapes where the 128- and 256-wide
+  tiles waste more of the SMs (padding, a partial last wave) and one where they do not (§33).
 
 For each shape: the set's configs that are valid for it are verified (the GPU step's own path,
 engine.verify.verifier.Verifications), then the verified ones are timed against every baseline in
@@ -22,7 +25,7 @@ the device protocol by the campaign finals' child (engine.execution.final, sever
 child). Printed and written beside the campaign's search-time best for the shape.
 
     python3 bench/deep_splitk.py --db CAMPAIGN.sqlite
-        [--set deep|raster|reduction|splitn|transposed|epilogue]
+        [--set deep|raster|reduction|splitn|transposed|epilogue|oddn]
         [--shapes ...]
         [--verify-jobs N] [--out FILE]
 """
@@ -76,6 +79,11 @@ TRANSPOSED_SHAPES = (
 )
 # short K, wide M·N: the epilogue's stores dominate (the finals reached 0.90–0.95×)
 EPILOGUE_SHAPES = "8192x2048x128,2048x12288x128,1024x4096x64,12288x8192x256,512x1024x512"
+# an odd tile N wastes less of the 132 SMs' tile slots (the tiles' padding and the last wave's
+# idle SMs) than 128 or 256 on the first four (1.00 or 0.97 of C's area against 0.91–0.92); not
+# on the last, a control (0.91 either way)
+ODD_N_SHAPES = "4096x3168x4096,4096x2880x2048,8192x1440x4096,4096x1920x4096,2048x1440x8192"
+ODD_N = (96, 160, 192)
 # the sm80 kernels that won those shapes in the 64-shape campaign (its report)
 TRANSPOSED_YARDSTICKS = (
     "hgemm_sm80_32x64x64_w1x2_s4_nn_sw1_splitk1",
@@ -160,6 +168,25 @@ def epilogue_configs() -> list[Any]:
     return [replace(c, epilogue_n=0) for c in wide] + wide
 
 
+def odd_n_configs() -> list[Any]:
+    """The library's odd-N tiles (not the 192×192 split-N ones) and, as yardsticks, the same
+    schedules and row counts at N 128 and 256, clusters 1×1 and 2×1, TMA epilogue, persistent."""
+    rows = {"coop": 128, "pingpong": 64}
+    return [
+        c
+        for c in library("sm90", Layout.NN)
+        if rows.get(c.schedule) == c.tile_m
+        and c.tile_n in (*ODD_N, 128, 256)
+        and c.tile_k == 64
+        and not c.split_n
+        and (c.cluster_m, c.cluster_n) in ((1, 1), (2, 1))
+        and c.epilogue == "tma"
+        and not c.epilogue_n
+        and c.scheduler == "persistent"
+        and c.raster == "heuristic"
+    ]
+
+
 CONFIG_SETS = {  # --set: its configs, its default shapes, what it asks
     "deep": (deep_configs, SHAPES, "deep split-K configs on the small-M·N, long-K shapes"),
     "raster": (raster_configs, LARGE_SHAPES, "raster orders and swizzles on the large shapes"),
@@ -182,6 +209,11 @@ CONFIG_SETS = {  # --set: its configs, its default shapes, what it asks
         epilogue_configs,
         EPILOGUE_SHAPES,
         "a 128-column TMA epilogue tile on the short-K wide shapes",
+    ),
+    "oddn": (
+        odd_n_configs,
+        ODD_N_SHAPES,
+        "odd tile N (96, 160, 192) where 128 and 256 leave a partial last wave",
     ),
 }
 

@@ -328,10 +328,13 @@ if [[ $stage == reduction ]]; then  # fused split-K reductions (PDL, cluster), G
     --db "${GRID64_DB:-bench/results/grid64/campaign.sqlite}" \
     --out "$OUT/reduction.json" 2>&1 | tee "$OUT/reduction.log" | tail -14 || status=1
 fi
-if [[ $stage == tiles ]]; then  # split-N, transposed tiles, wide epilogue tiles; GPU tests first
-  python3 -m pytest -q -o addopts="" -p no:cacheprovider -m gpu tests/engine/codegen/test_gpu_sm90_tiles.py \
-    2>&1 | tee "$OUT/tiles-tests.log" | tail -5 || status=1
-  for set in splitn transposed epilogue; do
+if [[ $stage == tiles ]]; then  # split-N, transposed tiles, wide epilogue tiles, odd tile N; GPU
+  # tests first (TILES_TESTS=0 skips them); TILES_SETS: which of deep_splitk.py's sets
+  if [[ ${TILES_TESTS:-1} != 0 ]]; then
+    python3 -m pytest -q -o addopts="" -p no:cacheprovider -m gpu tests/engine/codegen/test_gpu_sm90_tiles.py \
+      2>&1 | tee "$OUT/tiles-tests.log" | tail -5 || status=1
+  fi
+  for set in ${TILES_SETS:-splitn transposed epilogue oddn}; do
     python3 bench/deep_splitk.py --set "$set" --verify-jobs 16 \
       --device-seconds "${TILES_DEVICE_SECONDS:-1}" \
       --db "${GRID64_DB:-bench/results/grid64/campaign.sqlite}" \
