@@ -149,6 +149,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         shapes = draw(args.seed, args.per_class, known_shapes())
         print(",".join(f"{m}x{n}x{k}" for m, n, k in shapes))
         return 0
+    if not args.results.is_file():
+        parser.error(f"{args.results}: no such results file (engine optimize --out writes it)")
     result = summary(json.loads(args.results.read_text()))
     if args.out:
         args.out.write_text(json.dumps(result, indent=1))

@@ -143,6 +143,11 @@ PUSH_REDUCTION = """\
   push_reduce(tile, received, split, kSwap ? q0 : p0, kSwap ? p0 : q0, p);
 """
 GROUPS_TEMPLATE = "longk_groups.cu.tmpl"
+GROUPS_DESC = """\
+// Groups (not as said above): a tile's K runs over {groups} such clusters, and the cluster's sum
+// is not stored but written to the caller's workspace; the last cluster to arrive at a share sums
+// every group's, in group order, and stores fp16. One launch, no memset.
+"""
 GROUPS_INCLUDES = "#include <atomic>\n#include <chrono>\n\n"
 GROUPS_CONSTANTS = """\
 // groups: a tile's K runs over kGroups clusters; the workspace holds a counter per share (a
@@ -427,7 +432,7 @@ class LongKConfig(KernelConfig):
         if not self.push:  # groups > 1 sums each cluster as pull does, then across clusters
             reduction = GROUPS_TEMPLATE if self.groups > 1 else PULL_TEMPLATE
             return {
-                "push_desc": "",
+                "push_desc": GROUPS_DESC.format(groups=self.groups) if self.groups > 1 else "",
                 "push_constants": "",
                 "reduce_data_bytes": "kPartialBytes",
                 "barrier_bytes": "2 * kStages * 8",

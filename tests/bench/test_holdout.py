@@ -85,3 +85,9 @@ def test_the_summary_reads_the_finals_device_ratios_per_class_and_checks_each_ta
     assert "NOT met mid vs cuBLASLt-autotune at least: 0.980 (≥ 0.99)" in out
     assert "no final: 64x64x64_nn no kernel verified" in out
     assert json.loads((tmp_path / "s.json").read_text())["classes"]["all"]["problems"] == 5
+
+
+def test_a_missing_results_file_is_named_in_a_usage_error(holdout, tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        holdout.main(["summary", str(tmp_path / "missing.json")])
+    assert "missing.json: no such results file" in capsys.readouterr().err

@@ -403,6 +403,7 @@ def test_groups_render_a_workspace_reduction_with_an_epoch_counter():
     assert "unsigned(kSplits * kGroups));" in source
     assert "clusterDim.z = unsigned(kSplits);" in source  # the cluster stays one group
     assert "if (workspace == nullptr) return int(cudaErrorInvalidValue);" in source
+    assert "a tile's K runs over 4 such clusters" in source
     assert source.count("cluster.sync();") == 2
 
 
