@@ -4,8 +4,8 @@
 #   usage (on the device): bash bench/device/gpu_run.sh
 #     [tests|bench|clock|all|checks|families|campaign|library|smoke|library2|library3|resume|
 #      stack|bundle|grid64|profile|splitk|raster|reduction|tiles|cublaslt|interference|warm|
-#      baselines|timed|triton|fresh|replay-fresh|offline|evenk|longk|longk-profile|throughput|llama|
-#      holdout]
+#      baselines|timed|triton|fresh|replay-fresh|offline|evenk|longk|longk-profile|longk-timeline|
+#      throughput|llama|holdout]
 #   [extra args]
 set -uo pipefail  # pipefail: a pipeline's status is its first failing command's
 stage=${1:-all}; shift || true
@@ -16,7 +16,7 @@ if ls .whl/*.whl >/dev/null 2>&1; then
   export PYTHONPATH=/tmp/site
 fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
-if [[ $stage == library* || $stage =~ ^(smoke|checks|stack|bundle|resume|grid64|profile|splitk|raster|reduction|tiles|cublaslt|interference|warm|triton|fresh|replay-fresh|offline|evenk|longk|longk-profile|throughput|llama|holdout)$ ]]; then
+if [[ $stage == library* || $stage =~ ^(smoke|checks|stack|bundle|resume|grid64|profile|splitk|raster|reduction|tiles|cublaslt|interference|warm|triton|fresh|replay-fresh|offline|evenk|longk|longk-profile|longk-timeline|throughput|llama|holdout)$ ]]; then
   # inside the checkout (ignored): kept between calls while the lent machine stays warm
   export ENGINE_CACHE_DIR=$PWD/.cache/device
   mkdir -p "$ENGINE_CACHE_DIR/kernels"
@@ -387,6 +387,12 @@ if [[ $stage == longk ]]; then  # cluster split-K (the longk family) beside the 
     --device-seconds "${LONGK_DEVICE_SECONDS:-2}" --out "$OUT/longk.json" ${LONGK_ARGS:-} 2>&1 \
     | tee "$OUT/longk.log" | tail -80 || status=1
   pack_device_kernels
+fi
+if [[ $stage == longk-timeline ]]; then  # where a longk kernel's time goes, phase by phase
+  # (global-timer stamps per CTA; LONGK_TIMELINE: shape/tile_n/stages/splits/swap,...)
+  timeout -k 10 "${LONGK_TIMELINE_SECONDS:-240}" python3 bench/longk_timeline.py \
+    --out "$OUT/longk-timeline.json" ${LONGK_TIMELINE:+--pairs "$LONGK_TIMELINE"} 2>&1 \
+    | tee "$OUT/longk-timeline.log" | tail -20 || status=1
 fi
 if [[ $stage == longk-profile ]]; then  # Nsight Compute on each shape's fastest longk kernel of
   # the longk stage's report (or LONGK_PROFILE: shape/tile_n/stages/splits/swap/ctas_per_sm,...):

@@ -1,0 +1,242 @@
+"""Where a longk kernel's time goes: each CTA stamps the global timer at its phase boundaries
+(entry; barriers initialised; first K tile landed; main loop done; partial tile parked; end) and
+the SM clock beside it, and the script reports, per shape, the median over calls of each phase
+and of the launch's spread across CTAs. GPU only.
+
+    python3 bench/longk_timeline.py [--pairs SHAPE/TILE_N/STAGES/SPLITS/SWAP[/CTAS],...]
+        [--reps 50] [--out timeline.json]
+
+The probe is the config's own rendered source with stamps added at fixed anchors (the script
+fails if an anchor is missing, so a template change cannot silently move a phase), built through
+the engine's compile cache; each call runs after the L2 has been zeroed through a 256 MiB buffer,
+as the device protocol does, with its event time beside the stamps. The stamps cost a few global
+stores per CTA at the phase boundaries; the event times say how much they moved the kernel
+against the unprobed build, timed in the same loop.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+# each shape's fastest longk config on the H100 (bench/results/2026-12-06-h100-longk-groups)
+DEFAULT_PAIRS = ",".join(
+    (
+        "128x128x16384/64/8/16/0",
+        "512x256x8192/128/8/4/0",
+        "256x256x8192/128/8/8/0",
+        "128x256x12288/64/8/8/0",
+        "64x512x16384/64/8/8/0",
+        "256x128x4096/64/6/8/0",
+        "128x128x1024/64/8/16/0",  # the first one's fixed costs: one K tile a CTA
+    )
+)
+PHASES = ("entry", "init", "first_tile", "loop_done", "parked", "end")
+MAX_CTAS = 1024  # the stamps' room; the launches here have at most 256
+SLOTS = 2 * len(PHASES)  # a global-timer stamp and an SM-clock stamp per phase
+
+PROBE_HEADER = f"""\
+__device__ unsigned long long gemmforge_probe_stamps[{MAX_CTAS} * {SLOTS + 1}];
+__device__ __forceinline__ unsigned long long probe_globaltimer() {{
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
+  return t;
+}}
+"""
+PROBE_SETUP = f"""\
+  const int probe_cta = int(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z));
+  unsigned long long* probe = gemmforge_probe_stamps + probe_cta * {SLOTS + 1};
+  if (threadIdx.x == 0 && probe_cta < {MAX_CTAS}) {{
+    unsigned smid;
+    asm volatile("mov.u32 %0, %smid;" : "=r"(smid));
+    probe[{SLOTS}] = smid;
+  }}
+"""
+PROBE_READ = f"""
+extern "C" int gemmforge_probe_read(unsigned long long* host, int count) {{
+  if (count > {MAX_CTAS} * {SLOTS + 1}) return int(cudaErrorInvalidValue);
+  return int(cudaMemcpyFromSymbol(host, gemmforge_probe_stamps,
+                                  size_t(count) * sizeof(unsigned long long)));
+}}
+"""
+
+
+def stamp(phase: str) -> str:
+    """The statement that stamps ``phase`` (thread 0 of the CTA, a consumer thread)."""
+    index = PHASES.index(phase)
+    return (
+        f"if (threadIdx.x == 0 && probe_cta < {MAX_CTAS}) {{ probe[{2 * index}] = "
+        f"probe_globaltimer(); probe[{2 * index + 1}] = clock64(); }}\n"
+    )
+
+
+# (anchor in the rendered source, the text put before or after it); each anchor occurs once
+INSERTIONS = (
+    ("namespace cg = cooperative_groups;\n", "after", PROBE_HEADER),
+    ("  const uint32_t data = smem_addr(smem);\n", "after", PROBE_SETUP + "  " + stamp("entry")),
+    ("\n  float acc[kTileQ / 2];\n", "before", "\n  " + stamp("init").rstrip("\n")),
+    (
+        "      mbar_wait(full + 8 * s, (i / kStages) & 1);\n",
+        "after",
+        "      if (i == 0) " + stamp("first_tile"),
+    ),
+    ("    wgmma_wait<0>();\n  }\n", "after", "  " + stamp("loop_done")),
+    (
+        "  cluster.sync();  // every split's partial tile is parked\n",
+        "after",
+        "  " + stamp("parked"),
+    ),
+    ("}\n\n// A 2-D tensor map over a row-major operand", "before", "  " + stamp("end")),
+)
+
+
+def probe_source(source: str) -> str:
+    """``source`` (a pull-reduced longk kernel) with the stamps added; ValueError if an anchor is
+    missing or not unique."""
+    for anchor, where, text in INSERTIONS:
+        if source.count(anchor) != 1:
+            raise ValueError(f"anchor {anchor!r} occurs {source.count(anchor)} times")
+        source = source.replace(anchor, anchor + text if where == "after" else text + anchor)
+    return source + PROBE_READ
+
+
+def grid_ctas(config: Any, m: int, n: int) -> int:
+    """The CTAs of a single-group longk launch: output tiles times splits."""
+    p_rows, q_rows = (n, m) if config.swap else (m, n)
+    return -(-p_rows // 64) * -(-q_rows // config.tile_n) * config.splits
+
+
+def sm_clock_ghz() -> float:
+    """The SM clock under load, from an event-timed spin of a known number of cycles."""
+    import torch
+
+    cycles = 20_000_000
+    torch.cuda._sleep(cycles)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(True)
+    start.record()
+    torch.cuda._sleep(cycles)
+    end.record()
+    torch.cuda.synchronize()
+    return cycles / (start.elapsed_time(end) * 1e6)
+
+
+def phase_summary(stamps: list[list[int]], clock_ghz: float) -> dict[str, float]:
+    """One call's phases in µs from its CTAs' stamps: the launch's spread (last CTA's entry less
+    the first's), the whole span (last end less first entry), and per phase the median over CTAs
+    of its SM-clock duration."""
+    timers = [[row[2 * i] for i in range(len(PHASES))] for row in stamps]
+    clocks = [[row[2 * i + 1] for i in range(len(PHASES))] for row in stamps]
+    summary = {
+        "launch_spread_us": (max(t[0] for t in timers) - min(t[0] for t in timers)) / 1e3,
+        "span_us": (max(t[-1] for t in timers) - min(t[0] for t in timers)) / 1e3,
+        "end_spread_us": (max(t[-1] for t in timers) - min(t[-1] for t in timers)) / 1e3,
+    }
+    for i in range(1, len(PHASES)):
+        durations = [(c[i] - c[i - 1]) / (clock_ghz * 1e3) for c in clocks]
+        summary[f"{PHASES[i - 1]}->{PHASES[i]}_us"] = statistics.median(durations)
+    summary["sms"] = len({row[-1] for row in stamps})
+    return summary
+
+
+def median_rows(rows: list[dict[str, float]]) -> dict[str, float]:
+    return {key: round(statistics.median(r[key] for r in rows), 3) for key in rows[0]}
+
+
+def run(pairs: list[str], reps: int) -> list[dict[str, Any]]:
+    import ctypes
+
+    import torch
+
+    from bench.longk_profile import config_of
+    from engine.compilation.compile import compile_configs, compile_many
+    from engine.gpu.runtime import KernelLibrary
+    from engine.problem import Problem
+
+    clock_ghz = sm_clock_ghz()
+    stream = torch.cuda.current_stream()
+    flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    results = []
+    for pair in pairs:
+        shape, config = config_of(pair)
+        problem = Problem.parse(shape)
+        [plain] = compile_configs([config], target_arch="sm_90")
+        [probed] = compile_many([probe_source(config.render())], archs=("sm_90a",))
+        if not (plain.ok and probed.ok):
+            results.append(
+                {"shape": shape, "config": config.name, "error": (plain.error or probed.error)}
+            )
+            continue
+        kernels = {
+            "plain": KernelLibrary(str(plain.library)),
+            "probed": KernelLibrary(str(probed.library)),
+        }
+        reader = ctypes.CDLL(str(probed.library)).gemmforge_probe_read
+        reader.argtypes = (ctypes.POINTER(ctypes.c_ulonglong), ctypes.c_int)
+        a = torch.randn(problem.m, problem.k, device="cuda").half()
+        b = torch.randn(problem.k, problem.n, device="cuda").half()
+        c = torch.empty(problem.m, problem.n, device="cuda", dtype=torch.float16)
+        ctas = grid_ctas(config, problem.m, problem.n)
+        event_us: dict[str, list[float]] = {"plain": [], "probed": []}
+        phases = []
+        for rep in range(reps + 3):
+            for name, kernel in kernels.items():
+                flush.zero_()
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(True)
+                start.record(stream)
+                error = kernel.launch(
+                    a.data_ptr(),
+                    b.data_ptr(),
+                    c.data_ptr(),
+                    problem.m,
+                    problem.n,
+                    problem.k,
+                    0,
+                    stream.cuda_stream,
+                )
+                end.record(stream)
+                torch.cuda.synchronize()
+                assert error == 0, error
+                if rep < 3:
+                    continue
+                event_us[name].append(start.elapsed_time(end) * 1e3)
+                if name == "probed":
+                    count = ctas * (SLOTS + 1)
+                    host = (ctypes.c_ulonglong * count)()
+                    assert reader(host, count) == 0
+                    stamps = [list(host[i : i + SLOTS + 1]) for i in range(0, count, SLOTS + 1)]
+                    phases.append(phase_summary([s for s in stamps if s[0]], clock_ghz))
+        reference = a.float() @ b.float()
+        assert torch.allclose(c.float(), reference, rtol=2e-2, atol=2e-1), "probe broke the sums"
+        row = {
+            "shape": shape,
+            "config": config.name,
+            "ctas": ctas,
+            "sm_clock_ghz": round(clock_ghz, 3),
+            "event_us": {k: round(statistics.median(v), 3) for k, v in event_us.items()},
+            "phases": median_rows(phases),
+        }
+        print(json.dumps(row), flush=True)
+        results.append(row)
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pairs", default=DEFAULT_PAIRS)
+    parser.add_argument("--reps", type=int, default=50)
+    parser.add_argument("--out", type=Path, default=Path("longk-timeline.json"))
+    args = parser.parse_args(argv)
+    rows = run(args.pairs.split(","), args.reps)
+    args.out.write_text(json.dumps({"rows": rows, "phases": PHASES}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,67 @@
+"""bench/longk_timeline.py without a GPU: the probe finds its anchors in every searched longk
+kernel and builds, and a call's stamps are read into phases (the GPU stage `bash
+bench/device/gpu_run.sh longk-timeline` runs the real one)."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.codegen import LongKConfig
+from engine.codegen.library import longk_library
+from engine.compilation import compile as comp
+from engine.problem import Layout
+from tests.bench_scripts import load
+
+
+@pytest.fixture(scope="module")
+def timeline():
+    return load("longk_timeline")
+
+
+def test_every_searched_longk_kernel_takes_a_stamp_at_each_phase(timeline):
+    for layout in (Layout.NN, Layout.TN):
+        for config in longk_library(layout):
+            if config.reduce != "pull" or config.groups != 1:
+                continue
+            source = timeline.probe_source(config.render())
+            for index in range(len(timeline.PHASES)):
+                assert source.count(f"probe[{2 * index}] = probe_globaltimer()") == 1, config.name
+
+
+def test_a_kernel_without_the_pull_reduction_is_refused(timeline):
+    push = LongKConfig(layout=Layout.NN, tile_n=64, stages=8, splits=8, reduce="push")
+    with pytest.raises(ValueError, match="anchor"):
+        timeline.probe_source(push.render())
+
+
+def test_phases_are_read_from_the_sm_clock_and_the_spread_from_the_global_timer(timeline):
+    slots = timeline.SLOTS
+    # two CTAs on SMs 3 and 7: global-timer ns and 2 GHz clock cycles at each of the six phases
+    first = [0] * (slots + 1)
+    second = [0] * (slots + 1)
+    for index, (ns, cycles) in enumerate(
+        zip((1000, 1200, 2200, 6200, 6400, 7400), (0, 400, 2400, 10400, 10800, 12800), strict=True)
+    ):
+        first[2 * index], first[2 * index + 1] = ns, cycles
+        second[2 * index], second[2 * index + 1] = ns + 500, cycles + 7
+    first[slots], second[slots] = 3, 7
+    summary = timeline.phase_summary([first, second], clock_ghz=2.0)
+    assert summary["launch_spread_us"] == pytest.approx(0.5)
+    assert summary["span_us"] == pytest.approx(6.9)
+    assert summary["first_tile->loop_done_us"] == pytest.approx(4.0)
+    assert summary["loop_done->parked_us"] == pytest.approx(0.2)
+    assert summary["sms"] == 2
+
+
+def test_the_ctas_of_a_launch_count_tiles_times_splits(timeline):
+    config = LongKConfig(layout=Layout.NN, tile_n=32, stages=8, splits=16, swap=True)
+    assert timeline.grid_ctas(config, 64, 512) == 8 * 2 * 16  # swapped: P runs along N
+
+
+@pytest.mark.nvcc
+def test_the_probed_kernel_builds_for_hopper(timeline, engine_config):
+    config = LongKConfig(layout=Layout.NN, tile_n=64, stages=8, splits=16)
+    [result] = comp.compile_many(
+        [timeline.probe_source(config.render())], archs=LongKConfig.ARCHS, config=engine_config
+    )
+    assert result.ok, result.log[-3000:]
