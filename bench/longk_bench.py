@@ -15,6 +15,8 @@ Sets of configs (``--set``, several separated by commas):
 - ``longk-groups``: a tile's K over several small clusters summed in the workspace (``groups``),
   beside the pull configs that won a shape on the H100 (outside the searched library until
   measured);
+- ``longk-multicast``: two output tiles along the wgmma N side sharing P's loads by TMA multicast
+  (``multicast=2``), beside their single-tile twins (outside the searched library until measured);
 - ``sm80-cluster``: the baseline set's sm80 configs reduced inside a cluster.
 
 For each shape the set's configs valid for it are verified (the GPU step's verifier, fresh random
@@ -31,6 +33,7 @@ import json
 import re
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -103,6 +106,15 @@ def longk_groups_configs(layout: Layout) -> list[Any]:
     return winners + list(longk_groups_library(layout))
 
 
+def longk_multicast_configs(layout: Layout) -> list[Any]:
+    """The multicast configs (P's loads shared by two output tiles) and their single-tile twins."""
+    from engine.codegen.library import longk_multicast_library
+
+    shared = list(longk_multicast_library(layout))
+    twins = [replace(c, multicast=1) for c in shared]
+    return twins + shared
+
+
 def sm80_cluster_configs(layout: Layout) -> list[Any]:
     """The sm80 family's deep split-K tiles reduced inside a cluster (the first baseline)."""
     return [c for c in baseline_configs(layout) if getattr(c, "reduction", "") == "cluster"]
@@ -115,6 +127,7 @@ CONFIG_SETS = {
     "longk-prefetch": longk_prefetch_configs,
     "longk-variants": longk_variant_configs,
     "longk-groups": longk_groups_configs,
+    "longk-multicast": longk_multicast_configs,
     "sm80-cluster": sm80_cluster_configs,
 }
 
@@ -128,14 +141,14 @@ def configs_of(sets: str, layout: Layout) -> list[Any]:
 
 
 # A variant's name is its twin's with a suffix: push reduces through bulk copies, _pf prefetches
-# the K slice into L2 (engine/codegen/longk.py).
-VARIANT_SUFFIXES = ("_push_pf", "_pf", "_push")
+# the K slice into L2, _mc2 shares P's loads between two output tiles (engine/codegen/longk.py).
+VARIANT_SUFFIXES = ("_push_pf", "_pf", "_push", "_mc2")
 
 
 def twin_of(name: str) -> tuple[str, str] | None:
     """(the variant's suffix, its twin's name: the same config without that change), or None
     for a config that is nobody's variant. `_push_pf` is compared with `_push` (what prefetch
-    adds to push); `_pf` with the pull config; `_push` with pull."""
+    adds to push); `_pf` with the pull config; `_push` and `_mc2` with pull."""
     if name.endswith("_push_pf"):
         return "_pf", name.removesuffix("_pf")
     for suffix in VARIANT_SUFFIXES[1:]:

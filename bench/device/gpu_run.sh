@@ -376,8 +376,10 @@ if [[ $stage == longk ]]; then  # cluster split-K (the longk family) beside the 
   # split-K kernels and cuBLASLt on the long-K, few-tile shapes; the family's GPU tests first
   # (when they fail, only the baselines are timed, unless LONGK_SET says otherwise; about 4
   # minutes on an H100 since the groups configs joined them: LONGK_TESTS_SECONDS)
+  # (LONGK_TESTS_K: a -k expression, e.g. mc2 for the multicast configs' tests alone)
   timeout -k 10 "${LONGK_TESTS_SECONDS:-420}" python3 -m pytest -q -o addopts="" -p no:cacheprovider \
-    -m gpu tests/engine/codegen/test_gpu_longk.py >"$OUT/longk-tests.log" 2>&1
+    -m gpu tests/engine/codegen/test_gpu_longk.py ${LONGK_TESTS_K:+-k "$LONGK_TESTS_K"} \
+    >"$OUT/longk-tests.log" 2>&1
   tests_rc=$?
   tail -8 "$OUT/longk-tests.log"
   sets=${LONGK_SET:-baseline,longk}

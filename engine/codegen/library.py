@@ -355,6 +355,34 @@ def longk_prefetch_library(layout: Layout) -> list[LongKConfig]:
     ]
 
 
+# multicast = 2: the two CTAs of neighbouring output tiles along Q that run the same K slice
+# share P's loads (each loads half of P's K tile into both, by TMA multicast), so that each byte of
+# P crosses L2 once where the single-tile kernels read it twice. The cluster holds both tiles'
+# splits, so only tilings of at most 8 splits take it: the twins of the H100 winners that do.
+# Out of the searched library until measured. bench/longk_bench.py --set longk-multicast.
+LONGK_MULTICAST_TILINGS = (
+    (128, 8, 4),
+    (128, 8, 8),
+    (64, 8, 8),
+    (64, 12, 8),
+    (64, 6, 8),
+    (32, 8, 8),
+)
+
+
+def longk_multicast_library(layout: Layout) -> list[LongKConfig]:
+    """The multicast twins of the library's pull configs that LONGK_MULTICAST_TILINGS names."""
+    tilings = set(LONGK_MULTICAST_TILINGS)
+    return [
+        shared
+        for c in longk_library(layout)
+        if not c.ctas_per_sm
+        and c.reduce == "pull"
+        and (c.tile_n, c.stages, c.splits) in tilings
+        and (shared := dataclasses.replace(c, multicast=2)).is_valid()
+    ]
+
+
 # groups > 1: a tile's K over several small clusters, summed across them in the workspace (the
 # last cluster to arrive sums), so that a tile gets more CTAs than one cluster holds. Out of the
 # searched library: on an H100 every one verified and every one was slower than the best

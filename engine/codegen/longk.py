@@ -211,6 +211,76 @@ GROUPS_PARAMS_INIT = ", workspace, next_epoch()"
 GROUPS_WORKSPACE_CHECK = (
     "  if (workspace == nullptr) return int(cudaErrorInvalidValue);  // the counters live there\n"
 )
+MULTICASTS = (1, 2)  # the ``multicast`` knob's values: CTAs along N (swapped: M) sharing P's loads
+MULTICAST_DESC = """\
+// Multicast: a cluster holds {multicast} output tiles along Q, each with its {splits} splits. The
+// {multicast} CTAs of a split share P's K tile: each loads 1/{multicast} of it into all of their
+// shared memories with one multicast TMA (each CTA's full barrier counts the stage's bytes from
+// all of them), and a stage is refilled once every CTA of the group has released it (their
+// consumers arrive on each other's empty barriers). Each tile sums over its own splits.
+"""
+MULTICAST_CONSTANTS = """\
+constexpr int kMulticast = {multicast};  // CTAs along Q sharing P's loads
+constexpr int kPShareBytes = kPBytes / kMulticast;  // the part of P's K tile each of them loads
+static_assert(kPShareBytes % 1024 == 0, "a share must keep the 1024-byte swizzle alignment");
+"""
+MULTICAST_FUNCTIONS = """\
+// multicast: a TMA load into the same offset of every CTA of `mask` (cluster ranks), completing
+// on each one's mbarrier at `bar`'s offset.
+__device__ __forceinline__ void tma_load_multicast(const CUtensorMap* map, uint32_t dst,
+                                                   uint32_t bar, int c0, int c1, uint16_t mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      ".multicast::cluster [%0], [%1, {%3, %4}], [%2], %5;" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1), "h"(mask)
+      : "memory");
+}
+// Member `member` of a multicast group loads its share of P's K tile `kt`: rows (K-major) or K
+// rows (MN-major) [member * extent / kMulticast, ...) of the tile, for every CTA of the group.
+__device__ __forceinline__ void load_p_share(const CUtensorMap* map, uint32_t stage, uint32_t bar,
+                                             int row0, int kt, int member, uint16_t mask) {
+  if constexpr (kPKMajor) {
+    tma_load_multicast(map, stage + member * kPShareBytes, bar, kt * kTileK,
+                       row0 + member * (kTileP / kMulticast), mask);
+  } else {
+    tma_load_multicast(map, stage + member * kPShareBytes, bar, row0,
+                       kt * kTileK + member * (kTileK / kMulticast), mask);
+  }
+}
+// An arrival on the mbarrier at `bar`'s offset in CTA `rank` of the cluster.
+__device__ __forceinline__ void mbar_arrive_remote(uint32_t bar, uint32_t rank) {
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(bar), "r"(rank));
+  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(remote)
+               : "memory");
+}
+"""
+MULTICAST_POSITION = """\
+  // the cluster is kMulticast tiles along Q (y) by kSplits splits (z); ranks run y fastest
+  const int member = int(cluster.block_index().y), split = int(cluster.block_index().z);
+  const uint16_t group_mask = uint16_t(((1u << kMulticast) - 1) << (split * kMulticast));
+"""
+MULTICAST_READY = (
+    "  cluster.sync();  // every CTA's barriers are set up before a peer's multicast reaches them\n"
+)
+MULTICAST_LOAD_P = (
+    "        load_p_share(&map_p, stage, bar, p0, kt_begin + i, member, group_mask);\n"
+)
+MULTICAST_RELEASE = """\
+      if (i > 0 && lane == 0) {  // the group's producers all write into this stage
+        const uint32_t freed = empty + 8 * ((i - 1) % kStages);
+#pragma unroll
+        for (int g = 0; g < kMulticast; ++g) mbar_arrive_remote(freed, split * kMulticast + g);
+      }
+"""
+MULTICAST_MAP = """\
+// The tensor map of P for shared loads: boxes of 1/kMulticast of the tile (rows, or K rows).
+cudaError_t shared_p_map(CUtensorMap* map, const void* base, int rows, int K) {
+  if (kPKMajor) return encode(map, base, rows, K, kTileK, kTileP / kMulticast);
+  return encode(map, base, K, rows, mn_width(kTileP), kTileK / kMulticast);
+}
+
+"""
 
 
 def serves(problem: Problem) -> bool:
@@ -264,6 +334,7 @@ class LongKConfig(KernelConfig):
     reduce: str = "pull"
     prefetch: bool = False
     groups: int = 1
+    multicast: int = 1
 
     @classmethod
     def archs_for(cls, target: str | None = None) -> tuple[str, ...]:
@@ -349,6 +420,15 @@ class LongKConfig(KernelConfig):
             return invalid(f"groups={self.groups}: 1 to {MAX_GROUPS} clusters along K a tile")
         if self.groups > 1 and self.push:
             return invalid("groups > 1 sums each cluster by pull; push is not built for it")
+        if self.multicast not in MULTICASTS:
+            return invalid(f"multicast={self.multicast} is not one of {list(MULTICASTS)}")
+        if self.multicast > 1 and (self.push or self.groups > 1 or self.prefetch):
+            return invalid("multicast is built for one cluster reduced by pull, without prefetch")
+        if self.splits * self.multicast > MAX_CLUSTER:
+            return invalid(
+                f"{self.splits} splits x {self.multicast} multicast CTAs in a cluster "
+                f"(> {MAX_CLUSTER})"
+            )
         if self.smem_bytes > SMEM_LIMIT:
             return invalid(f"{self.smem_bytes} B of shared memory exceed {SMEM_LIMIT} B")
         if self.ctas_per_sm and self.natural_ctas_per_sm() <= self.ctas_per_sm:
@@ -360,6 +440,11 @@ class LongKConfig(KernelConfig):
             return invalid(
                 f"{problem.key} is not long-K with few output tiles (M·N ≤ 2^{MAX_MN_LOG2}, "
                 f"K ≥ {MIN_K_OVER_MN}·max(M, N)): the family is searched only there"
+            )
+        if problem is not None and self.multicast > self.q_tiles(problem):
+            return invalid(
+                f"multicast={self.multicast} but the problem has {self.q_tiles(problem)} "
+                f"tile(s) along the wgmma N side to share P with"
             )
         if problem is not None and self.splits * self.groups > math.ceil(problem.k / TILE_K):
             return invalid(
@@ -377,9 +462,10 @@ class LongKConfig(KernelConfig):
         push = "_push" if self.push else ""  # pull, the first design, keeps its names
         prefetch = "_pf" if self.prefetch else ""
         groups = f"_g{self.groups}" if self.groups > 1 else ""
+        multicast = f"_mc{self.multicast}" if self.multicast > 1 else ""
         return (
             f"hgemm_longk_{tm}x{tn}x{TILE_K}_s{self.stages}_{self.layout.value}"
-            f"_cluster{self.splits}{groups}{swap}{occupancy}{push}{prefetch}"
+            f"_cluster{self.splits}{groups}{swap}{occupancy}{push}{prefetch}{multicast}"
         )
 
     def substitutions(self) -> dict[str, str]:
@@ -407,6 +493,50 @@ class LongKConfig(KernelConfig):
             "prefetch_functions": PREFETCH_FUNCTIONS if self.prefetch else "",
             "prefetch_l2": PREFETCH_L2 if self.prefetch else "",
             **self.groups_substitutions(),
+            **self.multicast_substitutions(),
+        }
+
+    def multicast_substitutions(self) -> dict[str, str]:
+        """The template's slots for ``multicast``: with 1 they hold the text the template had
+        before the knob (the build cache keys stay as they were)."""
+        if self.multicast == 1:
+            return {
+                "multicast_desc": "",
+                "multicast_constants": "",
+                "multicast_functions": "",
+                "cluster_position": "  const int split = int(cluster.block_rank());\n",
+                "empty_arrivals": "kConsumerThreads / 32",
+                "cluster_ready": "",
+                "load_p": (
+                    "        load_operand<kPKMajor, kTileP, kPWidth>(&map_p, stage, bar, p0, "
+                    "kt_begin + i);\n"
+                ),
+                "release_stage": (
+                    "      if (i > 0 && lane == 0) mbar_arrive(empty + 8 * ((i - 1) % kStages));\n"
+                ),
+                "p_map_call": "operand_map(&maps.p, p_base, kPKMajor, p_rows, K, kTileP)",
+                "cluster_ctas": "kSplits",
+                "cluster_y": "1",
+                "grid_y": "unsigned((q_rows + kTileQ - 1) / kTileQ)",
+                "multicast_map": "",
+            }
+        return {
+            "multicast_desc": MULTICAST_DESC.format(multicast=self.multicast, splits=self.splits),
+            "multicast_constants": MULTICAST_CONSTANTS.format(multicast=self.multicast),
+            "multicast_functions": MULTICAST_FUNCTIONS,
+            "cluster_position": MULTICAST_POSITION,
+            "empty_arrivals": "kMulticast * kConsumerThreads / 32",
+            "cluster_ready": MULTICAST_READY,
+            "load_p": MULTICAST_LOAD_P,
+            "release_stage": MULTICAST_RELEASE,
+            "p_map_call": "shared_p_map(&maps.p, p_base, p_rows, K)",
+            "cluster_ctas": "kSplits * kMulticast",
+            "cluster_y": "unsigned(kMulticast)",
+            "multicast_map": MULTICAST_MAP,
+            "grid_y": (
+                "unsigned(((q_rows + kTileQ - 1) / kTileQ + kMulticast - 1) / kMulticast * "
+                "kMulticast)"
+            ),
         }
 
     def groups_substitutions(self) -> dict[str, str]:
@@ -439,7 +569,7 @@ class LongKConfig(KernelConfig):
                 "push_barrier": "",
                 "push_init": "",
                 "push_functions": "",
-                "reduction": load_template(reduction).template,
+                "reduction": self.pull_reduction(reduction),
             }
         return {
             "push_desc": PUSH_DESC.format(splits=self.splits),
@@ -453,10 +583,23 @@ class LongKConfig(KernelConfig):
             "reduction": PUSH_REDUCTION,
         }
 
+    def pull_reduction(self, template: str) -> str:
+        """The end of the kernel that sums by pull: the peers of a split are the CTAs of its
+        column of the cluster (with multicast, ranks run along Q first)."""
+        if template != PULL_TEMPLATE:
+            return load_template(template).template
+        peer = "s" if self.multicast == 1 else "kMulticast * s + member"
+        return load_template(template).substitute(peer_rank=peer)
+
+    def q_tiles(self, problem: Problem) -> int:
+        """The output tiles along the wgmma N side (Q: N of C, M when swapped)."""
+        return math.ceil((problem.m if self.swap else problem.n) / self.tile_n)
+
     def problem_fit(self, problem: Problem) -> dict[str, float]:
         fit = super().problem_fit(problem)
-        tm, tn = self.tile_mn()
-        ctas = math.ceil(problem.m / tm) * math.ceil(problem.n / tn) * self.splits * self.groups
+        q_tiles = -(-self.q_tiles(problem) // self.multicast) * self.multicast
+        p_tiles = math.ceil((problem.n if self.swap else problem.m) / TILE_M)
+        ctas = p_tiles * q_tiles * self.splits * self.groups
         fit["waves"] = ctas / 132
         fit["effective_splits"] = float(
             min(self.splits * self.groups, math.ceil(problem.k / TILE_K))

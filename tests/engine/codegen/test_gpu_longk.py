@@ -6,8 +6,9 @@ need no workspace, and give the same result on every run (the splits are summed 
 order), also when the buffers move between calls (the launcher re-points the tensor maps it
 keeps); push gives pull's result bit for bit (the same sums in the same order). A tile's K over
 several clusters (``groups``) sums them in the caller's workspace: whatever the workspace held
-before, and under a CUDA graph that replays one launch, its result is the same bits. Skipped
-without a GPU."""
+before, and under a CUDA graph that replays one launch, its result is the same bits. Two tiles
+that share P's loads by TMA multicast (``multicast``) give their single-tile twin's bits.
+Skipped without a GPU."""
 
 from __future__ import annotations
 
@@ -40,9 +41,16 @@ CONFIGS = (
     LongKConfig(layout=Layout.NN, tile_n=64, stages=8, splits=4, groups=4),
     LongKConfig(layout=Layout.NN, tile_n=32, stages=8, splits=8, groups=8),
     LongKConfig(layout=Layout.TN, tile_n=32, stages=4, splits=3, groups=2, swap=True),
+    # two tiles along Q share P's loads: K-major P, MN-major P (swapped NN), a 16-CTA cluster;
+    # 264 columns (or 200 rows, swapped) are an odd number of tiles, so one pair has a tile
+    # outside C that loads zeros and stores nothing
+    LongKConfig(layout=Layout.NN, tile_n=64, stages=8, splits=8, multicast=2),
+    LongKConfig(layout=Layout.NN, tile_n=32, stages=4, splits=4, swap=True, multicast=2),
+    LongKConfig(layout=Layout.TN, tile_n=128, stages=6, splits=4, multicast=2),
 )
 PUSHED = tuple(c for c in CONFIGS if c.reduce == "push")
 GROUPED = tuple(c for c in CONFIGS if c.groups > 1)
+SHARED = tuple(c for c in CONFIGS if c.multicast > 1)
 # the long-K shapes, and residues in M, N and K against every tile
 SHAPES = ("128x128x16384", "200x264x3000", "40x72x1096")
 
@@ -52,7 +60,11 @@ def libraries() -> dict[str, str]:
     from engine.compilation.compile import compile_configs
     from engine.gpu import cuda_driver
 
-    configs = [*CONFIGS, *(replace(c, reduce="pull") for c in PUSHED)]
+    configs = [
+        *CONFIGS,
+        *(replace(c, reduce="pull") for c in PUSHED),
+        *(replace(c, multicast=1) for c in SHARED),
+    ]
     built = compile_configs(configs, target_arch=cuda_driver.local_arch())
     assert all(b.ok for b in built), [b.error for b in built if not b.ok]
     return {c.name: b.library for c, b in zip(configs, built, strict=True)}
@@ -128,6 +140,19 @@ def test_push_gives_pulls_result_bit_for_bit(libraries, config):
     pushed = run(KernelLibrary(libraries[config.name]), problem, a, b)
     pulled = run(KernelLibrary(libraries[replace(config, reduce="pull").name]), problem, a, b)
     assert torch.equal(pushed, pulled)
+
+
+@pytest.mark.parametrize("config", SHARED, ids=lambda c: c.name)
+def test_multicast_gives_its_single_tile_twins_result_bit_for_bit(libraries, config):
+    import torch
+
+    from engine.gpu.runtime import KernelLibrary
+
+    for problem in (Problem(200, 264, 3000, config.layout), Problem(128, 256, 4096, config.layout)):
+        a, b = operands(problem, seed=13)
+        shared = run(KernelLibrary(libraries[config.name]), problem, a, b)
+        single = run(KernelLibrary(libraries[replace(config, multicast=1).name]), problem, a, b)
+        assert torch.equal(shared, single), problem
 
 
 @pytest.mark.parametrize("config", [CONFIGS[0], CONFIGS[7], CONFIGS[9]], ids=lambda c: c.name)

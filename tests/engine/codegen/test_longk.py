@@ -471,3 +471,86 @@ def test_groups_compile_to_one_compare_and_swap_and_size_their_workspace(engine_
                 [cuobjdump, "-sass", str(result.library)], capture_output=True, text=True
             ).stdout
             assert sass.count("ATOMG.E.CAS.64") == 1, config.name  # one arrival a CTA
+
+
+def test_multicast_is_named_by_a_suffix_and_leaves_other_sources_as_they_were():
+    single = LongKConfig(layout=NN, tile_n=64, stages=8, splits=8)
+    shared = replace(single, multicast=2)
+    assert shared.name == "hgemm_longk_64x64x64_s8_nn_cluster8_mc2"
+    assert LongKConfig.from_knobs(shared.knobs()) == shared
+    assert "multicast" not in LongKConfig.SPACE  # the shipped policy's layout stays as it is
+    source = single.render()
+    assert "kMulticast" not in source
+    assert "multicast::cluster" not in source
+    assert "const int split = int(cluster.block_rank());" in source
+    assert "cluster.map_shared_rank(tile, s);" in source
+
+
+def test_multicast_renders_shared_loads_crossed_releases_and_a_two_tile_cluster():
+    source = LongKConfig(layout=NN, tile_n=32, stages=8, splits=8, swap=True, multicast=2).render()
+    assert "${" not in source
+    assert "constexpr int kMulticast = 2;" in source
+    assert ".multicast::cluster" in source
+    assert "load_p_share(&map_p, stage, bar, p0, kt_begin + i, member, group_mask);" in source
+    assert "mbar_init(empty + 8 * s, kMulticast * kConsumerThreads / 32);" in source
+    assert "mbar_arrive_remote(freed, split * kMulticast + g);" in source
+    assert "cluster.map_shared_rank(tile, kMulticast * s + member);" in source
+    assert "clusterDim.y = unsigned(kMulticast);" in source
+    assert "kSplits * kMulticast > 8" in source  # 16 CTAs: a non-portable cluster
+    assert "shared_p_map(&maps.p, p_base, p_rows, K)" in source
+    assert source.count("cluster.sync();") == 3  # barriers ready before any multicast lands
+
+
+@pytest.mark.parametrize(
+    ("config", "reason"),
+    [
+        (LongKConfig(layout=NN, splits=4, multicast=3), "multicast=3"),
+        (LongKConfig(layout=NN, splits=16, multicast=2), "16 splits x 2 multicast"),
+        (LongKConfig(layout=NN, splits=4, multicast=2, reduce="push"), "pull"),
+        (LongKConfig(layout=NN, splits=4, multicast=2, groups=2), "pull"),
+        (LongKConfig(layout=NN, splits=4, multicast=2, prefetch=True), "prefetch"),
+    ],
+)
+def test_it_rejects_illegal_multicast_with_a_reason(config, reason):
+    verdict = config.is_valid()
+    assert not verdict
+    assert reason in verdict.reason
+
+
+def test_multicast_needs_two_tiles_along_q_and_rounds_the_grid_up_to_pairs():
+    config = LongKConfig(layout=NN, tile_n=64, stages=8, splits=8, multicast=2)
+    verdict = config.is_valid(Problem(128, 64, 16384, NN))
+    assert not verdict
+    assert "1 tile(s) along the wgmma N side" in verdict.reason
+    swapped = replace(config, swap=True, tile_n=32)
+    assert swapped.is_valid(Problem(64, 64, 16384, NN))  # M = 64 is two 32-wide tiles along Q
+    # 264 columns are 5 tiles of 64: the grid holds 3 pairs, 2 row tiles, 8 splits
+    assert config.problem_fit(Problem(128, 264, 16384, NN))["waves"] == 2 * 6 * 8 / 132
+
+
+def test_multicast_twins_are_offered_for_tilings_of_at_most_8_splits_and_stay_out_of_the_search():
+    from engine.codegen.library import LONGK_MULTICAST_TILINGS, longk_multicast_library, longk_prior
+
+    for layout in (NN, TN):
+        assert all(c.multicast == 1 for c in library("longk", layout))
+        shared = longk_multicast_library(layout)
+        assert len(shared) == len(LONGK_MULTICAST_TILINGS)
+        assert all(c.multicast == 2 and c.splits <= 8 and c.is_valid() for c in shared)
+        twins = {c.name for c in library("longk", layout)}
+        assert all(c.name.removesuffix("_mc2") in twins for c in shared)
+    assert all(c.multicast == 1 for c in longk_prior(Problem.parse("128x128x16384"), count=8))
+
+
+@pytest.mark.nvcc
+def test_multicast_compiles_to_multicast_loads_without_spills(engine_config):
+    configs = [
+        LongKConfig(layout=NN, tile_n=64, stages=8, splits=8, multicast=2),
+        LongKConfig(layout=NN, tile_n=32, stages=4, splits=4, swap=True, multicast=2),
+        LongKConfig(layout=TN, tile_n=128, stages=6, splits=4, multicast=2),
+    ]
+    for config, result in zip(configs, built_without_spills(configs, engine_config), strict=True):
+        if (cuobjdump := find_cuobjdump()) is not None:
+            sass = subprocess.run(
+                [cuobjdump, "-sass", str(result.library)], capture_output=True, text=True
+            ).stdout
+            assert "UTMALDG.2D.MULTICAST" in sass, config.name
