@@ -3,7 +3,8 @@
 the SM clock beside it, and the script reports, per shape, the median over calls of each phase
 and of the launch's spread across CTAs. GPU only.
 
-    python3 bench/longk_timeline.py [--pairs SHAPE/TILE_N/STAGES/SPLITS/SWAP[/CTAS],...]
+    python3 bench/longk_timeline.py
+        [--pairs SHAPE/TILE_N/STAGES/SPLITS/SWAP[/CTAS[/GROUPS[/MC]]],...]
         [--reps 50] [--out timeline.json]
 
 The probe is the config's own rendered source with stamps added at fixed anchors (the script
@@ -36,6 +37,7 @@ DEFAULT_PAIRS = ",".join(
         "64x512x16384/64/8/8/0",
         "256x128x4096/64/6/8/0",
         "128x128x1024/64/8/16/0",  # the first one's fixed costs: one K tile a CTA
+        "64x512x16384/64/8/8/0/0/1/2",  # the fourth's tiles in pairs sharing A's loads
     )
 )
 PHASES = ("entry", "init", "first_tile", "loop_done", "parked", "end")
@@ -108,9 +110,12 @@ def probe_source(source: str) -> str:
 
 
 def grid_ctas(config: Any, m: int, n: int) -> int:
-    """The CTAs of a single-group longk launch: output tiles times splits."""
+    """The CTAs of a single-group longk launch: output tiles (along Q in whole multicast
+    groups) times splits."""
     p_rows, q_rows = (n, m) if config.swap else (m, n)
-    return -(-p_rows // 64) * -(-q_rows // config.tile_n) * config.splits
+    q_tiles = -(-q_rows // config.tile_n)
+    q_tiles = -(-q_tiles // config.multicast) * config.multicast
+    return -(-p_rows // 64) * q_tiles * config.splits
 
 
 def sm_clock_ghz() -> float:

@@ -65,3 +65,17 @@ def test_the_probed_kernel_builds_for_hopper(timeline, engine_config):
         [timeline.probe_source(config.render())], archs=LongKConfig.ARCHS, config=engine_config
     )
     assert result.ok, result.log[-3000:]
+
+
+def test_a_multicast_launch_counts_its_q_tiles_in_whole_pairs(timeline):
+    config = LongKConfig(layout=Layout.NN, tile_n=64, stages=8, splits=8, multicast=2)
+    assert timeline.grid_ctas(config, 128, 264) == 2 * 6 * 8  # 5 tiles along N: 3 pairs
+
+
+def test_the_default_pairs_name_valid_configs_for_their_shapes(timeline):
+    from bench.longk_profile import config_of
+    from engine.problem import Problem
+
+    for pair in timeline.DEFAULT_PAIRS.split(","):
+        shape, config = config_of(pair)
+        assert config.is_valid(Problem.parse(shape)), pair
