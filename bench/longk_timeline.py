@@ -37,7 +37,7 @@ DEFAULT_PAIRS = ",".join(
         "64x512x16384/64/8/8/0",
         "256x128x4096/64/6/8/0",
         "128x128x1024/64/8/16/0",  # the first one's fixed costs: one K tile a CTA
-        "64x512x16384/64/8/8/0/0/1/2",  # the fourth's tiles in pairs sharing A's loads
+        "64x512x16384/64/8/8/0/0/1/2",  # the fifth one's tiles in pairs sharing A's loads
     )
 )
 PHASES = ("entry", "init", "first_tile", "loop_done", "parked", "end")
@@ -109,15 +109,6 @@ def probe_source(source: str) -> str:
     return source + PROBE_READ
 
 
-def grid_ctas(config: Any, m: int, n: int) -> int:
-    """The CTAs of a single-group longk launch: output tiles (along Q in whole multicast
-    groups) times splits."""
-    p_rows, q_rows = (n, m) if config.swap else (m, n)
-    q_tiles = -(-q_rows // config.tile_n)
-    q_tiles = -(-q_tiles // config.multicast) * config.multicast
-    return -(-p_rows // 64) * q_tiles * config.splits
-
-
 def sm_clock_ghz() -> float:
     """The SM clock under load, from an event-timed spin of a known number of cycles."""
     import torch
@@ -154,6 +145,24 @@ def median_rows(rows: list[dict[str, float]]) -> dict[str, float]:
     return {key: round(statistics.median(r[key] for r in rows), 3) for key in rows[0]}
 
 
+def pair_error(pair: str) -> str | None:
+    """Why ``pair`` cannot be timed here (a malformed pair, a config invalid for its shape, or
+    one that needs a workspace), or None."""
+    from bench.longk_profile import config_of
+    from engine.problem import Problem
+
+    try:
+        shape, config = config_of(pair)
+        problem = Problem.parse(shape)
+    except ValueError as error:
+        return f"{pair}: {error} (expected SHAPE/TILE_N/STAGES/SPLITS/SWAP[/CTAS[/GROUPS[/MC]]])"
+    if config.groups > 1:
+        return f"{pair}: groups configs need a workspace; the timeline times one cluster a tile"
+    if not (verdict := config.is_valid(problem)):
+        return f"{pair}: {verdict.reason}"
+    return None
+
+
 def run(pairs: list[str], reps: int) -> list[dict[str, Any]]:
     import ctypes
 
@@ -187,7 +196,7 @@ def run(pairs: list[str], reps: int) -> list[dict[str, Any]]:
         a = torch.randn(problem.m, problem.k, device="cuda").half()
         b = torch.randn(problem.k, problem.n, device="cuda").half()
         c = torch.empty(problem.m, problem.n, device="cuda", dtype=torch.float16)
-        ctas = grid_ctas(config, problem.m, problem.n)
+        ctas = config.ctas(problem)
         event_us: dict[str, list[float]] = {"plain": [], "probed": []}
         phases = []
         for rep in range(reps + 3):
@@ -238,7 +247,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=50)
     parser.add_argument("--out", type=Path, default=Path("longk-timeline.json"))
     args = parser.parse_args(argv)
-    rows = run(args.pairs.split(","), args.reps)
+    pairs = args.pairs.split(",")
+    if errors := [e for pair in pairs if (e := pair_error(pair))]:
+        parser.error("; ".join(errors))
+    rows = run(pairs, args.reps)
     args.out.write_text(json.dumps({"rows": rows, "phases": PHASES}, indent=1))
     return 0
 

@@ -45,6 +45,15 @@ fp16. Deterministic, one launch, no memset; the workspace is ``gemmforge_workspa
 Measured on an H100, slower than one cluster of the same slices (the workspace round trip costs
 1–2 µs of a 10 µs kernel), so it stays out of the searched library.
 
+``multicast`` (outside SPACE for the same reason; 1: the designs above; 2) puts two output tiles
+along Q in one cluster, each with its own ``splits`` (so at most 8): the two CTAs of a split
+each load half of P's K tile into both CTAs' shared memory with one multicast TMA, and a stage
+is refilled once both consumers have released it (each consumer warp arrives on both CTAs'
+empty barriers), so that P crosses L2 once where single-tile kernels read it twice. The grid
+rounds the Q tiles up to pairs (a tile outside C loads zeros and stores nothing). Each tile
+sums its own splits in split order, so the result is its single-tile twin's, bit for bit.
+Unmeasured so far, so it stays out of the searched library.
+
 Hand-written CUDA with inline PTX (mbarrier, cp.async.bulk.tensor, wgmma), not CUTLASS's
 collective builder: the builder's kernels reduce split-K through a workspace (stream-K's
 fixup) and cannot end a mainloop in a cluster-wide DSMEM reduction, and a raw kernel keeps the
@@ -560,7 +569,11 @@ class LongKConfig(KernelConfig):
         source's bytes are its build's cache key), so the pull slots that hold no code are empty
         and the others hold exactly what the template said before push existed."""
         if not self.push:  # groups > 1 sums each cluster as pull does, then across clusters
-            reduction = GROUPS_TEMPLATE if self.groups > 1 else PULL_TEMPLATE
+            if self.groups > 1:
+                reduction = load_template(GROUPS_TEMPLATE).template
+            else:  # the peers of a split: its column of the cluster (with multicast, Q runs first)
+                peer = "s" if self.multicast == 1 else "kMulticast * s + member"
+                reduction = load_template(PULL_TEMPLATE).substitute(peer_rank=peer)
             return {
                 "push_desc": GROUPS_DESC.format(groups=self.groups) if self.groups > 1 else "",
                 "push_constants": "",
@@ -569,7 +582,7 @@ class LongKConfig(KernelConfig):
                 "push_barrier": "",
                 "push_init": "",
                 "push_functions": "",
-                "reduction": self.pull_reduction(reduction),
+                "reduction": reduction,
             }
         return {
             "push_desc": PUSH_DESC.format(splits=self.splits),
@@ -583,24 +596,20 @@ class LongKConfig(KernelConfig):
             "reduction": PUSH_REDUCTION,
         }
 
-    def pull_reduction(self, template: str) -> str:
-        """The end of the kernel that sums by pull: the peers of a split are the CTAs of its
-        column of the cluster (with multicast, ranks run along Q first)."""
-        if template != PULL_TEMPLATE:
-            return load_template(template).template
-        peer = "s" if self.multicast == 1 else "kMulticast * s + member"
-        return load_template(template).substitute(peer_rank=peer)
-
     def q_tiles(self, problem: Problem) -> int:
         """The output tiles along the wgmma N side (Q: N of C, M when swapped)."""
         return math.ceil((problem.m if self.swap else problem.n) / self.tile_n)
 
-    def problem_fit(self, problem: Problem) -> dict[str, float]:
-        fit = super().problem_fit(problem)
+    def ctas(self, problem: Problem) -> int:
+        """The launch's CTAs: output tiles (along Q in whole multicast groups) times the K
+        slices of a tile."""
         q_tiles = -(-self.q_tiles(problem) // self.multicast) * self.multicast
         p_tiles = math.ceil((problem.n if self.swap else problem.m) / TILE_M)
-        ctas = p_tiles * q_tiles * self.splits * self.groups
-        fit["waves"] = ctas / 132
+        return p_tiles * q_tiles * self.splits * self.groups
+
+    def problem_fit(self, problem: Problem) -> dict[str, float]:
+        fit = super().problem_fit(problem)
+        fit["waves"] = self.ctas(problem) / 132
         fit["effective_splits"] = float(
             min(self.splits * self.groups, math.ceil(problem.k / TILE_K))
         )

@@ -53,11 +53,6 @@ def test_phases_are_read_from_the_sm_clock_and_the_spread_from_the_global_timer(
     assert summary["sms"] == 2
 
 
-def test_the_ctas_of_a_launch_count_tiles_times_splits(timeline):
-    config = LongKConfig(layout=Layout.NN, tile_n=32, stages=8, splits=16, swap=True)
-    assert timeline.grid_ctas(config, 64, 512) == 8 * 2 * 16  # swapped: P runs along N
-
-
 @pytest.mark.nvcc
 def test_the_probed_kernel_builds_for_hopper(timeline, engine_config):
     config = LongKConfig(layout=Layout.NN, tile_n=64, stages=8, splits=16)
@@ -67,11 +62,6 @@ def test_the_probed_kernel_builds_for_hopper(timeline, engine_config):
     assert result.ok, result.log[-3000:]
 
 
-def test_a_multicast_launch_counts_its_q_tiles_in_whole_pairs(timeline):
-    config = LongKConfig(layout=Layout.NN, tile_n=64, stages=8, splits=8, multicast=2)
-    assert timeline.grid_ctas(config, 128, 264) == 2 * 6 * 8  # 5 tiles along N: 3 pairs
-
-
 def test_the_default_pairs_name_valid_configs_for_their_shapes(timeline):
     from bench.longk_profile import config_of
     from engine.problem import Problem
@@ -79,3 +69,19 @@ def test_the_default_pairs_name_valid_configs_for_their_shapes(timeline):
     for pair in timeline.DEFAULT_PAIRS.split(","):
         shape, config = config_of(pair)
         assert config.is_valid(Problem.parse(shape)), pair
+        assert timeline.pair_error(pair) is None
+
+
+@pytest.mark.parametrize(
+    ("pair", "reason"),
+    [
+        ("128x128/64/8/16/0", "MxNxK"),
+        ("128x128x16384/64/eight/16/0", "expected SHAPE/TILE_N"),
+        ("128x128x16384/64/8/4/0/0/4", "need a workspace"),
+        ("128x128x16384/64/8/16/0/0/1/2", "16 splits x 2 multicast"),
+    ],
+)
+def test_a_pair_it_cannot_time_is_refused_with_a_reason(timeline, pair, reason):
+    assert reason in timeline.pair_error(pair)
+    with pytest.raises(SystemExit):
+        timeline.main(["--pairs", pair])

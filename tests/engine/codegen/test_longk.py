@@ -1,7 +1,8 @@
 """The longk family (Hopper cluster split-K): config space, validity, names, rendering, library,
 and an sm_90a build that runs wgmma without spills; the push reduction's knob, its shared-memory
 accounting, and a build whose SASS holds its bulk copies (UBLKCP); ``groups``, a tile's K over
-several clusters summed in the workspace: its name, its slots, its workspace size, its build."""
+several clusters summed in the workspace: its name, its slots, its workspace size, its build;
+``multicast``, two tiles sharing P's loads: its name, its slots, its validity, its build."""
 
 from __future__ import annotations
 
@@ -526,6 +527,16 @@ def test_multicast_needs_two_tiles_along_q_and_rounds_the_grid_up_to_pairs():
     assert swapped.is_valid(Problem(64, 64, 16384, NN))  # M = 64 is two 32-wide tiles along Q
     # 264 columns are 5 tiles of 64: the grid holds 3 pairs, 2 row tiles, 8 splits
     assert config.problem_fit(Problem(128, 264, 16384, NN))["waves"] == 2 * 6 * 8 / 132
+
+
+def test_the_ctas_of_a_launch_count_tiles_times_splits():
+    config = LongKConfig(layout=NN, tile_n=32, stages=8, splits=16, swap=True)
+    assert config.ctas(Problem(64, 512, 16384, NN)) == 8 * 2 * 16  # swapped: P runs along N
+
+
+def test_a_multicast_launch_counts_its_q_tiles_in_whole_pairs():
+    config = LongKConfig(layout=NN, tile_n=64, stages=8, splits=8, multicast=2)
+    assert config.ctas(Problem(128, 264, 16384, NN)) == 2 * 6 * 8  # 5 tiles along N: 3 pairs
 
 
 def test_multicast_twins_are_offered_for_tilings_of_at_most_8_splits_and_stay_out_of_the_search():
