@@ -177,11 +177,13 @@ def run(pairs: list[str], reps: int) -> list[dict[str, Any]]:
     stream = torch.cuda.current_stream()
     flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
     results = []
-    for pair in pairs:
-        shape, config = config_of(pair)
+    configs = [config_of(pair) for pair in pairs]
+    # every build at once, so the machine's cores share them
+    plains = compile_configs([config for _, config in configs], target_arch="sm_90")
+    probe_sources = [probe_source(config.render()) for _, config in configs]
+    probes = compile_many(probe_sources, archs=("sm_90a",))
+    for (shape, config), plain, probed in zip(configs, plains, probes, strict=True):
         problem = Problem.parse(shape)
-        [plain] = compile_configs([config], target_arch="sm_90")
-        [probed] = compile_many([probe_source(config.render())], archs=("sm_90a",))
         if not (plain.ok and probed.ok):
             results.append(
                 {"shape": shape, "config": config.name, "error": (plain.error or probed.error)}
