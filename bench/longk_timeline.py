@@ -38,6 +38,13 @@ DEFAULT_PAIRS = ",".join(
         "256x128x4096/64/6/8/0",
         "128x128x1024/64/8/16/0",  # the first one's fixed costs: one K tile a CTA
         "64x512x16384/64/8/8/0/0/1/2",  # the fifth one's tiles in pairs sharing A's loads
+        # the first one with one knob changed: clusters of 8 and 4, 128 CTAs, deeper stages
+        "128x128x16384/64/8/8/0",
+        "128x128x16384/64/8/4/0",
+        "128x128x16384/32/8/16/0",
+        "128x128x16384/64/12/16/0",
+        "128x128x1024/64/8/8/0",
+        "128x128x1024/64/8/4/0",
     )
 )
 PHASES = ("entry", "init", "first_tile", "loop_done", "parked", "end")
