@@ -143,6 +143,7 @@ def configs_of(sets: str, layout: Layout) -> list[Any]:
 # A variant's name is its twin's with a suffix: push reduces through bulk copies, _pf prefetches
 # the K slice into L2, _mc2 shares P's loads between two output tiles (engine/codegen/longk.py).
 VARIANT_SUFFIXES = ("_push_pf", "_pf", "_push", "_mc2")
+CHANGES = {"_pf": "prefetch", "_push": "push", "_mc2": "multicast"}
 
 
 def twin_of(name: str) -> tuple[str, str] | None:
@@ -171,7 +172,7 @@ def variant_ratios(report: dict[str, Any]) -> list[dict[str, Any]]:
                 {
                     "problem": shape["problem"],
                     "variant": name,
-                    "change": "push" if suffix == "_push" else "prefetch",
+                    "change": CHANGES[suffix],
                     "ratio": speedup / speedups[twin_name],
                 }
             )

@@ -1,11 +1,11 @@
 """Where a longk kernel's time goes: each CTA stamps the global timer at its phase boundaries
-(entry; barriers initialised; first K tile landed; main loop done; partial tile parked; end) and
-the SM clock beside it, and the script reports, per shape, the median over calls of each phase
-and of the launch's spread across CTAs. GPU only.
+(entry; barriers initialised; first K tile landed; main loop done; partial tile parked; its
+share summed and stored; end) and the SM clock beside it, and the script reports, per shape,
+the median over calls of each phase and of the launch's spread across CTAs. GPU only.
 
     python3 bench/longk_timeline.py
         [--pairs SHAPE/TILE_N/STAGES/SPLITS/SWAP[/CTAS[/GROUPS[/MC]]],...]
-        [--reps 50] [--out timeline.json]
+        [--reps 50] [--out timeline.json] [--rewrites relaxed_tail]
 
 The probe is the config's own rendered source with stamps added at fixed anchors (the script
 fails if an anchor is missing, so a template change cannot silently move a phase), built through
@@ -47,7 +47,7 @@ DEFAULT_PAIRS = ",".join(
         "128x128x1024/64/8/4/0",
     )
 )
-PHASES = ("entry", "init", "first_tile", "loop_done", "parked", "end")
+PHASES = ("entry", "init", "first_tile", "loop_done", "parked", "reduced", "end")
 MAX_CTAS = 1024  # the stamps' room; the launches here have at most 256
 SLOTS = 2 * len(PHASES)  # a global-timer stamp and an SM-clock stamp per phase
 
@@ -86,6 +86,32 @@ def stamp(phase: str) -> str:
     )
 
 
+FINAL_BARRIER = (
+    "  cluster.sync();  // the peers' shared memory stays alive until every CTA has read it\n"
+)
+# Source rewrites timed beside the plain build (``--rewrites``), each the candidate change of a
+# fixed cost: ``relaxed_tail`` ends the pull reduction with a relaxed cluster arrival. The
+# default arrival releases at cluster scope, which puts a GPU-wide memory barrier (MEMBAR.ALL.GPU:
+# wait for this thread's stores of C to be acknowledged) in front of it; the barrier is there only
+# to keep each CTA's shared memory alive until its peers have read it, and every read has been
+# consumed by the stores issued before the arrival.
+REWRITES = {
+    "relaxed_tail": (
+        FINAL_BARRIER,
+        '  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");\n'
+        '  asm volatile("barrier.cluster.wait.aligned;" ::: "memory");\n',
+    ),
+}
+
+
+def rewritten(source: str, rewrite: str) -> str:
+    """``source`` with REWRITES[rewrite] applied; ValueError if its anchor is not there once."""
+    anchor, text = REWRITES[rewrite]
+    if source.count(anchor) != 1:
+        raise ValueError(f"{rewrite}: anchor {anchor!r} occurs {source.count(anchor)} times")
+    return source.replace(anchor, text)
+
+
 # (anchor in the rendered source, the text put before or after it); each anchor occurs once
 INSERTIONS = (
     ("namespace cg = cooperative_groups;\n", "after", PROBE_HEADER),
@@ -102,6 +128,7 @@ INSERTIONS = (
         "after",
         "  " + stamp("parked"),
     ),
+    (FINAL_BARRIER, "before", "  " + stamp("reduced")),
     ("}\n\n// A 2-D tensor map over a row-major operand", "before", "  " + stamp("end")),
 )
 
@@ -170,7 +197,22 @@ def pair_error(pair: str) -> str | None:
     return None
 
 
-def run(pairs: list[str], reps: int) -> list[dict[str, Any]]:
+def launch(kernel: Any, problem: Any, operands: tuple[Any, Any, Any], stream: Any) -> int:
+    """One launch of ``kernel`` (a KernelLibrary) on torch tensors A, B, C; its error code."""
+    a, b, c = operands
+    return kernel.launch(
+        a.data_ptr(),
+        b.data_ptr(),
+        c.data_ptr(),
+        problem.m,
+        problem.n,
+        problem.k,
+        0,
+        stream.cuda_stream,
+    )
+
+
+def run(pairs: list[str], reps: int, rewrites: tuple[str, ...] = ()) -> list[dict[str, Any]]:
     import ctypes
 
     import torch
@@ -189,40 +231,30 @@ def run(pairs: list[str], reps: int) -> list[dict[str, Any]]:
     plains = compile_configs([config for _, config in configs], target_arch="sm_90")
     probe_sources = [probe_source(config.render()) for _, config in configs]
     probes = compile_many(probe_sources, archs=("sm_90a",))
+    rewritten_sources = [rewritten(config.render(), r) for _, config in configs for r in rewrites]
+    variants = iter(compile_many(rewritten_sources, archs=("sm_90a",)))
     for (shape, config), plain, probed in zip(configs, plains, probes, strict=True):
         problem = Problem.parse(shape)
-        if not (plain.ok and probed.ok):
-            results.append(
-                {"shape": shape, "config": config.name, "error": (plain.error or probed.error)}
-            )
+        builds = {"plain": plain, "probed": probed, **{r: next(variants) for r in rewrites}}
+        if failed := [build for build in builds.values() if not build.ok]:
+            results.append({"shape": shape, "config": config.name, "error": failed[0].error})
             continue
-        kernels = {
-            "plain": KernelLibrary(str(plain.library)),
-            "probed": KernelLibrary(str(probed.library)),
-        }
+        kernels = {name: KernelLibrary(str(build.library)) for name, build in builds.items()}
         reader = ctypes.CDLL(str(probed.library)).gemmforge_probe_read
         reader.argtypes = (ctypes.POINTER(ctypes.c_ulonglong), ctypes.c_int)
         a = torch.randn(problem.m, problem.k, device="cuda").half()
         b = torch.randn(problem.k, problem.n, device="cuda").half()
         c = torch.empty(problem.m, problem.n, device="cuda", dtype=torch.float16)
         ctas = config.ctas(problem)
-        event_us: dict[str, list[float]] = {"plain": [], "probed": []}
+        event_us: dict[str, list[float]] = {name: [] for name in kernels}
         phases = []
+
         for rep in range(reps + 3):
             for name, kernel in kernels.items():
                 flush.zero_()
                 start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(True)
                 start.record(stream)
-                error = kernel.launch(
-                    a.data_ptr(),
-                    b.data_ptr(),
-                    c.data_ptr(),
-                    problem.m,
-                    problem.n,
-                    problem.k,
-                    0,
-                    stream.cuda_stream,
-                )
+                error = launch(kernel, problem, (a, b, c), stream)
                 end.record(stream)
                 torch.cuda.synchronize()
                 assert error == 0, error
@@ -236,7 +268,11 @@ def run(pairs: list[str], reps: int) -> list[dict[str, Any]]:
                     stamps = [list(host[i : i + SLOTS + 1]) for i in range(0, count, SLOTS + 1)]
                     phases.append(phase_summary([s for s in stamps if s[0]], clock_ghz))
         reference = a.float() @ b.float()
-        assert torch.allclose(c.float(), reference, rtol=2e-2, atol=2e-1), "probe broke the sums"
+        for name, kernel in kernels.items():  # each build's own sums, into a poisoned C
+            c.fill_(float("nan"))
+            assert launch(kernel, problem, (a, b, c), stream) == 0
+            torch.cuda.synchronize()
+            assert torch.allclose(c.float(), reference, rtol=2e-2, atol=2e-1), f"{name}: wrong sums"
         row = {
             "shape": shape,
             "config": config.name,
@@ -255,11 +291,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pairs", default=DEFAULT_PAIRS)
     parser.add_argument("--reps", type=int, default=50)
     parser.add_argument("--out", type=Path, default=Path("longk-timeline.json"))
+    parser.add_argument(
+        "--rewrites",
+        default="",
+        help=f"comma-separated source rewrites timed beside the plain build: {list(REWRITES)}",
+    )
     args = parser.parse_args(argv)
+    rewrites = tuple(r for r in args.rewrites.split(",") if r)
+    if unknown := [r for r in rewrites if r not in REWRITES]:
+        parser.error(f"unknown rewrites {unknown}; known: {list(REWRITES)}")
     pairs = args.pairs.split(",")
     if errors := [e for pair in pairs if (e := pair_error(pair))]:
         parser.error("; ".join(errors))
-    rows = run(pairs, args.reps)
+    rows = run(pairs, args.reps, rewrites)
     args.out.write_text(json.dumps({"rows": rows, "phases": PHASES}, indent=1))
     return 0
 

@@ -391,9 +391,11 @@ if [[ $stage == longk ]]; then  # cluster split-K (the longk family) beside the 
   pack_device_kernels
 fi
 if [[ $stage == longk-timeline ]]; then  # where a longk kernel's time goes, phase by phase
-  # (global-timer stamps per CTA; LONGK_TIMELINE: shape/tile_n/stages/splits/swap,...)
+  # (global-timer stamps per CTA; LONGK_TIMELINE: shape/tile_n/stages/splits/swap,...;
+  # LONGK_TIMELINE_ARGS: more flags, e.g. --rewrites relaxed_tail)
+  # shellcheck disable=SC2086
   timeout -k 10 "${LONGK_TIMELINE_SECONDS:-240}" python3 bench/longk_timeline.py \
-    --out "$OUT/longk-timeline.json" ${LONGK_TIMELINE:+--pairs "$LONGK_TIMELINE"} 2>&1 \
+    --out "$OUT/longk-timeline.json" ${LONGK_TIMELINE:+--pairs "$LONGK_TIMELINE"} ${LONGK_TIMELINE_ARGS:-} 2>&1 \
     | tee "$OUT/longk-timeline.log" | tail -20 || status=1
 fi
 if [[ $stage == longk-profile ]]; then  # Nsight Compute on each shape's fastest longk kernel of

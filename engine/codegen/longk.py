@@ -256,12 +256,15 @@ __device__ __forceinline__ void load_p_share(const CUtensorMap* map, uint32_t st
                        kt * kTileK + member * (kTileK / kMulticast), mask);
   }
 }
-// An arrival on the mbarrier at `bar`'s offset in CTA `rank` of the cluster.
+// An arrival on the mbarrier at `bar`'s offset in CTA `rank` of the cluster. CTA-scope release,
+// as CUTLASS's ClusterBarrier arrives: the stage was read by wgmma, whose completion the caller
+// has waited for, and is rewritten by TMA; a cluster-scope release would put a GPU-wide memory
+// barrier (MEMBAR.ALL.GPU) in front of every arrival, one per K tile (measured: the main loop
+// four times slower).
 __device__ __forceinline__ void mbar_arrive_remote(uint32_t bar, uint32_t rank) {
   uint32_t remote;
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(bar), "r"(rank));
-  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(remote)
-               : "memory");
+  asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" ::"r"(remote) : "memory");
 }
 """
 MULTICAST_POSITION = """\
@@ -269,9 +272,12 @@ MULTICAST_POSITION = """\
   const int member = int(cluster.block_index().y), split = int(cluster.block_index().z);
   const uint16_t group_mask = uint16_t(((1u << kMulticast) - 1) << (split * kMulticast));
 """
-MULTICAST_READY = (
-    "  cluster.sync();  // every CTA's barriers are set up before a peer's multicast reaches them\n"
-)
+# every CTA's barriers are set up before a peer's multicast reaches them: the init fence above
+# already releases them, so the arrival is relaxed (a release would add a GPU-wide barrier)
+MULTICAST_READY = """\
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+  asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
+"""
 MULTICAST_LOAD_P = (
     "        load_p_share(&map_p, stage, bar, p0, kt_begin + i, member, group_mask);\n"
 )

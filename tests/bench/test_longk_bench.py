@@ -44,6 +44,7 @@ def test_a_variant_is_read_against_its_twin_only(bench, tmp_path, capsys):
                     "hgemm_longk_64x64x64_s8_nn_cluster16_push": 1.1,
                     "hgemm_longk_64x64x64_s8_nn_cluster16_pf": 0.9,
                     "hgemm_longk_64x64x64_s8_nn_cluster16_push_pf": 1.21,
+                    "hgemm_longk_64x64x64_s8_nn_cluster16_mc2": 0.5,
                     "hgemm_longk_64x128x64_s8_nn_cluster4_push": 1.3,  # its twin was not timed
                 },
             },
@@ -56,7 +57,12 @@ def test_a_variant_is_read_against_its_twin_only(bench, tmp_path, capsys):
         for r in rows
     }
     assert ratios == pytest.approx(
-        {("_push", "push"): 1.1, ("_pf", "prefetch"): 0.9, ("_push_pf", "prefetch"): 1.1}
+        {
+            ("_push", "push"): 1.1,
+            ("_pf", "prefetch"): 0.9,
+            ("_push_pf", "prefetch"): 1.1,
+            ("_mc2", "multicast"): 0.5,
+        }
     )
     path = tmp_path / "longk.json"
     path.write_text(json.dumps(report))

@@ -4,6 +4,8 @@ bench/device/gpu_run.sh longk-timeline` runs the real one)."""
 
 from __future__ import annotations
 
+import subprocess
+
 import pytest
 
 from engine.codegen import LongKConfig
@@ -36,12 +38,12 @@ def test_a_kernel_without_the_pull_reduction_is_refused(timeline):
 
 def test_phases_are_read_from_the_sm_clock_and_the_spread_from_the_global_timer(timeline):
     slots = timeline.SLOTS
-    # two CTAs on SMs 3 and 7: global-timer ns and 2 GHz clock cycles at each of the six phases
+    # two CTAs on SMs 3 and 7: global-timer ns and 2 GHz clock cycles at each of the seven phases
     first = [0] * (slots + 1)
     second = [0] * (slots + 1)
-    for index, (ns, cycles) in enumerate(
-        zip((1000, 1200, 2200, 6200, 6400, 7400), (0, 400, 2400, 10400, 10800, 12800), strict=True)
-    ):
+    timer_ns = (1000, 1200, 2200, 6200, 6400, 7000, 7400)
+    cycles_at = (0, 400, 2400, 10400, 10800, 12000, 12800)
+    for index, (ns, cycles) in enumerate(zip(timer_ns, cycles_at, strict=True)):
         first[2 * index], first[2 * index + 1] = ns, cycles
         second[2 * index], second[2 * index + 1] = ns + 500, cycles + 7
     first[slots], second[slots] = 3, 7
@@ -50,6 +52,8 @@ def test_phases_are_read_from_the_sm_clock_and_the_spread_from_the_global_timer(
     assert summary["span_us"] == pytest.approx(6.9)
     assert summary["first_tile->loop_done_us"] == pytest.approx(4.0)
     assert summary["loop_done->parked_us"] == pytest.approx(0.2)
+    assert summary["parked->reduced_us"] == pytest.approx(0.6)
+    assert summary["reduced->end_us"] == pytest.approx(0.4)
     assert summary["sms"] == 2
 
 
@@ -85,3 +89,36 @@ def test_a_pair_it_cannot_time_is_refused_with_a_reason(timeline, pair, reason):
     assert reason in timeline.pair_error(pair)
     with pytest.raises(SystemExit):
         timeline.main(["--pairs", pair])
+
+
+def test_the_relaxed_tail_rewrite_applies_to_every_searched_pull_kernel_and_only_there(timeline):
+    for layout in (Layout.NN, Layout.TN):
+        for config in longk_library(layout):
+            if config.reduce != "pull" or config.groups != 1:
+                continue
+            source = timeline.rewritten(config.render(), "relaxed_tail")
+            assert "barrier.cluster.arrive.relaxed.aligned" in source, config.name
+            assert timeline.FINAL_BARRIER not in source
+    push = LongKConfig(layout=Layout.NN, tile_n=64, stages=8, splits=8, reduce="push")
+    with pytest.raises(ValueError, match="relaxed_tail"):
+        timeline.rewritten(push.render(), "relaxed_tail")
+
+
+@pytest.mark.nvcc
+def test_the_relaxed_tail_drops_the_final_gpu_wide_memory_barrier(timeline, engine_config):
+    from tests.engine.codegen.test_longk import find_cuobjdump
+
+    if (cuobjdump := find_cuobjdump()) is None:
+        pytest.skip("no cuobjdump to read the SASS with")
+    config = LongKConfig(layout=Layout.NN, tile_n=64, stages=8, splits=16)
+    sources = [config.render(), timeline.rewritten(config.render(), "relaxed_tail")]
+    plain, relaxed = comp.compile_many(sources, archs=LongKConfig.ARCHS, config=engine_config)
+    assert plain.ok, plain.log[-3000:]
+    assert relaxed.ok, relaxed.log[-3000:]
+    count = {
+        name: subprocess.run(
+            [cuobjdump, "-sass", str(build.library)], capture_output=True, text=True
+        ).stdout.count("MEMBAR.ALL.GPU")
+        for name, build in (("plain", plain), ("relaxed", relaxed))
+    }
+    assert count == {"plain": 2, "relaxed": 1}

@@ -91,6 +91,12 @@ def operands(problem: Problem, seed: int = 7):
     return a, b
 
 
+def reference(problem: Problem, a, b):
+    """A·B in fp64, rounded to fp32; ``b`` as :func:`operands` lays it out."""
+    b = b.double().T if problem.layout is Layout.TN else b.double()
+    return (a.double() @ b).float()
+
+
 def run(kernel, problem: Problem, a, b, workspace=None):
     """C from one launch of ``kernel`` (a KernelLibrary), into a buffer that starts as NaN."""
     import torch
@@ -122,10 +128,10 @@ def test_the_result_is_the_same_on_every_run_and_needs_no_workspace(libraries):
     kernel = KernelLibrary(libraries[config.name])
     assert kernel.workspace_size(problem.m, problem.n, problem.k) == 0
     a, b = operands(problem)
-    reference = (a.double() @ b.double()).float()
+    expected = reference(problem, a, b)
     outputs = [run(kernel, problem, a, b) for _ in range(3)]
     assert all(torch.equal(outputs[0], c) for c in outputs[1:])
-    error = (outputs[0].float() - reference).norm() / reference.norm()
+    error = (outputs[0].float() - expected).norm() / expected.norm()
     assert error < 1e-3, float(error)
 
 
@@ -187,8 +193,8 @@ def test_groups_give_the_same_bits_whatever_the_workspace_held(libraries, config
         assert torch.equal(run(kernel, problem, a, b, workspace_for(kernel, problem, fill)), first)
     reused = workspace_for(kernel, problem, 0xFF)
     assert all(torch.equal(run(kernel, problem, a, b, reused), first) for _ in range(3))
-    reference = (a.double() @ b.double()).float()
-    error = (first.float() - reference).norm() / reference.norm()
+    expected = reference(problem, a, b)
+    error = (first.float() - expected).norm() / expected.norm()
     assert error < 1e-3, float(error)
 
 
