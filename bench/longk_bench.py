@@ -17,6 +17,9 @@ Sets of configs (``--set``, several separated by commas):
   measured);
 - ``longk-multicast``: two output tiles along the wgmma N side sharing P's loads by TMA multicast
   (``multicast=2``), beside their single-tile twins (outside the searched library until measured);
+- ``longk-send``: the winners reduced by send (``reduce="send"``: each CTA stores the accumulator
+  pairs other CTAs own from its registers into their shared memory, no cluster barrier after the
+  main loop), beside their pull twins (outside the searched library until measured);
 - ``sm80-cluster``: the baseline set's sm80 configs reduced inside a cluster.
 
 For each shape the set's configs valid for it are verified (the GPU step's verifier, fresh random
@@ -115,6 +118,15 @@ def longk_multicast_configs(layout: Layout) -> list[Any]:
     return twins + shared
 
 
+def longk_send_configs(layout: Layout) -> list[Any]:
+    """The send-reduction twins of the longk winners (registers into the owners' shared memory,
+    no cluster barrier after the main loop) and their pull twins."""
+    from engine.codegen.library import longk_send_library
+
+    sent = list(longk_send_library(layout))
+    return [replace(c, reduce="pull") for c in sent] + sent
+
+
 def sm80_cluster_configs(layout: Layout) -> list[Any]:
     """The sm80 family's deep split-K tiles reduced inside a cluster (the first baseline)."""
     return [c for c in baseline_configs(layout) if getattr(c, "reduction", "") == "cluster"]
@@ -128,6 +140,7 @@ CONFIG_SETS = {
     "longk-variants": longk_variant_configs,
     "longk-groups": longk_groups_configs,
     "longk-multicast": longk_multicast_configs,
+    "longk-send": longk_send_configs,
     "sm80-cluster": sm80_cluster_configs,
 }
 
@@ -141,9 +154,10 @@ def configs_of(sets: str, layout: Layout) -> list[Any]:
 
 
 # A variant's name is its twin's with a suffix: push reduces through bulk copies, _pf prefetches
-# the K slice into L2, _mc2 shares P's loads between two output tiles (engine/codegen/longk.py).
-VARIANT_SUFFIXES = ("_push_pf", "_pf", "_push", "_mc2")
-CHANGES = {"_pf": "prefetch", "_push": "push", "_mc2": "multicast"}
+# the K slice into L2, _mc2 shares P's loads between two output tiles, _send stores the partial
+# sums from registers into their owners' shared memory (engine/codegen/longk.py).
+VARIANT_SUFFIXES = ("_push_pf", "_pf", "_push", "_mc2", "_send")
+CHANGES = {"_pf": "prefetch", "_push": "push", "_mc2": "multicast", "_send": "send"}
 
 
 def twin_of(name: str) -> tuple[str, str] | None:

@@ -342,6 +342,17 @@ def longk_push_library(layout: Layout) -> list[LongKConfig]:
     ]
 
 
+def longk_send_library(layout: Layout) -> list[LongKConfig]:
+    """The send twins (``reduce="send"``: accumulators stored from registers into their owners'
+    shared memory, no cluster barrier after the main loop) of the pull configs LONGK_PUSH_TILINGS
+    names, outside the searched library until measured. bench/longk_bench.py --set longk-send."""
+    return [
+        sent
+        for c in longk_library(layout)
+        if takes_push(c) and (sent := dataclasses.replace(c, reduce="send")).is_valid()
+    ]
+
+
 def longk_prefetch_library(layout: Layout) -> list[LongKConfig]:
     """The L2-prefetching twins (``prefetch=True``) of the pull configs LONGK_PUSH_TILINGS names
     and of their push twins, outside the searched library: on an H100 they ran 10 % slower than

@@ -24,7 +24,14 @@ peers' memory alive until all have read. ``push``: every CTA sends each peer tha
 its own partial with one bulk copy (``cp.async.bulk.shared::cluster.shared::cta``, the copy
 engine's work, no thread waiting on it) into a receive slot in the peer's shared memory,
 completing on the peer's mbarrier; each CTA waits on its own mbarrier and sums its slots from
-local shared memory. ``reduce`` is a knob outside SPACE: the learned policy's logits are laid out
+local shared memory. ``send``: no cluster barrier after the main loop; each consumer thread
+stores the accumulator pairs that other CTAs own (pair g of every thread belongs to CTA
+g % splits: every CTA holds the same fragment layout) straight from its registers into the
+owner's shared memory (``st.async``, completing on the owner's mbarrier), and each CTA waits on
+its mbarrier and sums the pairs it owns. (A cluster barrier releases at cluster scope, which
+compiles to a GPU-wide memory barrier, ``MEMBAR.ALL.GPU``; pull's reduction, two such barriers
+and the reads between them, takes about 2 µs on an H100 whatever the cluster size.)
+``reduce`` is a knob outside SPACE: the learned policy's logits are laid out
 by SPACE and the shipped policy is recognised by that layout, so a value added there would orphan
 it until it is retrained; the library offers push variants of the measured winners instead, and
 sampling and enumeration keep to pull.
@@ -77,6 +84,7 @@ from engine.problem import Layout, Problem
 SMEM_LIMIT = 232448  # bytes of dynamic shared memory a block may opt in to on H100/H200
 SMEM_PER_SM = 233472  # 228 KiB of shared memory per SM
 TILE_M = 64  # the wgmma M side
+CONSUMER_THREADS = 128  # one consumer warpgroup
 TILE_K = 64  # one 128-byte swizzle row of fp16
 ALIGN_SLACK = 1024  # the kernel aligns its shared memory to the 128-byte swizzle's 1024 bytes
 MAX_CLUSTER = 16  # CTAs in a cluster on Hopper (above 8 non-portable)
@@ -86,7 +94,7 @@ HOPPER_ARCHS = ("sm_90a",)
 # shape of many output tiles belongs to the sm90 family.
 MAX_MN_LOG2 = 22
 MIN_K_OVER_MN = 2
-REDUCTIONS = ("pull", "push")  # the ``reduce`` knob's values; pull is the first design
+REDUCTIONS = ("pull", "push", "send")  # the ``reduce`` knob's values; pull is the first design
 MAX_GROUPS = 16  # clusters along K a tile (the epoch counter holds up to 255)
 
 
@@ -94,6 +102,7 @@ MAX_GROUPS = 16  # clusters along K a tile (the epoch counter holds up to 255)
 # the kernel, and push's device functions, live in template files of their own.
 PULL_TEMPLATE = "longk_pull.cu.tmpl"
 PUSH_TEMPLATE = "longk_push.cu.tmpl"
+SEND_TEMPLATE = "longk_send.cu.tmpl"
 PUSH_DESC = """\
 // Reduction by push: after one cluster barrier each CTA sends every peer that peer's rows of its
 // partial tile with one bulk copy (cp.async.bulk shared::cta -> shared::cluster) into a slot of
@@ -150,6 +159,36 @@ PREFETCH_L2 = """\
 """
 PUSH_REDUCTION = """\
   push_reduce(tile, received, split, kSwap ? q0 : p0, kSwap ? p0 : q0, p);
+"""
+SEND_DESC = """\
+// Reduction by send (not as said above): no cluster barrier after the main loop. Each consumer
+// thread stores the accumulator pairs that other CTAs own straight from its registers into their
+// shared memory (st.async, completing on the owner's mbarrier), and each CTA waits on its own
+// mbarrier and sums the pairs it owns in split order ({splits} splits). The only cluster barrier
+// is a relaxed one after the mbarrier init, waited for after the main loop.
+"""
+SEND_CONSTANTS = """\
+// Send: register pair g of a consumer thread is owned by CTA g % kSplits; a receiver's slots, one
+// per peer, follow the pipeline (a peer may send while this CTA still computes).
+constexpr int kPairs = kTileQ / 4;
+constexpr int kOwnPairs = (kPairs + kSplits - 1) / kSplits;
+constexpr int kSlotBytes = kOwnPairs * kConsumerThreads * 8;
+constexpr int kReceiveBytes = (kSplits - 1) * kSlotBytes;
+"""
+SEND_BARRIER = (
+    "  const uint32_t received = empty + kStages * 8;  // send: every peer's pairs have landed\n"
+)
+SEND_INIT = """\
+    mbar_init(received, 1);
+    mbar_expect_tx(received, uint32_t((kSplits - 1) * own_pairs(split) * kConsumerThreads * 8));
+"""
+# after the mbarrier init: the init fence releases the barriers, the arrival is relaxed (a release
+# would put a GPU-wide memory barrier in front of it); send_reduce waits for it
+SEND_READY = """\
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+"""
+SEND_REDUCTION = """\
+  send_reduce(acc, data + kPipelineBytes, received, split, kSwap ? q0 : p0, kSwap ? p0 : q0, p);
 """
 GROUPS_TEMPLATE = "longk_groups.cu.tmpl"
 GROUPS_DESC = """\
@@ -373,6 +412,10 @@ class LongKConfig(KernelConfig):
     def push(self) -> bool:
         return self.reduce == "push"
 
+    @property
+    def send(self) -> bool:
+        return self.reduce == "send"
+
     def partial_rows_and_row_bytes(self) -> tuple[int, int]:
         """The partial tile's rows (along M of C) and the bytes of one padded row."""
         rows, cols, pad = (self.tile_n, TILE_M, 4) if self.swap else (TILE_M, self.tile_n, 8)
@@ -394,13 +437,26 @@ class LongKConfig(KernelConfig):
         return (self.splits - 1) * self.receive_slot_bytes
 
     @property
+    def send_receive_bytes(self) -> int:
+        """Send: a slot for every peer, each the most register pairs a CTA owns (``tile_n / 4``
+        pairs a thread dealt round the cluster) for every consumer thread; past the pipeline.
+        0 otherwise."""
+        if not self.send:
+            return 0
+        own_pairs = -(-(self.tile_n // 4) // self.splits)
+        return (self.splits - 1) * own_pairs * CONSUMER_THREADS * 8
+
+    @property
     def barrier_bytes(self) -> int:
-        """The pipeline's full and empty mbarriers, and push's receive mbarrier."""
-        return (2 * self.stages + int(self.push)) * 8
+        """The pipeline's full and empty mbarriers, and push's or send's receive mbarrier."""
+        return (2 * self.stages + int(self.push or self.send)) * 8
 
     @property
     def smem_bytes(self) -> int:
-        data = max(self.pipeline_bytes, self.partial_tile_bytes + self.receive_bytes)
+        data = max(
+            self.pipeline_bytes + self.send_receive_bytes,
+            self.partial_tile_bytes + self.receive_bytes,
+        )
         return ALIGN_SLACK + data + self.barrier_bytes
 
     @property
@@ -429,15 +485,17 @@ class LongKConfig(KernelConfig):
             return invalid(f"{self.splits} CTAs in a cluster (> {MAX_CLUSTER})")
         if self.reduce not in REDUCTIONS:
             return invalid(f"reduce={self.reduce!r} is not one of {list(REDUCTIONS)}")
-        if self.push and self.splits == 1:
-            return invalid("reduce='push' with 1 split has no peer to send to")
+        if self.reduce != "pull" and self.splits == 1:
+            return invalid(f"reduce={self.reduce!r} with 1 split has no peer to send to")
         if not 1 <= self.groups <= MAX_GROUPS:
             return invalid(f"groups={self.groups}: 1 to {MAX_GROUPS} clusters along K a tile")
-        if self.groups > 1 and self.push:
-            return invalid("groups > 1 sums each cluster by pull; push is not built for it")
+        if self.groups > 1 and self.reduce != "pull":
+            return invalid(
+                f"groups > 1 sums each cluster by pull; {self.reduce} is not built for it"
+            )
         if self.multicast not in MULTICASTS:
             return invalid(f"multicast={self.multicast} is not one of {list(MULTICASTS)}")
-        if self.multicast > 1 and (self.push or self.groups > 1 or self.prefetch):
+        if self.multicast > 1 and (self.reduce != "pull" or self.groups > 1 or self.prefetch):
             return invalid("multicast is built for one cluster reduced by pull, without prefetch")
         if self.splits * self.multicast > MAX_CLUSTER:
             return invalid(
@@ -474,7 +532,7 @@ class LongKConfig(KernelConfig):
         tm, tn = self.tile_mn()
         swap = "_swap" if self.swap else ""
         occupancy = f"_occ{self.ctas_per_sm}" if self.ctas_per_sm else ""
-        push = "_push" if self.push else ""  # pull, the first design, keeps its names
+        push = f"_{self.reduce}" if self.reduce != "pull" else ""  # pull keeps its names
         prefetch = "_pf" if self.prefetch else ""
         groups = f"_g{self.groups}" if self.groups > 1 else ""
         multicast = f"_mc{self.multicast}" if self.multicast > 1 else ""
@@ -521,7 +579,7 @@ class LongKConfig(KernelConfig):
                 "multicast_functions": "",
                 "cluster_position": "  const int split = int(cluster.block_rank());\n",
                 "empty_arrivals": "kConsumerThreads / 32",
-                "cluster_ready": "",
+                "cluster_ready": SEND_READY if self.send else "",
                 "load_p": (
                     "        load_operand<kPKMajor, kTileP, kPWidth>(&map_p, stage, bar, p0, "
                     "kt_begin + i);\n"
@@ -574,6 +632,19 @@ class LongKConfig(KernelConfig):
         """The template's reduction slots. Pull's text is the first design's, byte for byte (a
         source's bytes are its build's cache key), so the pull slots that hold no code are empty
         and the others hold exactly what the template said before push existed."""
+        if self.send:
+            return {
+                "push_desc": SEND_DESC.format(splits=self.splits),
+                "push_constants": SEND_CONSTANTS,
+                "reduce_data_bytes": "kPipelineBytes + kReceiveBytes",
+                "barrier_bytes": "(2 * kStages + 1) * 8",
+                "push_barrier": SEND_BARRIER,
+                "push_init": SEND_INIT,
+                "push_functions": (
+                    load_template(SEND_TEMPLATE).substitute(smem_bytes=self.smem_bytes) + "\n"
+                ),
+                "reduction": SEND_REDUCTION,
+            }
         if not self.push:  # groups > 1 sums each cluster as pull does, then across clusters
             if self.groups > 1:
                 reduction = load_template(GROUPS_TEMPLATE).template

@@ -1,14 +1,14 @@
-"""The longk family (Hopper cluster split-K) on a real GPU: both layouts, swapped and not, tiles
-16 to 256 wide, 1 to 16 splits, 2 to 12 stages, one CTA an SM or more, either reduction (pull
-through DSMEM loads, push through bulk DSMEM copies), with or without an L2 prefetch, pass the
-verifier (fresh random inputs against an fp32 reference) on shapes with M, N and K residues,
-need no workspace, and give the same result on every run (the splits are summed in a fixed
-order), also when the buffers move between calls (the launcher re-points the tensor maps it
-keeps); push gives pull's result bit for bit (the same sums in the same order). A tile's K over
-several clusters (``groups``) sums them in the caller's workspace: whatever the workspace held
-before, and under a CUDA graph that replays one launch, its result is the same bits. Two tiles
-that share P's loads by TMA multicast (``multicast``) give their single-tile twin's bits.
-Skipped without a GPU."""
+"""The longk family (Hopper cluster split-K) on a real GPU: both layouts, swapped and not, tiles 16
+to 256 wide, 1 to 16 splits, 2 to 12 stages, one CTA an SM or more, each reduction (pull through
+DSMEM loads, push through bulk DSMEM copies, send through DSMEM stores from registers), with or
+without an L2 prefetch, pass the verifier (fresh random inputs against an fp32 reference) on
+shapes with M, N and K residues, need no workspace, and give the same result on every run (the
+splits are summed in a fixed order), also when the buffers move between calls (the launcher
+re-points the tensor maps it keeps); push and send give pull's result bit for bit (the same sums
+in the same order). A tile's K over several clusters (``groups``) sums them in the caller's
+workspace: whatever the workspace held before, and under a CUDA graph that replays one launch,
+its result is the same bits. Two tiles that share P's loads by TMA multicast (``multicast``)
+give their single-tile twin's bits. Skipped without a GPU."""
 
 from __future__ import annotations
 
@@ -47,8 +47,14 @@ CONFIGS = (
     LongKConfig(layout=Layout.NN, tile_n=64, stages=8, splits=8, multicast=2),
     LongKConfig(layout=Layout.NN, tile_n=32, stages=4, splits=4, swap=True, multicast=2),
     LongKConfig(layout=Layout.TN, tile_n=128, stages=6, splits=4, multicast=2),
+    # send: a register pair a CTA (64 wide over 16), eight (128 over 4), none for some CTAs
+    # (32 wide, swapped: 8 pairs over 12), two, one and one (16 wide, swapped, over 3)
+    LongKConfig(layout=Layout.NN, tile_n=64, stages=8, splits=16, reduce="send"),
+    LongKConfig(layout=Layout.NN, tile_n=128, stages=8, splits=4, reduce="send"),
+    LongKConfig(layout=Layout.TN, tile_n=32, stages=4, splits=12, swap=True, reduce="send"),
+    LongKConfig(layout=Layout.NN, tile_n=16, stages=6, splits=3, swap=True, reduce="send"),
 )
-PUSHED = tuple(c for c in CONFIGS if c.reduce == "push")
+PUSHED = tuple(c for c in CONFIGS if c.reduce in ("push", "send"))
 GROUPED = tuple(c for c in CONFIGS if c.groups > 1)
 SHARED = tuple(c for c in CONFIGS if c.multicast > 1)
 # the long-K shapes, and residues in M, N and K against every tile
@@ -136,7 +142,7 @@ def test_the_result_is_the_same_on_every_run_and_needs_no_workspace(libraries):
 
 
 @pytest.mark.parametrize("config", PUSHED, ids=lambda c: c.name)
-def test_push_gives_pulls_result_bit_for_bit(libraries, config):
+def test_push_and_send_give_pulls_result_bit_for_bit(libraries, config):
     import torch
 
     from engine.gpu.runtime import KernelLibrary

@@ -572,3 +572,53 @@ def test_multicast_compiles_to_multicast_loads_without_spills(engine_config):
             # stage's release made it four times slower on an H100): only the reduction's two
             # cluster barriers hold one
             assert sass.count("MEMBAR.ALL.GPU") == 2, config.name
+
+
+def test_send_is_named_by_a_suffix_needs_a_peer_and_leaves_other_sources_as_they_were():
+    pulled = LongKConfig(layout=NN, tile_n=64, stages=8, splits=16)
+    sent = replace(pulled, reduce="send")
+    assert sent.name == pulled.name + "_send"
+    assert sent.is_valid()
+    assert not LongKConfig(layout=NN, splits=1, reduce="send").is_valid()
+    assert "groups" in LongKConfig(layout=NN, splits=4, groups=2, reduce="send").is_valid().reason
+    source = sent.render()
+    assert "send_reduce(acc, data + kPipelineBytes, received, split" in source
+    assert "cluster.sync()" not in source.split("__global__")[1]  # no cluster barrier after it
+    assert "cluster.map_shared_rank" not in source
+    assert "send_reduce" not in pulled.render()
+
+
+def test_send_keeps_its_receive_slots_past_the_pipeline():
+    config = LongKConfig(layout=NN, tile_n=128, stages=8, splits=4, reduce="send")
+    # 32 register pairs a thread over 4 CTAs: 8 each, a float2 per consumer thread, 3 peers
+    assert config.send_receive_bytes == 3 * 8 * 128 * 8
+    assert config.smem_bytes == 1024 + config.pipeline_bytes + config.send_receive_bytes + 17 * 8
+
+
+def test_send_twins_are_offered_for_the_winners_and_stay_out_of_the_search():
+    from engine.codegen.library import longk_prior, longk_send_library
+
+    for layout in (NN, TN):
+        assert all(c.reduce in ("pull", "push") for c in library("longk", layout))
+        sent = longk_send_library(layout)
+        assert sent
+        assert all(c.reduce == "send" and c.is_valid() for c in sent)
+        twins = {c.name for c in library("longk", layout)}
+        assert all(c.name.removesuffix("_send") in twins for c in sent)
+    assert all(c.reduce == "pull" for c in longk_prior(Problem.parse("128x128x16384"), count=8))
+
+
+@pytest.mark.nvcc
+def test_send_compiles_to_dsmem_stores_without_a_gpu_wide_memory_barrier(engine_config):
+    configs = [
+        LongKConfig(layout=NN, tile_n=64, stages=8, splits=16, reduce="send"),
+        LongKConfig(layout=TN, tile_n=32, stages=4, splits=12, swap=True, reduce="send"),
+        LongKConfig(layout=NN, tile_n=128, stages=8, splits=4, reduce="send"),
+    ]
+    for config, result in zip(configs, built_without_spills(configs, engine_config), strict=True):
+        if (cuobjdump := find_cuobjdump()) is not None:
+            sass = subprocess.run(
+                [cuobjdump, "-sass", str(result.library)], capture_output=True, text=True
+            ).stdout
+            assert "STAS.64" in sass, config.name  # st.async of a register pair
+            assert "MEMBAR.ALL.GPU" not in sass, config.name
