@@ -5,7 +5,7 @@ the median over calls of each phase and of the launch's spread across CTAs. GPU 
 
     python3 bench/longk_timeline.py
         [--pairs SHAPE/TILE_N/STAGES/SPLITS/SWAP[/CTAS[/GROUPS[/MC]]],...]
-        [--reps 50] [--out timeline.json] [--rewrites relaxed_tail]
+        [--reps 50] [--out timeline.json] [--rewrites relaxed_tail] [--compile-only [--jobs N]]
 
 The probe is the config's own rendered source with stamps added at fixed anchors (the script
 fails if an anchor is missing, so a template change cannot silently move a phase), built through
@@ -212,13 +212,31 @@ def launch(kernel: Any, problem: Any, operands: tuple[Any, Any, Any], stream: An
     )
 
 
+def build(
+    pairs: list[str], rewrites: tuple[str, ...] = (), jobs: int | None = None
+) -> list[tuple[str, Any, dict[str, Any]]]:
+    """Per pair: (shape, config, {"plain", "probed", each rewrite: its CompileResult}), every
+    build at once so that the machine's cores share them (no GPU needed)."""
+    from bench.longk_profile import config_of
+    from engine.compilation.compile import compile_configs, compile_many
+
+    configs = [config_of(pair) for pair in pairs]
+    plains = compile_configs([config for _, config in configs], jobs=jobs, target_arch="sm_90")
+    sources = [probe_source(config.render()) for _, config in configs]
+    sources += [rewritten(config.render(), r) for _, config in configs for r in rewrites]
+    built = iter(compile_many(sources, jobs=jobs, archs=("sm_90a",)))
+    probes = [next(built) for _ in configs]
+    return [
+        (shape, config, {"plain": plain, "probed": probed, **{r: next(built) for r in rewrites}})
+        for (shape, config), plain, probed in zip(configs, plains, probes, strict=True)
+    ]
+
+
 def run(pairs: list[str], reps: int, rewrites: tuple[str, ...] = ()) -> list[dict[str, Any]]:
     import ctypes
 
     import torch
 
-    from bench.longk_profile import config_of
-    from engine.compilation.compile import compile_configs, compile_many
     from engine.gpu.runtime import KernelLibrary
     from engine.problem import Problem
 
@@ -226,20 +244,13 @@ def run(pairs: list[str], reps: int, rewrites: tuple[str, ...] = ()) -> list[dic
     stream = torch.cuda.current_stream()
     flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
     results = []
-    configs = [config_of(pair) for pair in pairs]
-    # every build at once, so the machine's cores share them
-    plains = compile_configs([config for _, config in configs], target_arch="sm_90")
-    probe_sources = [probe_source(config.render()) for _, config in configs]
-    probes = compile_many(probe_sources, archs=("sm_90a",))
-    rewritten_sources = [rewritten(config.render(), r) for _, config in configs for r in rewrites]
-    variants = iter(compile_many(rewritten_sources, archs=("sm_90a",)))
-    for (shape, config), plain, probed in zip(configs, plains, probes, strict=True):
+    for shape, config, builds in build(pairs, rewrites):
         problem = Problem.parse(shape)
-        builds = {"plain": plain, "probed": probed, **{r: next(variants) for r in rewrites}}
-        if failed := [build for build in builds.values() if not build.ok]:
+        probed = builds["probed"]
+        if failed := [result for result in builds.values() if not result.ok]:
             results.append({"shape": shape, "config": config.name, "error": failed[0].error})
             continue
-        kernels = {name: KernelLibrary(str(build.library)) for name, build in builds.items()}
+        kernels = {name: KernelLibrary(str(result.library)) for name, result in builds.items()}
         reader = ctypes.CDLL(str(probed.library)).gemmforge_probe_read
         reader.argtypes = (ctypes.POINTER(ctypes.c_ulonglong), ctypes.c_int)
         a = torch.randn(problem.m, problem.k, device="cuda").half()
@@ -292,6 +303,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=50)
     parser.add_argument("--out", type=Path, default=Path("longk-timeline.json"))
     parser.add_argument(
+        "--compile-only", action="store_true", help="build every pair's kernels, then stop"
+    )
+    parser.add_argument("--jobs", type=int, default=None, help="compile jobs (--compile-only)")
+    parser.add_argument(
         "--rewrites",
         default="",
         help=f"comma-separated source rewrites timed beside the plain build: {list(REWRITES)}",
@@ -303,6 +318,10 @@ def main(argv: list[str] | None = None) -> int:
     pairs = args.pairs.split(",")
     if errors := [e for pair in pairs if (e := pair_error(pair))]:
         parser.error("; ".join(errors))
+    if args.compile_only:
+        built = [b for _, _, builds in build(pairs, rewrites, args.jobs) for b in builds.values()]
+        print(f"{sum(b.ok for b in built)} of {len(built)} timeline kernels built")
+        return 0 if all(b.ok for b in built) else 1
     rows = run(pairs, args.reps, rewrites)
     args.out.write_text(json.dumps({"rows": rows, "phases": PHASES}, indent=1))
     return 0

@@ -2,12 +2,15 @@
 # Everything the lent GPU machine needs from this (CPU) machine, for a fresh checkout: the wheels
 # and Debian packages it has no network for (.whl/, .deb/), and the curated kernel library built
 # here and packed for carrying (.carry/kernels.tar.xz), so that the device spends no time on nvcc.
-#   usage: bash bench/device/prepare_device.sh [nn|tn|all|fresh|wheels]
+#   usage: bash bench/device/prepare_device.sh [nn|tn|all|fresh|longk|wheels]
 #   (default nn: the NN library kernels; tn: the TN subset only; all: both; fresh: the configs of
 #   the fresh replay table (bench/replay_fresh.py; FRESH_SHAPES, default the newest
-#   bench/results/*-fresh-replay/shapes.json), packed as .carry/kernels-fresh.tar.xz; wheels: the wheels
-#   and packages alone, for a first call that compiles its few kernels on the device, such as
-#   `gpu_run.sh tiles`)
+#   bench/results/*-fresh-replay/shapes.json), packed as .carry/kernels-fresh.tar.xz; longk: the
+#   longk experiments' kernels (LONGK_PREPARE_SETS of bench/longk_bench.py, default
+#   longk-send,longk-multicast, and bench/longk_timeline.py's LONGK_TIMELINE pairs with
+#   LONGK_TIMELINE_ARGS' rewrites), packed as .carry/kernels-longk.tar.xz, about a minute;
+#   wheels: the wheels and packages alone, for a first call that compiles its few kernels on the
+#   device, such as `gpu_run.sh tiles`)
 # The wheels take a minute; the kernels took 78 minutes for NN on 2 cores when it had 254 (it has
 # 182 sm90 and 96 sm80 now), about 115 with the TN subset (all); fresh (80 sm90, 40 sm80, 86 triton,
 # 78 longk) about 35 at the sample's per-family means (bench/results/2026-12-06-prebuild-sample).
@@ -15,8 +18,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 what=${1:-nn}
-[[ $what =~ ^(nn|tn|all|fresh|wheels)$ ]] || {
-  echo "usage: bash bench/device/prepare_device.sh [nn|tn|all|fresh|wheels]" >&2
+[[ $what =~ ^(nn|tn|all|fresh|longk|wheels)$ ]] || {
+  echo "usage: bash bench/device/prepare_device.sh [nn|tn|all|fresh|longk|wheels]" >&2
   exit 2
 }
 mkdir -p .git/info .carry
@@ -45,6 +48,15 @@ if [[ $what == fresh ]]; then
   # its own cache: the pack holds the table's kernels and nothing else
   export ENGINE_CACHE_DIR=${FRESH_CACHE_DIR:-$PWD/.cache/gemmforge-fresh}
   pack=.carry/kernels-fresh.tar.xz
+fi
+if [[ $what == longk ]]; then
+  export ENGINE_CACHE_DIR=${LONGK_CACHE_DIR:-$PWD/.cache/gemmforge-longk}
+  "$PY" bench/longk_bench.py --set "${LONGK_PREPARE_SETS:-longk-send,longk-multicast}" \
+    --compile-only --jobs "$(nproc)"
+  # shellcheck disable=SC2086
+  "$PY" bench/longk_timeline.py --compile-only --jobs "$(nproc)" \
+    ${LONGK_TIMELINE:+--pairs "$LONGK_TIMELINE"} ${LONGK_TIMELINE_ARGS:-}
+  bash bench/device/pack_kernels.sh "$ENGINE_CACHE_DIR" .carry/kernels-longk.tar.xz
 fi
 for build in "${builds[@]}"; do
   IFS=: read -r family layout limit <<<"$build"
