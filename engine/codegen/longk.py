@@ -103,6 +103,9 @@ MAX_GROUPS = 16  # clusters along K a tile (the epoch counter holds up to 255)
 PULL_TEMPLATE = "longk_pull.cu.tmpl"
 PUSH_TEMPLATE = "longk_push.cu.tmpl"
 SEND_TEMPLATE = "longk_send.cu.tmpl"
+# After the main loop: every CTA parks its fp32 partial tile in its pipeline's memory (pull, push
+# and groups read it from there; send sends from its registers and parks nothing).
+PARK_TEMPLATE = "longk_park.cu.tmpl"
 PUSH_DESC = """\
 // Reduction by push: after one cluster barrier each CTA sends every peer that peer's rows of its
 // partial tile with one bulk copy (cp.async.bulk shared::cta -> shared::cluster) into a slot of
@@ -561,6 +564,7 @@ class LongKConfig(KernelConfig):
             "b_kmajor": "true" if tn else "false",
             "swap_desc": swap_desc,
             "wgmma_code": wgmma_code(self.tile_n, p_k_major, q_k_major),
+            "park": "" if self.send else load_template(PARK_TEMPLATE).template,
             **self.reduction_substitutions(),
             # empty without prefetch: the sources, hence the build cache keys, stay as they were
             "prefetch_functions": PREFETCH_FUNCTIONS if self.prefetch else "",
