@@ -585,7 +585,9 @@ def test_send_is_named_by_a_suffix_needs_a_peer_and_leaves_other_sources_as_they
     assert "send_reduce(acc, data + kPipelineBytes, received, split" in source
     assert "cluster.sync()" not in source.split("__global__")[1]  # no cluster barrier after it
     assert "cluster.map_shared_rank" not in source
+    assert "float* tile" not in source  # it parks no partial tile: it sends from registers
     assert "send_reduce" not in pulled.render()
+    assert "float* tile" in pulled.render()
 
 
 def test_send_keeps_its_receive_slots_past_the_pipeline():
