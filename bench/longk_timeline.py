@@ -1,10 +1,11 @@
 """Where a longk kernel's time goes: each CTA stamps the global timer at its phase boundaries
-(entry; barriers initialised; first K tile landed; main loop done; partial tile parked; its
-share summed and stored; end) and the SM clock beside it, and the script reports, per shape,
-the median over calls of each phase and of the launch's spread across CTAs. GPU only.
+(entry; barriers initialised; first K tile landed; main loop done; and, in a pull kernel, partial
+tile parked and its share summed and stored; end) and the SM clock beside it, and the script
+reports, per shape, the median over calls of each phase and of the launch's spread across CTAs.
+GPU only.
 
     python3 bench/longk_timeline.py
-        [--pairs SHAPE/TILE_N/STAGES/SPLITS/SWAP[/CTAS[/GROUPS[/MC]]],...]
+        [--pairs SHAPE/TILE_N/STAGES/SPLITS/SWAP[/CTAS[/GROUPS[/MC[/REDUCE]]]],...]
         [--reps 50] [--out timeline.json] [--rewrites relaxed_tail] [--compile-only [--jobs N]]
 
 The probe is the config's own rendered source with stamps added at fixed anchors (the script
@@ -112,31 +113,42 @@ def rewritten(source: str, rewrite: str) -> str:
     return source.replace(anchor, text)
 
 
-# (anchor in the rendered source, the text put before or after it); each anchor occurs once
+# (anchor in the rendered source, where, the text put before or after it, whether the anchor may
+# be absent); each anchor occurs once, but the pull reduction's two (its cluster barriers) are not
+# in push and send kernels, whose reduction is then one phase, the main loop's end to the kernel's
 INSERTIONS = (
-    ("namespace cg = cooperative_groups;\n", "after", PROBE_HEADER),
-    ("  const uint32_t data = smem_addr(smem);\n", "after", PROBE_SETUP + "  " + stamp("entry")),
-    ("\n  float acc[kTileQ / 2];\n", "before", "\n  " + stamp("init").rstrip("\n")),
+    ("namespace cg = cooperative_groups;\n", "after", PROBE_HEADER, False),
+    (
+        "  const uint32_t data = smem_addr(smem);\n",
+        "after",
+        PROBE_SETUP + "  " + stamp("entry"),
+        False,
+    ),
+    ("\n  float acc[kTileQ / 2];\n", "before", "\n  " + stamp("init").rstrip("\n"), False),
     (
         "      mbar_wait(full + 8 * s, (i / kStages) & 1);\n",
         "after",
         "      if (i == 0) " + stamp("first_tile"),
+        False,
     ),
-    ("    wgmma_wait<0>();\n  }\n", "after", "  " + stamp("loop_done")),
+    ("    wgmma_wait<0>();\n  }\n", "after", "  " + stamp("loop_done"), False),
     (
         "  cluster.sync();  // every split's partial tile is parked\n",
         "after",
         "  " + stamp("parked"),
+        True,
     ),
-    (FINAL_BARRIER, "before", "  " + stamp("reduced")),
-    ("}\n\n// A 2-D tensor map over a row-major operand", "before", "  " + stamp("end")),
+    (FINAL_BARRIER, "before", "  " + stamp("reduced"), True),
+    ("}\n\n// A 2-D tensor map over a row-major operand", "before", "  " + stamp("end"), False),
 )
 
 
 def probe_source(source: str) -> str:
-    """``source`` (a pull-reduced longk kernel) with the stamps added; ValueError if an anchor is
-    missing or not unique."""
-    for anchor, where, text in INSERTIONS:
+    """``source`` (a longk kernel) with the stamps added; ValueError if an anchor that must be
+    there is missing, or an anchor is not unique."""
+    for anchor, where, text, optional in INSERTIONS:
+        if optional and anchor not in source:
+            continue
         if source.count(anchor) != 1:
             raise ValueError(f"anchor {anchor!r} occurs {source.count(anchor)} times")
         source = source.replace(anchor, anchor + text if where == "after" else text + anchor)
@@ -160,17 +172,19 @@ def sm_clock_ghz() -> float:
 def phase_summary(stamps: list[list[int]], clock_ghz: float) -> dict[str, float]:
     """One call's phases in µs from its CTAs' stamps: the launch's spread (last CTA's entry less
     the first's), the whole span (last end less first entry), and per phase the median over CTAs
-    of its SM-clock duration."""
-    timers = [[row[2 * i] for i in range(len(PHASES))] for row in stamps]
-    clocks = [[row[2 * i + 1] for i in range(len(PHASES))] for row in stamps]
+    of its SM-clock duration; a phase not every CTA stamped is passed over (its neighbours join)."""
+    # the phases every CTA stamped (a push or send kernel has no pull barriers to stamp)
+    stamped = [i for i in range(len(PHASES)) if all(row[2 * i] for row in stamps)]
+    timers = [[row[2 * i] for i in stamped] for row in stamps]
+    clocks = [[row[2 * i + 1] for i in stamped] for row in stamps]
     summary = {
         "launch_spread_us": (max(t[0] for t in timers) - min(t[0] for t in timers)) / 1e3,
         "span_us": (max(t[-1] for t in timers) - min(t[0] for t in timers)) / 1e3,
         "end_spread_us": (max(t[-1] for t in timers) - min(t[-1] for t in timers)) / 1e3,
     }
-    for i in range(1, len(PHASES)):
+    for i in range(1, len(stamped)):
         durations = [(c[i] - c[i - 1]) / (clock_ghz * 1e3) for c in clocks]
-        summary[f"{PHASES[i - 1]}->{PHASES[i]}_us"] = statistics.median(durations)
+        summary[f"{PHASES[stamped[i - 1]]}->{PHASES[stamped[i]]}_us"] = statistics.median(durations)
     summary["sms"] = len({row[-1] for row in stamps})
     return summary
 
@@ -189,7 +203,8 @@ def pair_error(pair: str) -> str | None:
         shape, config = config_of(pair)
         problem = Problem.parse(shape)
     except ValueError as error:
-        return f"{pair}: {error} (expected SHAPE/TILE_N/STAGES/SPLITS/SWAP[/CTAS[/GROUPS[/MC]]])"
+        expected = "SHAPE/TILE_N/STAGES/SPLITS/SWAP[/CTAS[/GROUPS[/MC[/REDUCE]]]]"
+        return f"{pair}: {error} (expected {expected})"
     if config.groups > 1:
         return f"{pair}: groups configs need a workspace; the timeline times one cluster a tile"
     if not (verdict := config.is_valid(problem)):
@@ -215,20 +230,27 @@ def launch(kernel: Any, problem: Any, operands: tuple[Any, Any, Any], stream: An
 def build(
     pairs: list[str], rewrites: tuple[str, ...] = (), jobs: int | None = None
 ) -> list[tuple[str, Any, dict[str, Any]]]:
-    """Per pair: (shape, config, {"plain", "probed", each rewrite: its CompileResult}), every
-    build at once so that the machine's cores share them (no GPU needed)."""
+    """Per pair: (shape, config, {"plain", "probed", each rewrite that applies to it: its
+    CompileResult}), every build at once so that the machine's cores share them (no GPU needed).
+    A rewrite applies where its anchor is (relaxed_tail: pull kernels)."""
     from bench.longk_profile import config_of
     from engine.compilation.compile import compile_configs, compile_many
 
     configs = [config_of(pair) for pair in pairs]
+    applies = [[r for r in rewrites if REWRITES[r][0] in c.render()] for _, c in configs]
     plains = compile_configs([config for _, config in configs], jobs=jobs, target_arch="sm_90")
     sources = [probe_source(config.render()) for _, config in configs]
-    sources += [rewritten(config.render(), r) for _, config in configs for r in rewrites]
+    sources += [
+        rewritten(config.render(), r)
+        for (_, config), names in zip(configs, applies, strict=True)
+        for r in names
+    ]
     built = iter(compile_many(sources, jobs=jobs, archs=("sm_90a",)))
     probes = [next(built) for _ in configs]
+    rows = zip(configs, plains, probes, applies, strict=True)
     return [
-        (shape, config, {"plain": plain, "probed": probed, **{r: next(built) for r in rewrites}})
-        for (shape, config), plain, probed in zip(configs, plains, probes, strict=True)
+        (shape, config, {"plain": plain, "probed": probed, **{r: next(built) for r in names}})
+        for (shape, config), plain, probed, names in rows
     ]
 
 

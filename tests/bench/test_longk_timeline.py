@@ -30,10 +30,34 @@ def test_every_searched_longk_kernel_takes_a_stamp_at_each_phase(timeline):
                 assert source.count(f"probe[{2 * index}] = probe_globaltimer()") == 1, config.name
 
 
-def test_a_kernel_without_the_pull_reduction_is_refused(timeline):
-    push = LongKConfig(layout=Layout.NN, tile_n=64, stages=8, splits=8, reduce="push")
+def test_push_and_send_kernels_take_every_stamp_but_the_pull_barriers(timeline):
+    for reduce in ("push", "send"):
+        config = LongKConfig(layout=Layout.NN, tile_n=64, stages=8, splits=8, reduce=reduce)
+        source = timeline.probe_source(config.render())
+        stamped = {
+            phase
+            for index, phase in enumerate(timeline.PHASES)
+            if f"probe[{2 * index}] = probe_globaltimer()" in source
+        }
+        assert stamped == set(timeline.PHASES) - {"parked", "reduced"}, reduce
+
+
+def test_a_source_without_a_required_anchor_is_refused(timeline):
+    source = LongKConfig(layout=Layout.NN, tile_n=64, stages=8, splits=8).render()
     with pytest.raises(ValueError, match="anchor"):
-        timeline.probe_source(push.render())
+        timeline.probe_source(source.replace("    wgmma_wait<0>();\n  }\n", ""))
+
+
+def test_a_phase_some_ctas_did_not_stamp_is_passed_over(timeline):
+    slots = timeline.SLOTS
+    row = [0] * (slots + 1)
+    for index, phase in enumerate(timeline.PHASES):
+        if phase not in ("parked", "reduced"):  # a send kernel's
+            row[2 * index], row[2 * index + 1] = 1000 + 100 * index, 200 * index
+    summary = timeline.phase_summary([row], clock_ghz=2.0)
+    assert summary["loop_done->end_us"] == pytest.approx((6 - 3) * 200 / 2e3)  # phases 3 to 6
+    assert "loop_done->parked_us" not in summary
+    assert summary["span_us"] == pytest.approx(0.6)
 
 
 def test_phases_are_read_from_the_sm_clock_and_the_spread_from_the_global_timer(timeline):
