@@ -185,7 +185,8 @@ def test_a_user_launches_a_campaign_and_reads_the_recorded_run(
     assert "No GPU worker of gpu.sm90 is online" in warning.text
     screenshot(driver, "launch-form")
     css(driver, "form.stacked button[type=submit]").click()
-    wait_for(driver, present("#id_launch_without_worker"), "the form did not come back")
+    # the checkbox is on the form before the post too: wait for the error the answer carries
+    wait_for(driver, present(".has-errors"), "the form did not come back with the error")
     assert "No GPU worker of gpu.sm90 is online" in css(driver, ".has-errors").text
     assert not Campaign.objects.filter(name="browser launch").exists()
     css(driver, "#id_launch_without_worker").click()  # launch it anyway
