@@ -203,19 +203,11 @@ def max_abs_diffs(
 
 
 # -- the sides, on the GPU ------------------------------------------------------------------------
-def tunable(on: bool, tuning: bool = False) -> None:
-    import torch
-
-    torch.cuda.tunable.enable(on)
-    torch.cuda.tunable.tuning_enable(tuning)
-
-
 def configure_torch() -> None:
-    """TunableOp keeps its results in memory (no CSV left behind); Dynamo may recompile the
-    same code for every shape and M measured (its default limit of 8 would fall back to eager)."""
+    """Dynamo may recompile the same code for every shape and M measured (its default limit of
+    8 would fall back to eager)."""
     import torch
 
-    torch.cuda.tunable.write_file_on_exit(False)
     for knob in ("cache_size_limit", "recompile_limit", "accumulated_cache_size_limit",
                  "accumulated_recompile_limit"):  # fmt: skip
         if hasattr(torch._dynamo.config, knob):
@@ -223,17 +215,16 @@ def configure_torch() -> None:
 
 
 def with_tunableop(fn: Callable[[], Any]) -> Callable[[], Any]:
-    """``fn`` tuned now by TunableOp (its shapes), then run with TunableOp's choice, not tuning."""
-    tunable(True, tuning=True)
-    fn()
-    tunable(False)
+    """``fn`` tuned now by TunableOp (its shapes), then run with TunableOp's choice, not tuning
+    (the engine's switch: TunableOp on only around these calls, its results in memory)."""
+    from engine.timing.torch_baselines import tunableop
+
+    switch = tunableop()
+    switch.tune(fn)
 
     def tuned() -> Any:
-        tunable(True)
-        try:
+        with switch.on():
             return fn()
-        finally:
-            tunable(False)
 
     return tuned
 
