@@ -78,6 +78,13 @@ def longk_configs(layout: Layout) -> list[Any]:
     return list(library("longk", layout))
 
 
+def longk_pull_configs(layout: Layout) -> list[Any]:
+    """Every longk tiling reduced by pull: the searched library's pull twins beside it."""
+    from engine.codegen.library import longk_pull_library
+
+    return list(longk_pull_library(layout))
+
+
 def longk_push_configs(layout: Layout) -> list[Any]:
     """The push-reduction twins of the longk winners (not in the searched library yet)."""
     from engine.codegen.library import longk_push_library
@@ -97,7 +104,7 @@ def longk_variant_configs(layout: Layout) -> list[Any]:
     that reads every variant against its twin."""
     from engine.codegen.library import takes_push
 
-    twins = [c for c in longk_configs(layout) if takes_push(c)]
+    twins = [c for c in longk_pull_configs(layout) if takes_push(c)]
     return twins + longk_push_configs(layout) + longk_prefetch_configs(layout)
 
 
@@ -105,7 +112,7 @@ def longk_groups_configs(layout: Layout) -> list[Any]:
     """The groups configs and, to read them against, the pull winners of the H100 runs."""
     from engine.codegen.library import longk_groups_library, takes_push
 
-    winners = [c for c in longk_configs(layout) if takes_push(c)]
+    winners = [c for c in longk_pull_configs(layout) if takes_push(c)]
     return winners + list(longk_groups_library(layout))
 
 
@@ -135,6 +142,7 @@ def sm80_cluster_configs(layout: Layout) -> list[Any]:
 CONFIG_SETS = {
     "baseline": baseline_configs,
     "longk": longk_configs,
+    "longk-pull": longk_pull_configs,
     "longk-push": longk_push_configs,
     "longk-prefetch": longk_prefetch_configs,
     "longk-variants": longk_variant_configs,

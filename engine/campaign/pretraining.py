@@ -15,7 +15,7 @@ from typing import Any
 
 from engine.campaign.storage import SqliteStorage
 from engine.codegen import KernelConfig, get_family
-from engine.codegen.library import LIBRARIES, library
+from engine.codegen.library import LIBRARIES, library, longk_pull_library
 from engine.codegen.triton import inductor_configs, inductor_split_configs
 from engine.execution.executor import ReplayTable
 from engine.outcomes import CandidateStatus
@@ -104,7 +104,13 @@ def speedup_tables(results: Path) -> list[Path]:
 
 @functools.cache
 def _library_by_name(layout: Layout) -> dict[str, KernelConfig]:
-    return {c.name: c for family in LIBRARIES for c in library(family, layout)}
+    """Every curated config by name, and the longk pull configs whose tilings the library now
+    reduces by send: the tables measured before hold their names (the policy's features are
+    the same for both reductions)."""
+    configs = {c.name: c for family in LIBRARIES for c in library(family, layout)}
+    for config in longk_pull_library(layout):
+        configs.setdefault(config.name, config)
+    return configs
 
 
 def named_configs(problem: Problem) -> dict[str, KernelConfig]:

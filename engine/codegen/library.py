@@ -310,7 +310,35 @@ def takes_push(config: LongKConfig) -> bool:
     return (config.tile_n, config.stages, config.splits) in LONGK_PUSH_TILINGS
 
 
+# The send reduction in place of pull for unswapped tiles at most 64 wide. On an H100 every 64-wide
+# unswapped send config was at least as fast as its pull twin on each of the six long-K shapes
+# (23 pairs, geomean 1.034, 1.000–1.112; the best config of five shapes became a send one), while
+# the 128-wide ones ran at 0.954 and the swapped 64-wide at 0.990 of their twins
+# (bench/results/2026-12-07-h100-longk-send). 16 and 32 wide follow 64: fewer registers to send.
+LONGK_SEND_MAX_TILE = 64
+
+
+def takes_send(config: LongKConfig) -> bool:
+    return (
+        config.reduce == "pull"
+        and not config.swap
+        and config.tile_n <= LONGK_SEND_MAX_TILE
+        and config.groups == 1
+        and config.multicast == 1
+        and not config.prefetch
+    )
+
+
 def longk_library(layout: Layout) -> list[LongKConfig]:
+    """The searched longk configs: the pull library with send in place of pull where it won."""
+    return [
+        sent if takes_send(c) and (sent := dataclasses.replace(c, reduce="send")).is_valid() else c
+        for c in longk_pull_library(layout)
+    ]
+
+
+def longk_pull_library(layout: Layout) -> list[LongKConfig]:
+    """Every longk tiling reduced by pull, the twin libraries' base."""
     configs = [
         LongKConfig(layout=layout, tile_n=tile, stages=stages, splits=splits, swap=swap)
         for tile, splits, stages, swap in itertools.product(
@@ -337,7 +365,7 @@ def longk_push_library(layout: Layout) -> list[LongKConfig]:
     """The push twins of the library's pull configs that LONGK_PUSH_TILINGS names."""
     return [
         push
-        for c in longk_library(layout)
+        for c in longk_pull_library(layout)
         if takes_push(c) and (push := dataclasses.replace(c, reduce="push")).is_valid()
     ]
 
@@ -345,10 +373,11 @@ def longk_push_library(layout: Layout) -> list[LongKConfig]:
 def longk_send_library(layout: Layout) -> list[LongKConfig]:
     """The send twins (``reduce="send"``: accumulators stored from registers into their owners'
     shared memory, no cluster barrier after the main loop) of the pull configs LONGK_PUSH_TILINGS
-    names, outside the searched library until measured. bench/longk_bench.py --set longk-send."""
+    names (the searched library holds those LONGK_SEND_MAX_TILE allows), beside their pull twins in
+    bench/longk_bench.py --set longk-send."""
     return [
         sent
-        for c in longk_library(layout)
+        for c in longk_pull_library(layout)
         if takes_push(c) and (sent := dataclasses.replace(c, reduce="send")).is_valid()
     ]
 
@@ -358,7 +387,7 @@ def longk_prefetch_library(layout: Layout) -> list[LongKConfig]:
     and of their push twins, outside the searched library: on an H100 they ran 10 % slower than
     their twins (geomean 0.899, bench/results/2026-12-06-h100-longk-3). bench/longk_bench.py
     --set longk-prefetch."""
-    pulled = [c for c in longk_library(layout) if takes_push(c)]
+    pulled = [c for c in longk_pull_library(layout) if takes_push(c)]
     return [
         prefetching
         for c in [*pulled, *longk_push_library(layout)]
@@ -386,7 +415,7 @@ def longk_multicast_library(layout: Layout) -> list[LongKConfig]:
     tilings = set(LONGK_MULTICAST_TILINGS)
     return [
         shared
-        for c in longk_library(layout)
+        for c in longk_pull_library(layout)
         if not c.ctas_per_sm
         and c.reduce == "pull"
         and (c.tile_n, c.stages, c.splits) in tilings

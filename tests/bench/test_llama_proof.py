@@ -223,7 +223,6 @@ def test_it_does_not_resume_rows_of_another_gpu_or_another_bundle(proof, tmp_pat
     assert proof.resumed_rows(tmp_path / "missing.json", {"environment": {}, "table": []}) == []
 
 
-
 def test_its_torch_settings_exist_in_this_torch(proof):
     # it ran first on the GPU machine, where a TunableOp call missing from torch 2.11 failed
     proof.configure_torch()

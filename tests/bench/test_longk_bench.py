@@ -17,8 +17,8 @@ def bench():
     return load("longk_bench")
 
 
-def test_every_variant_set_holds_twins_of_the_searched_library(bench):
-    searched = {c.name for c in bench.configs_of("longk", Layout.NN)}
+def test_every_variant_set_holds_twins_of_the_pull_library(bench):
+    searched = {c.name for c in bench.configs_of("longk-pull", Layout.NN)}
     variants = bench.configs_of("longk-push,longk-prefetch", Layout.NN)
     assert variants
     for config in variants:
@@ -75,7 +75,7 @@ def test_the_groups_set_times_the_grouped_configs_beside_the_h100_winners(bench)
     grouped = [c for c in configs if c.groups > 1]
     single = [c for c in configs if c.groups == 1]
     assert len(grouped) == 18
-    assert {c.name for c in single} <= {c.name for c in bench.configs_of("longk", Layout.NN)}
+    assert {c.name for c in single} <= {c.name for c in bench.configs_of("longk-pull", Layout.NN)}
     assert single
 
 

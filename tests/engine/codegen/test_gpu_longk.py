@@ -47,10 +47,12 @@ CONFIGS = (
     LongKConfig(layout=Layout.NN, tile_n=64, stages=8, splits=8, multicast=2),
     LongKConfig(layout=Layout.NN, tile_n=32, stages=4, splits=4, swap=True, multicast=2),
     LongKConfig(layout=Layout.TN, tile_n=128, stages=6, splits=4, multicast=2),
-    # send: a register pair a CTA (64 wide over 16), eight (128 over 4), none for some CTAs
-    # (32 wide, swapped: 8 pairs over 12), two, one and one (16 wide, swapped, over 3)
+    # send: a register pair a CTA (64 wide over 16), eight (128 over 4), two (32 wide over 8),
+    # none for some CTAs (32 wide, swapped: 8 pairs over 12), two, one and one (16 wide, swapped,
+    # over 3)
     LongKConfig(layout=Layout.NN, tile_n=64, stages=8, splits=16, reduce="send"),
     LongKConfig(layout=Layout.NN, tile_n=128, stages=8, splits=4, reduce="send"),
+    LongKConfig(layout=Layout.NN, tile_n=32, stages=8, splits=8, reduce="send"),
     LongKConfig(layout=Layout.TN, tile_n=32, stages=4, splits=12, swap=True, reduce="send"),
     LongKConfig(layout=Layout.NN, tile_n=16, stages=6, splits=3, swap=True, reduce="send"),
 )

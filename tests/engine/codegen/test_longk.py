@@ -281,11 +281,11 @@ def test_pull_renders_the_first_designs_reduction():
 
 
 def test_push_twins_are_offered_for_the_h100_winners_only_and_stay_out_of_the_search():
-    from engine.codegen.library import longk_push_library
+    from engine.codegen.library import longk_pull_library, longk_push_library
 
     for layout in (NN, TN):
-        searched = library("longk", layout)
-        assert all(c.reduce == "pull" for c in searched)
+        assert not any(c.reduce == "push" for c in library("longk", layout))
+        searched = longk_pull_library(layout)
         push = longk_push_library(layout)
         tilings = {(c.tile_n, c.stages, c.splits, c.swap) for c in push}
         assert tilings == {
@@ -333,11 +333,12 @@ def test_prefetch_twins_are_offered_for_the_push_tilings_and_stay_out_of_the_sea
         }
 
 
-def test_the_prior_keeps_to_the_measured_pull_configs():
+def test_the_prior_keeps_to_the_searched_reductions():
     from engine.codegen.library import longk_prior
 
     for shape in ("128x128x16384", "512x256x8192", "256x128x4096"):
-        assert all(c.reduce == "pull" for c in longk_prior(Problem.parse(shape), count=8))
+        picks = longk_prior(Problem.parse(shape), count=8)
+        assert all(c.reduce in ("pull", "send") and not c.prefetch for c in picks)
 
 
 @pytest.mark.nvcc
@@ -543,14 +544,19 @@ def test_a_multicast_launch_counts_its_q_tiles_in_whole_pairs():
 
 
 def test_multicast_twins_are_offered_for_tilings_of_at_most_8_splits_and_stay_out_of_the_search():
-    from engine.codegen.library import LONGK_MULTICAST_TILINGS, longk_multicast_library, longk_prior
+    from engine.codegen.library import (
+        LONGK_MULTICAST_TILINGS,
+        longk_multicast_library,
+        longk_prior,
+        longk_pull_library,
+    )
 
     for layout in (NN, TN):
         assert all(c.multicast == 1 for c in library("longk", layout))
         shared = longk_multicast_library(layout)
         assert len(shared) == len(LONGK_MULTICAST_TILINGS)
         assert all(c.multicast == 2 and c.splits <= 8 and c.is_valid() for c in shared)
-        twins = {c.name for c in library("longk", layout)}
+        twins = {c.name for c in longk_pull_library(layout)}
         assert all(c.name.removesuffix("_mc2") in twins for c in shared)
     assert all(c.multicast == 1 for c in longk_prior(Problem.parse("128x128x16384"), count=8))
 
@@ -597,17 +603,25 @@ def test_send_keeps_its_receive_slots_past_the_pipeline():
     assert config.smem_bytes == 1024 + config.pipeline_bytes + config.send_receive_bytes + 17 * 8
 
 
-def test_send_twins_are_offered_for_the_winners_and_stay_out_of_the_search():
-    from engine.codegen.library import longk_prior, longk_send_library
+def test_the_search_reduces_unswapped_tiles_up_to_64_wide_by_send_and_the_rest_by_pull():
+    from engine.codegen.library import longk_prior, longk_pull_library, longk_send_library
 
     for layout in (NN, TN):
-        assert all(c.reduce in ("pull", "push") for c in library("longk", layout))
+        searched = library("longk", layout)
+        pulled = longk_pull_library(layout)
+        # the same tilings, one reduction each
+        assert [replace(c, reduce="pull") for c in searched] == pulled
+        for c in searched:
+            sends = not c.swap and c.tile_n <= 64
+            assert c.reduce == ("send" if sends else "pull"), c.name
+        # the bench's send twins: pull configs the winners' tilings name, swapped ones included
         sent = longk_send_library(layout)
         assert sent
         assert all(c.reduce == "send" and c.is_valid() for c in sent)
-        twins = {c.name for c in library("longk", layout)}
-        assert all(c.name.removesuffix("_send") in twins for c in sent)
-    assert all(c.reduce == "pull" for c in longk_prior(Problem.parse("128x128x16384"), count=8))
+        assert {c.name.removesuffix("_send") for c in sent} <= {c.name for c in pulled}
+    prior = longk_prior(Problem.parse("128x128x16384"), count=8)
+    assert {c.name for c in prior} <= {c.name for c in library("longk", NN)}
+    assert any(c.reduce == "send" for c in prior)
 
 
 @pytest.mark.nvcc
