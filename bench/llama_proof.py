@@ -10,8 +10,10 @@ gate/up: hidden→intermediate, down: intermediate→hidden; nn.Linear weights, 
 --ms, and for the Llama MLP block down(silu(gate(x)) * up(x)) end to end, times each side:
 
 - torch: torch.nn.functional.linear (torch.matmul's cuBLAS/cuBLASLt path, no tuning);
-- bundle: torch.ops.gemmforge.hgemm_linear (the bundle's kernel, its pinned cuBLASLt algorithm, or
-  torch.matmul, whichever its table holds for that M);
+- bundle: gemmforge_bundle.linear, the call the bundle's README gives for the least host time
+  (its op torch.ops.gemmforge.hgemm_linear.default, or the Python path without the extension):
+  the bundle's kernel, its pinned cuBLASLt algorithm, or torch.matmul, whichever its table holds
+  for that M;
 - tunableop: torch.nn.functional.linear with PyTorch's TunableOp on, each shape tuned before it is
   timed (tuning then off, so nothing is tuned while timed or captured);
 - compile: torch.compile(mode="max-autotune-no-cudagraphs") of the same projection or block
@@ -241,7 +243,7 @@ def projection_sides(
     w = torch.randn(p.n, p.k, device="cuda", dtype=torch.float16) / math.sqrt(p.k)
     sides: dict[str, Callable[[], Any]] = {
         "torch": lambda: linear(x, w),
-        "bundle": lambda: torch.ops.gemmforge.hgemm_linear(x, w),
+        "bundle": lambda: gemmforge_bundle.linear(x, w),
     }
     if "tunableop" in wanted:
         sides["tunableop"] = with_tunableop(lambda: linear(x, w))
@@ -275,7 +277,7 @@ def mlp_sides(
 
     torch.manual_seed(0)
     plain = Mlp(nn.functional.linear).cuda().half().eval()
-    ours = Mlp(torch.ops.gemmforge.hgemm_linear).cuda().half().eval()
+    ours = Mlp(gemmforge_bundle.linear).cuda().half().eval()
     ours.load_state_dict(plain.state_dict())
     x = torch.randn(m, hidden, device="cuda", dtype=torch.float16) * 0.1
     sides: dict[str, Callable[[], Any]] = {"torch": lambda: plain(x), "bundle": lambda: ours(x)}

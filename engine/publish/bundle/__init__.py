@@ -773,14 +773,15 @@ stride or GPU architecture falls back to torch.matmul.
 unzip this.zip && cd {bundle_folder(title)}
 pip install nvidia-cutlass               # CUTLASS headers for the build (or set CUTLASS_INCLUDE)
 python -m gemmforge_bundle.build         # needs nvcc; builds gemmforge_bundle/lib/*.so once
-                                         # (kernels, the cuBLASLt shim, the C++ ops)
+                                         # (kernels, the cuBLASLt shim, the C++ ops and, with
+                                         # Python's headers, their direct calls)
 python -m gemmforge_bundle.verify        # re-checks correctness and speed on your GPU
 ```
 ```python
 import torch, gemmforge_bundle
 c = torch.ops.gemmforge.hgemm(a, b)              # a (M,K) @ b (K,N), fp16 CUDA contiguous
 y = torch.ops.gemmforge.hgemm_linear(x, w)       # x (...,K) @ w.T, w (N,K) as in nn.Linear
-c = gemmforge_bundle.matmul(a, b)                # same (the Python ops: less host time)
+c = gemmforge_bundle.matmul(a, b)                # same, less host time a call
 y = gemmforge_bundle.linear(x, w)
 ```
 The ops allocate only their output (and a kernel's workspace) from PyTorch's allocator and never

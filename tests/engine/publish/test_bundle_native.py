@@ -79,6 +79,53 @@ def test_the_cpp_ops_compile_against_this_torchs_headers(tmp_path):
     assert done.returncode == 0, done.stderr[-4000:]
 
 
+# -- the direct calls: a pybind11 entry into the registered ops ----------------------------------
+DIRECT_CHECKS = r"""
+import shutil, sys, torch, gemmforge_bundle
+from gemmforge_bundle import _ops
+_ops.DIRECT.parent.mkdir(exist_ok=True)
+shutil.copy(sys.argv[1], _ops.DIRECT)
+direct = _ops._load_direct()  # the Python ops are registered here: the module calls them
+x, w = torch.randn(6, 8, dtype=torch.float64), torch.randn(5, 8, dtype=torch.float64)
+a, b = torch.randn(4, 8, dtype=torch.float64), torch.randn(8, 3, dtype=torch.float64)
+print("linear", torch.equal(direct.linear(x, w), x @ w.t()))
+print("matmul", torch.equal(direct.matmul(a, b), a @ b))
+xg = x.clone().requires_grad_()
+direct.linear(xg, w).sum().backward()
+print("grad", torch.allclose(xg.grad, torch.ones(6, 5, dtype=torch.float64) @ w))
+compiled = torch.compile(lambda x, w: torch.relu(direct.linear(x, w)), fullgraph=True)
+print("compiled", torch.allclose(compiled(x, w), torch.relu(x @ w.t())))
+"""
+
+
+@pytest.mark.nvcc
+@pytest.mark.slow
+def test_the_direct_calls_reach_the_ops_keep_autograd_and_compile_into_one_graph(tmp_path):
+    import sysconfig
+
+    import torch
+
+    python_include = Path(sysconfig.get_paths()["include"])
+    if not (python_include / "Python.h").is_file():
+        pytest.skip(f"no Python.h in {python_include}")
+    module = tmp_path / "gemmforge_direct.so"
+    argv = build_module().direct_argv(Path(torch.__file__).resolve().parent, python_include, module)
+    built = nvcc(argv, tmp_path)
+    assert built.returncode == 0, built.stderr[-4000:]
+    zipped = write_bundle([], tmp_path / "b.zip", environment={"gpu_name": "x"}, title="direct")
+    root = unpack(zipped, tmp_path / "unpacked")
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    env.pop("DJANGO_SETTINGS_MODULE", None)
+    done = subprocess.run(
+        [sys.executable, "-c", DIRECT_CHECKS, str(module)],
+        cwd=root, env=env, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert done.stdout.split() == [
+        "linear", "True", "matmul", "True", "grad", "True", "compiled", "True",
+    ]  # fmt: skip
+
+
 # -- a kernel that cannot run here: refused once, never launched again -------------------------
 REFUSAL_DRIVER = r"""
 #include <cstdio>
@@ -219,6 +266,7 @@ CHECKS = """
 import sys, warnings, torch, gemmforge_bundle
 from gemmforge_bundle import _ops
 assert _ops.NATIVE, 'the C++ ops did not load'
+assert (_ops.DIRECT_CALLS is not None) == DIRECT_BUILT, 'the direct calls'
 torch.manual_seed(0)
 h = dict(device='cuda', dtype=torch.float16)
 def close(out, ref):
@@ -363,7 +411,8 @@ def test_a_built_bundle_runs_its_cpp_ops_on_kernels_and_a_pinned_algorithm(tmp_p
     assert "ok     C++ ops" in built.stdout, built.stdout
     code = (
         f"OURS_NAME = {config.name!r}\nPINNED_NAME = {pinned.name!r}\n"
-        f"PINNED_ALGO = {list(algo.config)!r}\n" + CHECKS
+        f"PINNED_ALGO = {list(algo.config)!r}\n"
+        f"DIRECT_BUILT = {'ok     direct calls' in built.stdout}\n" + CHECKS
     )
     done = subprocess.run(
         [sys.executable, "-c", code],

@@ -3,8 +3,8 @@
     import gemmforge_bundle            # registers torch.ops.gemmforge.hgemm / hgemm_linear
     c = torch.ops.gemmforge.hgemm(a, b)          # a (M, K) @ b (K, N), fp16, CUDA, contiguous
     y = torch.ops.gemmforge.hgemm_linear(x, w)   # x (..., K) @ w.T with w (N, K), as nn.Linear
-    c = gemmforge_bundle.matmul(a, b)            # the same (the Python ops: skipping the
-    y = gemmforge_bundle.linear(x, w)            # dispatcher in eager inference)
+    c = gemmforge_bundle.matmul(a, b)            # the same, with less host time a call (the
+    y = gemmforge_bundle.linear(x, w)            # ops from pybind11, not torch.ops' binding)
 
 Each (N, K) has, for ranges of M, one of the bundle's kernels or cuBLASLt with the algorithm its
 autotuning pinned, whichever was faster; anything else (another M, dtype, stride, device, GPU

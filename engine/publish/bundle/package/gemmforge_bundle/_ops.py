@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import bisect
 import ctypes
+import importlib.util
 import itertools
 import json
 import os
@@ -41,6 +42,7 @@ MANIFEST = PACKAGE / "kernels.json"
 LIB_DIR = PACKAGE / "lib"
 BUILD_INFO = LIB_DIR / "build.json"  # written by gemmforge_bundle.build: the nvcc CUDA version
 EXTENSION = LIB_DIR / "gemmforge_ops.so"  # the ops registered from C++ (csrc/ops.cpp)
+DIRECT = LIB_DIR / "gemmforge_direct.so"  # a pybind11 entry into those ops (csrc/direct.cpp)
 SHIM = LIB_DIR / "gemmforge_cublaslt.so"  # cuBLASLt with a pinned algorithm (csrc/cublaslt_shim.cu)
 CUBLASLT = "cublaslt"  # a manifest entry's kind when cuBLASLt's pinned algorithm serves it
 ALIGNMENT = 16  # bytes: the kernels load operands with 16-byte vector copies (cp.async, TMA)
@@ -497,16 +499,56 @@ def _load_extension() -> bool:
     return True
 
 
+def _load_direct() -> Any:
+    """The pybind11 entry into the C++ ops (lib/gemmforge_direct.so), with torch.compile told
+    to trace the ops in its place; None when it is not built, does not load, or this torch
+    cannot substitute for it (compiled code would break its graph at each call)."""
+    substitute = getattr(torch.compiler, "substitute_in_graph", None)
+    if substitute is None or not DIRECT.is_file():
+        return None
+    try:
+        spec = importlib.util.spec_from_file_location("gemmforge_direct", DIRECT)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    except (ImportError, OSError) as exc:
+        warnings.warn(
+            f"gemmforge: the direct calls do not load ({exc}); torch.ops serves",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        return None
+
+    def matmul_op(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return torch.ops.gemmforge.hgemm.default(a, b)
+
+    def linear_op(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return torch.ops.gemmforge.hgemm_linear.default(x, w)
+
+    try:
+        substitute(module.matmul, skip_signature_check=True)(matmul_op)
+        substitute(module.linear, skip_signature_check=True)(linear_op)
+    except (TypeError, ValueError) as exc:  # a torch whose substitution refuses a C function
+        warnings.warn(
+            f"gemmforge: torch.compile cannot trace the direct calls ({exc}); torch.ops serves",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        return None
+    return module
+
+
 NATIVE = _load_extension()
 if NATIVE:
     torch.library.register_fake("gemmforge::hgemm")(_fake_hgemm)
     torch.library.register_fake("gemmforge::hgemm_linear")(_fake_hgemm_linear)
     hgemm = torch.ops.gemmforge.hgemm
     hgemm_linear = torch.ops.gemmforge.hgemm_linear
-    # the dispatcher in C++ is the fast path: nothing in Python to skip
-    matmul = torch.ops.gemmforge.hgemm.default
-    linear = torch.ops.gemmforge.hgemm_linear.default
+    # the dispatcher in C++ does the rest: the direct calls only skip torch.ops' Python binding
+    DIRECT_CALLS = _load_direct()
+    matmul = DIRECT_CALLS.matmul if DIRECT_CALLS else torch.ops.gemmforge.hgemm.default
+    linear = DIRECT_CALLS.linear if DIRECT_CALLS else torch.ops.gemmforge.hgemm_linear.default
 else:
+    DIRECT_CALLS = None
 
     @torch.library.custom_op("gemmforge::hgemm", mutates_args=())
     def hgemm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
