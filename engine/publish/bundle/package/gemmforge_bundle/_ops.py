@@ -472,6 +472,11 @@ def hgemm_linear_backward(
     return grad_x, grad_w
 
 
+def _load_warning(message: str) -> None:
+    """What did not load at import, and what serves instead."""
+    warnings.warn(f"gemmforge: {message}", RuntimeWarning, stacklevel=3)
+
+
 def _load_extension() -> bool:
     """Loads the C++ ops (lib/gemmforge_ops.so) and hands them the dispatch table; False when
     they are not built, not wanted (GEMMFORGE_PYTHON_OPS=1) or do not load here (a CPU-only or
@@ -481,11 +486,7 @@ def _load_extension() -> bool:
     try:
         torch.ops.load_library(str(EXTENSION))
     except (OSError, RuntimeError) as exc:
-        warnings.warn(
-            f"gemmforge: the C++ ops do not load ({exc}); the Python ops serve",
-            RuntimeWarning,
-            stacklevel=2,
-        )
+        _load_warning(f"the C++ ops do not load ({exc}); the Python ops serve")
         return False
     gpu, version = pinned_on()
     built = _built_cuda_version() or 0
@@ -511,11 +512,7 @@ def _load_direct() -> Any:
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
     except (ImportError, OSError) as exc:
-        warnings.warn(
-            f"gemmforge: the direct calls do not load ({exc}); torch.ops serves",
-            RuntimeWarning,
-            stacklevel=2,
-        )
+        _load_warning(f"the direct calls do not load ({exc}); torch.ops serves")
         return None
 
     def matmul_op(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -528,11 +525,7 @@ def _load_direct() -> Any:
         substitute(module.matmul, skip_signature_check=True)(matmul_op)
         substitute(module.linear, skip_signature_check=True)(linear_op)
     except (TypeError, ValueError) as exc:  # a torch whose substitution refuses a C function
-        warnings.warn(
-            f"gemmforge: torch.compile cannot trace the direct calls ({exc}); torch.ops serves",
-            RuntimeWarning,
-            stacklevel=2,
-        )
+        _load_warning(f"torch.compile cannot trace the direct calls ({exc}); torch.ops serves")
         return None
     return module
 
