@@ -10,6 +10,8 @@ gate/up: hidden→intermediate, down: intermediate→hidden; nn.Linear weights, 
 --ms, and for the Llama MLP block down(silu(gate(x)) * up(x)) end to end, times each side:
 
 - torch: torch.nn.functional.linear (torch.matmul's cuBLAS/cuBLASLt path, no tuning);
+- torch_again: the same call as a side of its own, so that each mode's table says how far two
+  identical sides differ (the noise a ratio must exceed to be a win or a loss);
 - bundle: gemmforge_bundle.linear, the call the bundle's README gives for the least host time
   (its op torch.ops.gemmforge.hgemm_linear.default, or the Python path without the extension):
   the bundle's kernel, its pinned cuBLASLt algorithm, or torch.matmul, whichever its table holds
@@ -49,7 +51,8 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 REPORT = "llama_proof.json"
-SIDES = ("torch", "bundle", "tunableop", "compile")
+SIDES = ("torch", "torch_again", "bundle", "tunableop", "compile")
+NOISE_SIDE = "torch_again"  # torch's call once more: what a side differs from itself, per mode
 MODES = ("graph", "eager", "host")  # graph: device µs; eager: wall µs; host: enqueue µs
 COMPILE_MODE = "max-autotune-no-cudagraphs"
 
@@ -245,6 +248,8 @@ def projection_sides(
         "torch": lambda: linear(x, w),
         "bundle": lambda: gemmforge_bundle.linear(x, w),
     }
+    if NOISE_SIDE in wanted:
+        sides[NOISE_SIDE] = lambda: linear(x, w)
     if "tunableop" in wanted:
         sides["tunableop"] = with_tunableop(lambda: linear(x, w))
     if "compile" in wanted:
@@ -281,6 +286,8 @@ def mlp_sides(
     ours.load_state_dict(plain.state_dict())
     x = torch.randn(m, hidden, device="cuda", dtype=torch.float16) * 0.1
     sides: dict[str, Callable[[], Any]] = {"torch": lambda: plain(x), "bundle": lambda: ours(x)}
+    if NOISE_SIDE in wanted:
+        sides[NOISE_SIDE] = lambda: plain(x)
     if "tunableop" in wanted:
         sides["tunableop"] = with_tunableop(lambda: plain(x))
     if "compile" in wanted:
@@ -334,19 +341,32 @@ def speedups(rows: Sequence[Mapping[str, Any]], mode: str, over: str) -> list[fl
     return out
 
 
+def self_ratios(rows: Sequence[Mapping[str, Any]], mode: str) -> list[float]:
+    """torch's time over its own second side's, per row that timed both in ``mode``."""
+    out = []
+    for r in rows:
+        times = r["us"].get(mode, {})
+        if times.get("torch") and times.get(NOISE_SIDE):
+            out.append(times["torch"] / times[NOISE_SIDE])
+    return out
+
+
 def summary(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """Per part (projections, MLP) and mode: the bundle over each other side (time ratio, > 1:
-    the bundle is faster), its geomean and worst; and the host time the bundle adds per call
-    over torch.matmul."""
+    the bundle is faster), its geomean and worst, beside torch over itself (its lowest and
+    highest ratio: the noise); and the host time the bundle adds per call over torch.matmul."""
     out: dict[str, Any] = {}
     for part, chosen in (("proj", [r for r in rows if r["part"] != "mlp"]),
                          ("mlp", [r for r in rows if r["part"] == "mlp"])):  # fmt: skip
         if not chosen:
             continue
-        others = sorted({s for r in chosen for t in r["us"].values() for s in t} - {"bundle"})
+        timed = {s for r in chosen for t in r["us"].values() for s in t}
+        others = sorted(timed - {"bundle", NOISE_SIDE})
         part_summary: dict[str, Any] = {"rows": len(chosen)}
         for mode in ("graph", "eager"):
             part_summary[mode] = {}
+            if same := self_ratios(chosen, mode):
+                part_summary[mode]["torch_vs_itself"] = {"low": min(same), "high": max(same)}
             for other in others:
                 ratios = speedups(chosen, mode, other)
                 if ratios:
@@ -389,6 +409,12 @@ def table(report: Mapping[str, Any]) -> str:
     for part, s in report.get("summary", {}).items():
         for mode in ("graph", "eager"):
             for other, v in s.get(mode, {}).items():
+                if other == "torch_vs_itself":
+                    lines.append(
+                        f"{part} {mode}: torch vs itself (the noise): "
+                        f"{v['low']:.3f}x to {v['high']:.3f}x"
+                    )
+                    continue
                 lines.append(
                     f"{part} {mode}: bundle vs {other}: geomean {v['geomean']:.3f}x, worst "
                     f"{v['worst']:.3f}x, >= 0.99x on {v['at_least_0.99']} of {v['of']}"

@@ -17,8 +17,8 @@ def proof():
 
 
 # a test double for the GPU: each side's time is fixed per side; graph mode is device time
-TIMES = {"torch": 10.0, "bundle": 9.0, "tunableop": 9.5, "compile": 11.0}
-HOST = {"torch": 5.0, "bundle": 5.5, "tunableop": 7.0, "compile": 30.0}
+TIMES = {"torch": 10.0, "torch_again": 10.1, "bundle": 9.0, "tunableop": 9.5, "compile": 11.0}
+HOST = {"torch": 5.0, "torch_again": 5.0, "bundle": 5.5, "tunableop": 7.0, "compile": 30.0}
 
 
 class FakeTimer:
@@ -59,7 +59,7 @@ def test_it_needs_a_bundle_and_keeps_torch_and_the_bundle_among_the_sides(proof,
         proof.parse_args(["--out", str(tmp_path)])
     args = proof.parse_args(["--zip", "b.zip", "--out", str(tmp_path)])
     assert args.ms == "1,16,128,1024,4096"
-    assert proof.sides_of(args) == ["torch", "bundle", "tunableop", "compile"]
+    assert proof.sides_of(args) == ["torch", "torch_again", "bundle", "tunableop", "compile"]
     with pytest.raises(SystemExit):
         proof.parse_args(["--zip", "b.zip", "--out", str(tmp_path), "--sides", "torch,compile"])
     with pytest.raises(SystemExit):
@@ -141,7 +141,7 @@ def test_a_side_that_fails_is_left_out_of_that_mode_with_its_error(proof, tmp_pa
 
     report = proof.measure(args, FailingTimer(), make_projection=wrong_shape, make_mlp=fake_mlp)
     first = report["rows"][0]
-    assert set(first["us"]["graph"]) == {"torch", "bundle"}  # each captured alone
+    assert set(first["us"]["graph"]) == {"torch", "torch_again", "bundle"}  # each captured alone
     assert "compile" in first["us"]["eager"]
     assert "tunableop" not in first["us"]["eager"]  # failed its check: not timed
     assert "check:tunableop" in first["errors"]
@@ -169,6 +169,19 @@ def test_the_summary_gives_the_bundle_over_each_side_and_its_added_host_time(pro
     assert s["mlp"]["rows"] == 1
 
 
+def test_the_summary_gives_torchs_spread_against_itself_as_the_noise(proof):
+    rows = [
+        {"part": "q/o", "us": {"graph": {"torch": 10.0, "torch_again": 10.2, "bundle": 9.6},
+                               "eager": {}, "host": {}}},
+        {"part": "q/o", "us": {"graph": {"torch": 9.9, "torch_again": 9.8, "bundle": 9.9},
+                               "eager": {}, "host": {}}},
+    ]  # fmt: skip
+    graph = proof.summary(rows)["proj"]["graph"]
+    assert graph["torch_vs_itself"]["low"] == pytest.approx(10.0 / 10.2)
+    assert graph["torch_vs_itself"]["high"] == pytest.approx(9.9 / 9.8)
+    assert set(graph) == {"torch_vs_itself", "torch"}  # the bundle is not read against it
+
+
 def test_the_table_shows_every_side_in_every_mode_and_what_the_bundle_served(proof, tmp_path):
     args = proof.parse_args(["--zip", "b.zip", "--out", str(tmp_path), "--ms", "16"])
     report = proof.measure(args, FakeTimer(), make_projection=fake_sides, make_mlp=fake_mlp)
@@ -183,6 +196,8 @@ def test_the_table_shows_every_side_in_every_mode_and_what_the_bundle_served(pro
     assert any("gate/up: cublaslt_x, down: torch.matmul" in line for line in lines)
     assert "proj graph: bundle vs torch: geomean 1.111x" in text
     assert "proj host: bundle - torch.matmul: max +0.50 µs" in text
+    assert "proj graph: torch vs itself (the noise): 0.990x to 0.990x" in text
+    assert "bundle vs torch_again" not in text
 
 
 def test_a_resumed_run_keeps_the_earlier_rows_and_measures_only_the_rest(proof, tmp_path):
