@@ -10,7 +10,8 @@ and per M of --ms (an M no bucket covers is measured too: it shows the fallback'
 - host: host time per call in eager mode, with the GPU held busy by a long torch.cuda._sleep
   so that only the enqueueing is timed (``gpu_busy`` records that the sleep outlasted it), for
   torch.matmul, the registered op (torch.ops.gemmforge.*) and the direct call
-  (gemmforge_bundle.matmul / linear, which skips the dispatcher in inference);
+  (gemmforge_bundle.matmul / linear: the op called from pybind11 where the bundle built it,
+  else through torch.ops' .default; with the Python ops, their eager path without the op);
 - eager: wall time per call of back-to-back eager calls (host and device together), median of
   ``--repeats`` runs;
 - graph: device time per call, each side captured in its own CUDA graph of ``--calls`` calls and
