@@ -312,9 +312,11 @@ def takes_push(config: LongKConfig) -> bool:
 
 # The send reduction in place of pull for unswapped tiles at most 64 wide. On an H100 every 64-wide
 # unswapped send config was at least as fast as its pull twin on each of the six long-K shapes
-# (23 pairs, geomean 1.034, 1.000–1.112; the best config of five shapes became a send one), while
-# the 128-wide ones ran at 0.954 and the swapped 64-wide at 0.990 of their twins
-# (bench/results/2026-12-07-h100-longk-send). 16 and 32 wide follow 64: fewer registers to send.
+# (23 pairs, geomean 1.034, 1.000–1.112), while the 128-wide ones ran at 0.954 and the swapped
+# 64-wide at 0.990 of their twins (bench/results/2026-12-07-h100-longk-send). The whole library
+# against its pull twin on the next call: 16 wide 1.073, 32 wide 1.060, 64 wide 1.032 (288 pairs,
+# 14 below 0.98); each shape's best 1.000–1.123× the pull library's best
+# (bench/results/2026-12-07-h100-longk-library).
 LONGK_SEND_MAX_TILE = 64
 
 
