@@ -149,8 +149,15 @@ def eager_us(fn: Callable[[], Any], calls: int, repeats: int) -> float:
     return statistics.median(runs)
 
 
+def replay_order(names: list[str], round_: int) -> list[str]:
+    """The sides' order in replay round ``round_``: rotated by one each round."""
+    shift = round_ % len(names)
+    return names[shift:] + names[:shift]
+
+
 def graph_us(sides: dict[str, Callable[[], Any]], calls: int, replays: int) -> dict[str, float]:
-    """Device time per call of each side, from CUDA graphs replayed alternately."""
+    """Device time per call of each side, from CUDA graphs replayed alternately, the order
+    rotated each round so that no side always holds the same place in it."""
     import torch
 
     graphs = {}
@@ -168,7 +175,8 @@ def graph_us(sides: dict[str, Callable[[], Any]], calls: int, replays: int) -> d
         graphs[name] = graph
     times: dict[str, list[float]] = {name: [] for name in graphs}
     for i in range(replays + 3):
-        for name, graph in graphs.items():
+        for name in replay_order(list(graphs), i):
+            graph = graphs[name]
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
             graph.replay()

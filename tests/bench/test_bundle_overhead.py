@@ -53,3 +53,14 @@ def test_the_table_has_a_row_per_shape_and_m_with_every_side(bench):
     assert "5.50/ 21.00/  7.25" in lines[1]
     assert lines[3].startswith("16 ")
     assert "hgemm_sm90_x" in lines[3]
+
+
+def test_each_side_takes_each_place_in_the_graph_replays_in_turn(bench):
+    names = ["torch", "op", "direct"]
+    orders = [bench.replay_order(names, i) for i in range(3)]
+    assert orders == [
+        ["torch", "op", "direct"],
+        ["op", "direct", "torch"],
+        ["direct", "torch", "op"],
+    ]
+    assert bench.replay_order(names, 3) == names
