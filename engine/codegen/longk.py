@@ -76,7 +76,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 from engine.codegen.base import KernelConfig, Validity, invalid, load_template
 from engine.problem import Layout, Problem
@@ -193,6 +193,32 @@ SEND_READY = """\
 SEND_REDUCTION = """\
   send_reduce(acc, data + kPipelineBytes, received, split, kSwap ? q0 : p0, kSwap ? p0 : q0, p);
 """
+
+
+class SenderSlots(NamedTuple):
+    """What push and send put in the template's reduction slots (each sends to its peers)."""
+
+    desc: str
+    constants: str
+    data_bytes: str
+    barrier: str
+    init: str
+    template: str
+    reduction: str
+
+
+SENDERS = {
+    "push": SenderSlots(
+        PUSH_DESC, PUSH_CONSTANTS, "kReduceBytes", PUSH_BARRIER, PUSH_INIT, PUSH_TEMPLATE,
+        PUSH_REDUCTION,
+    ),
+    "send": SenderSlots(
+        SEND_DESC, SEND_CONSTANTS, "kPipelineBytes + kReceiveBytes", SEND_BARRIER, SEND_INIT,
+        SEND_TEMPLATE, SEND_REDUCTION,
+    ),
+}  # fmt: skip
+
+
 GROUPS_TEMPLATE = "longk_groups.cu.tmpl"
 GROUPS_DESC = """\
 // Groups (not as said above): a tile's K runs over {groups} such clusters, and the cluster's sum
@@ -636,45 +662,33 @@ class LongKConfig(KernelConfig):
         """The template's reduction slots. Pull's text is the first design's, byte for byte (a
         source's bytes are its build's cache key), so the pull slots that hold no code are empty
         and the others hold exactly what the template said before push existed."""
-        if self.send:
+        if self.push or self.send:
+            slots = SENDERS[self.reduce]
+            functions = load_template(slots.template).substitute(smem_bytes=self.smem_bytes)
             return {
-                "push_desc": SEND_DESC.format(splits=self.splits),
-                "push_constants": SEND_CONSTANTS,
-                "reduce_data_bytes": "kPipelineBytes + kReceiveBytes",
+                "push_desc": slots.desc.format(splits=self.splits),
+                "push_constants": slots.constants,
+                "reduce_data_bytes": slots.data_bytes,
                 "barrier_bytes": "(2 * kStages + 1) * 8",
-                "push_barrier": SEND_BARRIER,
-                "push_init": SEND_INIT,
-                "push_functions": (
-                    load_template(SEND_TEMPLATE).substitute(smem_bytes=self.smem_bytes) + "\n"
-                ),
-                "reduction": SEND_REDUCTION,
+                "push_barrier": slots.barrier,
+                "push_init": slots.init,
+                "push_functions": functions + "\n",
+                "reduction": slots.reduction,
             }
-        if not self.push:  # groups > 1 sums each cluster as pull does, then across clusters
-            if self.groups > 1:
-                reduction = load_template(GROUPS_TEMPLATE).template
-            else:  # the peers of a split: its column of the cluster (with multicast, Q runs first)
-                peer = "s" if self.multicast == 1 else "kMulticast * s + member"
-                reduction = load_template(PULL_TEMPLATE).substitute(peer_rank=peer)
-            return {
-                "push_desc": GROUPS_DESC.format(groups=self.groups) if self.groups > 1 else "",
-                "push_constants": "",
-                "reduce_data_bytes": "kPartialBytes",
-                "barrier_bytes": "2 * kStages * 8",
-                "push_barrier": "",
-                "push_init": "",
-                "push_functions": "",
-                "reduction": reduction,
-            }
+        if self.groups > 1:  # sums each cluster as pull does, then across clusters
+            reduction = load_template(GROUPS_TEMPLATE).template
+        else:  # the peers of a split: its column of the cluster (with multicast, Q runs first)
+            peer = "s" if self.multicast == 1 else "kMulticast * s + member"
+            reduction = load_template(PULL_TEMPLATE).substitute(peer_rank=peer)
         return {
-            "push_desc": PUSH_DESC.format(splits=self.splits),
-            "push_constants": PUSH_CONSTANTS,
-            "reduce_data_bytes": "kReduceBytes",
-            "barrier_bytes": "(2 * kStages + 1) * 8",
-            "push_barrier": PUSH_BARRIER,
-            "push_init": PUSH_INIT,
-            "push_functions": load_template(PUSH_TEMPLATE).substitute(smem_bytes=self.smem_bytes)
-            + "\n",
-            "reduction": PUSH_REDUCTION,
+            "push_desc": GROUPS_DESC.format(groups=self.groups) if self.groups > 1 else "",
+            "push_constants": "",
+            "reduce_data_bytes": "kPartialBytes",
+            "barrier_bytes": "2 * kStages * 8",
+            "push_barrier": "",
+            "push_init": "",
+            "push_functions": "",
+            "reduction": reduction,
         }
 
     def q_tiles(self, problem: Problem) -> int:
