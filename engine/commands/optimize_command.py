@@ -135,10 +135,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--pretrain-steps", type=int, default=200)
     parser.add_argument(
         "--space",
-        default="full",
+        default="library",
         choices=("full", "library"),
-        help="full: every valid config of the GPU's families; library: the curated, prebuildable "
-        "configs of engine/codegen/library.py (GPU runs only)",
+        help="library (default): the curated configs of engine/codegen/library.py that `engine "
+        "prebuild --library` builds once; full: every valid config of the GPU's families, most "
+        "of them compiled during the campaign (GPU runs; a replay searches its table's configs)",
     )
     parser.add_argument(
         "--families",

@@ -30,10 +30,10 @@ LAUNCH = {
 RECORDED_RUN = "bench/results/2026-12-02-h200-families/families-run1.json"
 
 
-def test_the_form_defaults_to_the_full_space():
+def test_the_form_defaults_to_the_library_space():
     form = CampaignForm(data=LAUNCH)
     assert form.is_valid(), form.errors
-    assert form.cleaned_data["search_space"] == "full"
+    assert form.cleaned_data["search_space"] == "library"
 
 
 def test_an_unknown_space_is_rejected():

@@ -175,9 +175,10 @@ class CampaignForm(forms.Form):
     search_space = forms.ChoiceField(
         choices=Campaign.SearchSpace.choices,
         required=False,
-        initial=Campaign.SearchSpace.FULL,
-        help_text="Library: a few hundred configs chosen from what CUTLASS and cuBLAS ship, "
-        "quick to build (and prebuilt where kernels were carried); full: every valid config.",
+        initial=Campaign.SearchSpace.LIBRARY,
+        help_text="Library (the default): a few hundred configs chosen from what CUTLASS, cuBLAS "
+        "and Inductor ship, built once by `engine prebuild --library`; full: every valid config, "
+        "most of them compiled while the campaign runs.",
     )
 
     confirm_large = forms.BooleanField(
@@ -222,7 +223,7 @@ class CampaignForm(forms.Form):
         return self.cleaned_data.get("gpu_pool") or ""
 
     def clean_search_space(self) -> str:
-        return self.cleaned_data.get("search_space") or Campaign.SearchSpace.FULL
+        return self.cleaned_data.get("search_space") or Campaign.SearchSpace.LIBRARY
 
     def clean_shapes(self) -> list[tuple[int, int, int]]:
         found: list[tuple[int, int, int]] = []

@@ -78,7 +78,7 @@ class Campaign(models.Model):
     search_space = models.CharField(
         max_length=16,
         choices=SearchSpace.choices,
-        default=SearchSpace.FULL,
+        default=SearchSpace.LIBRARY,
         help_text="The configs its proposers choose from (the replay executor always uses the "
         "recorded table's).",
     )

@@ -22,7 +22,7 @@ def campaign_create(
     proposer_mix: dict[str, float] | None = None,
     reward_protocol: str = "device",
     gpu_pool: str = "",
-    search_space: str = Campaign.SearchSpace.FULL,
+    search_space: str = Campaign.SearchSpace.LIBRARY,
     seed: int | None = None,
     final_top: int = 2,
     final_device_seconds: float = 20.0,
