@@ -597,13 +597,16 @@ if [[ $stage == holdout ]]; then  # issue 41's acceptance: the 24 unmeasured sha
   shapes=$(python3 bench/holdout.py draw --seed "${HOLDOUT_SEED:?HOLDOUT_SEED, chosen after the method is frozen}")
   echo "$shapes" >"$OUT/holdout-shapes.txt"
   holdout_db=$ENGINE_CACHE_DIR/holdout.sqlite
-  # a fresh machine goes on from the state an earlier one sent back, carried as .carry/holdout/
-  # (the campaign's db, its saved finals, the policy it has learnt so far)
-  if [[ -d .carry/holdout && ! -f $holdout_db ]]; then
-    cp .carry/holdout/holdout.sqlite .carry/holdout/holdout.finals.json "$ENGINE_CACHE_DIR/" 2>/dev/null
+  # a fresh machine goes on from the state an earlier one sent back (the campaign's db, its saved
+  # finals, the policy it has learnt so far), from HOLDOUT_FROM: a folder, such as a committed
+  # bench/results/*-holdout-<seed>/state (default .carry/holdout)
+  from=${HOLDOUT_FROM:-.carry/holdout}
+  if [[ -d $from && ! -f $holdout_db ]]; then
+    cp "$from/holdout.sqlite" "$ENGINE_CACHE_DIR/" || status=1
+    cp "$from/holdout.finals.json" "$ENGINE_CACHE_DIR/" 2>/dev/null
     mkdir -p "$ENGINE_CACHE_DIR/policy"
-    cp .carry/holdout/sm_90.pt "$ENGINE_CACHE_DIR/policy/" 2>/dev/null
-    echo "holdout: resumed from .carry/holdout ($(ls .carry/holdout | tr '\n' ' '))"
+    cp "$from/sm_90.pt" "$ENGINE_CACHE_DIR/policy/" 2>/dev/null
+    echo "holdout: resumed from $from ($(ls "$from" | tr '\n' ' '))"
   fi
   timeout -k 20 -s INT "${HOLDOUT_SECONDS:-540}" python3 -m engine optimize --shapes "$shapes" \
     --layout nn --budget 32 --name "holdout-$HOLDOUT_SEED" --db "$holdout_db" \

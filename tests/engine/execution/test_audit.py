@@ -54,6 +54,26 @@ def test_a_candidate_near_the_physical_floor_is_audited():
     assert "the physical floor" in audit.audit_trigger(14e-6, {"cublaslt_autotune": 15e-6}, 10e-6)
 
 
+def test_a_candidate_near_the_floor_but_slower_than_cublaslt_autotune_is_not_audited():
+    assert audit.audit_trigger(13e-6, {"cublaslt_autotune": 12e-6}, 10e-6) == ""
+    assert "the physical floor" in audit.audit_trigger(13e-6, {}, 10e-6)
+
+
+def test_the_audits_fresh_timing_leaves_out_the_torch_tuned_baselines(monkeypatch):
+    from engine.execution import final
+
+    seen = {}
+
+    def remeasure(problem, libraries, **kwargs):
+        seen.update(kwargs)
+        return {"protocols": {}}
+
+    monkeypatch.setattr(final, "remeasure", remeasure)
+    audit.default_remeasurer(Problem.parse("4096x4096x4096", "nn"), {"fast": Path("x.so")})
+    assert seen["extra_baselines"] == ()
+    assert seen["protocols"] == ("device",)
+
+
 def test_a_candidate_a_little_faster_than_the_library_is_not_audited():
     assert audit.audit_trigger(90e-6, {"cublaslt_autotune": 100e-6}, 10e-6) == ""
     assert audit.audit_trigger(90e-6, {}, 0.0) == ""
