@@ -3,17 +3,18 @@
 # and Debian packages it has no network for (.whl/, .deb/), and the curated kernel library built
 # here and packed for carrying (.carry/kernels.tar.xz), so that the device spends no time on nvcc.
 #   usage: bash bench/device/prepare_device.sh [nn|tn|all|fresh|longk|wheels]
-#   (default nn: the NN library kernels; tn: the TN subset only; all: both; fresh: the configs of
-#   the fresh replay table (bench/replay_fresh.py; FRESH_SHAPES, default the newest
-#   bench/results/*-fresh-replay/shapes.json), packed as .carry/kernels-fresh.tar.xz; longk: the
-#   longk experiments' kernels (LONGK_PREPARE_SETS of bench/longk_bench.py, default
-#   longk-send,longk-multicast, and bench/longk_timeline.py's LONGK_TIMELINE pairs with
-#   LONGK_TIMELINE_ARGS' rewrites), packed as .carry/kernels-longk.tar.xz, about a minute;
-#   wheels: the wheels and packages alone, for a first call that compiles its few kernels on the
-#   device, such as `gpu_run.sh tiles`)
-# The wheels take a minute; the kernels took 78 minutes for NN on 2 cores when it had 254 (it has
-# 182 sm90 and 96 sm80 now), about 115 with the TN subset (all); fresh (80 sm90, 40 sm80, 86 triton,
-# 78 longk) about 35 at the sample's per-family means (bench/results/2026-12-06-prebuild-sample).
+#   (default nn: the NN library kernels of every family, longk and Triton first; tn: the TN
+#   subset only; all: both; fresh: the configs of the fresh replay table (bench/replay_fresh.py;
+#   FRESH_SHAPES, default the newest bench/results/*-fresh-replay/shapes.json), packed as
+#   .carry/kernels-fresh.tar.xz; longk: the longk experiments' kernels (LONGK_PREPARE_SETS of
+#   bench/longk_bench.py, default longk-send,longk-multicast, and bench/longk_timeline.py's
+#   LONGK_TIMELINE pairs with LONGK_TIMELINE_ARGS' rewrites), packed as
+#   .carry/kernels-longk.tar.xz, about a minute; wheels: the wheels and packages alone, for a
+#   first call that compiles its few kernels on the device, such as `gpu_run.sh tiles`)
+# The wheels take a minute. NN's 454 kernels (78 longk, 86 Triton, 194 sm90, 96 sm80) took 78
+# minutes on 2 cores on 2026-12-07 (longk 2, Triton 2, sm90 52, sm80 22; 25 MB packed); all,
+# with the TN subset, about 40 more; fresh (80 sm90, 40 sm80, 86 triton, 78 longk) about 35 at
+# the sample's per-family means (bench/results/2026-12-06-prebuild-sample).
 # Progress: .carry/prepare.log. Run it at the start of a session, in the background.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -38,7 +39,8 @@ PY=$PY bash bench/device/stack_wheels.sh
 
 export ENGINE_CACHE_DIR=${ENGINE_CACHE_DIR:-$PWD/.cache/gemmforge}
 builds=()
-[[ $what == nn || $what == all ]] && builds+=(sm90:nn: sm80:nn:)
+# every family an NN campaign searches, the quick ones first (packed after each: usable early)
+[[ $what == nn || $what == all ]] && builds+=(longk:nn: triton:nn: sm90:nn: sm80:nn:)
 [[ $what == tn || $what == all ]] && builds+=(sm90:tn:72 sm80:tn:40)
 pack=.carry/kernels.tar.xz
 if [[ $what == fresh ]]; then
