@@ -20,6 +20,11 @@ Sets of configs (``--set``, several separated by commas):
 - ``longk-send``: the winners reduced by send (``reduce="send"``: each CTA stores the accumulator
   pairs other CTAs own from its registers into their shared memory, no cluster barrier after the
   main loop), beside their pull twins (outside the searched library until measured);
+- ``longk-swapwide``: swapped tiles 128 and 256 wide (Cᵀ = Bᵀ·Aᵀ with M on the wgmma N side),
+  reduced by pull, for M ≫ N: unswapped, every 64-row tile of M re-reads all of B (32 times on
+  2048×64×16384, as many bytes as A), and the searched library swaps only tiles up to 64 wide
+  (``SWAPWIDE_SHAPES``: M ≥ N long-K shapes to run it on; outside the searched library until
+  measured);
 - ``sm80-cluster``: the baseline set's sm80 configs reduced inside a cluster.
 
 For each shape the set's configs valid for it are verified (the GPU step's verifier, fresh random
@@ -52,6 +57,10 @@ from engine.problem import Layout, Problem  # noqa: E402
 
 BASELINE = "cublaslt_autotune"
 SHAPES = "128x128x16384,512x256x8192,256x256x8192,128x256x12288,64x512x16384,256x128x4096"
+# long-K shapes with M ≥ N, for longk-swapwide (none of them in a holdout draw so far)
+SWAPWIDE_SHAPES = "4096x64x16384,2048x128x12288,1024x64x8192,512x256x8192"
+SWAPWIDE_TILES = ((128, (4, 6, 8)), (256, (4,)))  # tile width, its stages that fit
+SWAPWIDE_SPLITS = (4, 8, 16)
 
 
 def baseline_configs(layout: Layout) -> list[Any]:
@@ -134,6 +143,19 @@ def longk_send_configs(layout: Layout) -> list[Any]:
     return [replace(c, reduce="pull") for c in sent] + sent
 
 
+def longk_swapwide_configs(layout: Layout) -> list[Any]:
+    """Swapped longk tiles 128 and 256 wide at 4, 8 and 16 splits, reduced by pull."""
+    from engine.codegen.longk import LongKConfig
+
+    configs = [
+        LongKConfig(layout=layout, tile_n=width, stages=stages, splits=splits, swap=True)
+        for width, stage_counts in SWAPWIDE_TILES
+        for stages in stage_counts
+        for splits in SWAPWIDE_SPLITS
+    ]
+    return [c for c in configs if c.is_valid()]
+
+
 def sm80_cluster_configs(layout: Layout) -> list[Any]:
     """The sm80 family's deep split-K tiles reduced inside a cluster (the first baseline)."""
     return [c for c in baseline_configs(layout) if getattr(c, "reduction", "") == "cluster"]
@@ -149,6 +171,7 @@ CONFIG_SETS = {
     "longk-groups": longk_groups_configs,
     "longk-multicast": longk_multicast_configs,
     "longk-send": longk_send_configs,
+    "longk-swapwide": longk_swapwide_configs,
     "sm80-cluster": sm80_cluster_configs,
 }
 
