@@ -594,13 +594,19 @@ if [[ $stage == holdout ]]; then  # issue 41's acceptance: the 24 unmeasured sha
   # default proposers, finals with Inductor and TunableOp); the campaign resumes from the device
   # cache on a warm machine (a call cut by HOLDOUT_SECONDS goes on), and once its finals are in,
   # the per-class summary
-  shapes=$(python3 bench/holdout.py draw --seed "${HOLDOUT_SEED:?HOLDOUT_SEED, chosen after the method is frozen}")
+  # a fresh machine goes on from the state an earlier one sent back (the campaign's db, its saved
+  # finals, the policy it has learnt so far, the shapes drawn), from HOLDOUT_FROM: a folder, such
+  # as a committed bench/results/*-holdout-<seed>/state (default .carry/holdout). Its shapes, not
+  # a new draw: once a holdout's results are committed, the draw leaves their shapes out.
+  from=${HOLDOUT_FROM:-.carry/holdout}
+  : "${HOLDOUT_SEED:?HOLDOUT_SEED, chosen after the method is frozen}"
+  if [[ -f $from/holdout-shapes.txt ]]; then
+    shapes=$(cat "$from/holdout-shapes.txt")
+  else
+    shapes=$(python3 bench/holdout.py draw --seed "$HOLDOUT_SEED")
+  fi
   echo "$shapes" >"$OUT/holdout-shapes.txt"
   holdout_db=$ENGINE_CACHE_DIR/holdout.sqlite
-  # a fresh machine goes on from the state an earlier one sent back (the campaign's db, its saved
-  # finals, the policy it has learnt so far), from HOLDOUT_FROM: a folder, such as a committed
-  # bench/results/*-holdout-<seed>/state (default .carry/holdout)
-  from=${HOLDOUT_FROM:-.carry/holdout}
   if [[ -d $from && ! -f $holdout_db ]]; then
     cp "$from/holdout.sqlite" "$ENGINE_CACHE_DIR/" || status=1
     cp "$from/holdout.finals.json" "$ENGINE_CACHE_DIR/" 2>/dev/null
