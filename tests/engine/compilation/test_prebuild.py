@@ -201,8 +201,17 @@ def test_a_second_prebuild_counts_the_cache_and_builds_nothing(machine, monkeypa
     assert "3 built, 3 cached, 0 failed of 6; " in out
 
 
+@pytest.fixture
+def ctrl_c_raises():
+    """Ctrl-C raises KeyboardInterrupt, as in a terminal, whatever the launching shell left: a
+    background job of a non-interactive shell starts with SIGINT ignored, and Python keeps it so."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
 def test_ctrl_c_stops_the_running_build_without_caching_it_and_the_next_run_resumes(
-    machine, monkeypatch, capsys
+    machine, monkeypatch, capsys, ctrl_c_raises
 ):
     use_nvcc(monkeypatch, counting_nvcc(machine, slow_after_first=True))
     main_thread = threading.main_thread().ident
