@@ -116,7 +116,7 @@ def campaign_launch(request, data: dict):
         proposer_mix=data["proposer_mix"],
         reward_protocol=data["reward_protocol"],
         gpu_pool=data.get("gpu_pool", ""),
-        search_space=data.get("search_space") or Campaign.SearchSpace.LIBRARY,
+        search_space=data["search_space"],  # the form defaults it
     )
     merged = f", {data['duplicates']} duplicates merged" if data["duplicates"] else ""
     messages.success(
