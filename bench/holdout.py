@@ -7,7 +7,8 @@
     python3 bench/holdout.py summary RESULTS.json [--out FILE]
         per class and overall, the geomean of the finals' kernel against cuBLASLt-autotune and
         Inductor max-autotune (device protocol, each problem's one kernel, the times from one
-        child process), and each acceptance line met or not
+        child process), each acceptance line met or not, and per shape whether the kernel is
+        faster, tied or slower (a ratio whose interquartile interval holds 1.0 is a tie)
 
 The classes are the issue's: long-K (M·N ≤ 2^20 and K ≥ 4·max(M, N)); small (M·N·K ≤ 2^30);
 large (M·N·K ≥ 2^36); mid, the rest. A problem the campaign left without a final counts as a miss
@@ -21,6 +22,7 @@ import json
 import math
 import random
 import sys
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -80,8 +82,29 @@ def ratios(entry: Mapping[str, Any]) -> dict[str, float]:
     return dict(entry.get("final_speedups", {}).get(PROTOCOL, {}))
 
 
+def verdict(final: Mapping[str, Any], kernel: str, baseline: str) -> str | None:
+    """faster, tied or slower: the kernel against ``baseline``'s better layout in the finals'
+    device protocol, judged by engine.timing.ratios (the two interquartile intervals); None where
+    the finals kept no time for either."""
+    from engine.timing.ratios import Timing, ratio
+
+    device = final.get("protocols", {}).get(PROTOCOL, {})
+    best = device.get("best_baselines", {}).get(baseline)
+    if not best:
+        return None
+    seconds, kept = device.get("seconds", {}), device.get("quartiles", {})
+    runner = f"{baseline}_{best['layout']}"
+    timings = [
+        Timing.of({"seconds": seconds.get(name), **kept.get(name, {})}) for name in (runner, kernel)
+    ]
+    if None in timings:
+        return None
+    return ratio(*timings).verdict  # type: ignore[arg-type]
+
+
 def summary(report: Mapping[str, Any]) -> dict[str, Any]:
     rows, misses = [], []
+    finals = report.get("final", {})
     for entry in report.get("problems", []):
         shape = entry["problem"].rsplit("_", 1)[0]
         m, n, k = (int(x) for x in shape.split("x"))
@@ -96,6 +119,10 @@ def summary(report: Mapping[str, Any]) -> dict[str, Any]:
                 "kernel": entry["best"],
                 LT: found.get(LT),
                 INDUCTOR: found.get(INDUCTOR),
+                "verdicts": {
+                    b: verdict(finals.get(entry["problem"], {}), entry["best"], b)
+                    for b in (LT, INDUCTOR)
+                },
             }
         )
     classes: dict[str, dict[str, Any]] = {}
@@ -104,6 +131,9 @@ def summary(report: Mapping[str, Any]) -> dict[str, Any]:
         classes[name] = {
             "problems": len(members),
             **{b: geomean(r[b] for r in members if r[b] is not None) for b in (LT, INDUCTOR)},
+            f"{LT}_verdicts": dict(
+                Counter(r["verdicts"][LT] for r in members if r["verdicts"][LT] is not None)
+            ),
         }
     checks = [
         {
@@ -121,9 +151,26 @@ def table(result: Mapping[str, Any]) -> str:
     def cell(value: float | None) -> str:
         return "—" if value is None else f"{value:.3f}"
 
-    lines = [f"{'class':<8} {'shapes':>6} {'vs Lt-autotune':>15} {'vs Inductor':>12}"]
+    def judged(row: Mapping[str, Any], baseline: str) -> str:
+        said = row["verdicts"].get(baseline)
+        return cell(row[baseline]) + (f" {said}" if said else "")
+
+    lines = [f"{'shape':<16} {'class':<7} {'vs Lt-autotune':<21} {'vs Inductor':<21} kernel"]
+    for row in result["rows"]:
+        lines.append(
+            f"{row['problem']:<16} {row['class']:<7} {judged(row, LT):<21} "
+            f"{judged(row, INDUCTOR):<21} {row['kernel']}"
+        )
+    lines.append(
+        f"{'class':<8} {'shapes':>6} {'vs Lt-autotune':>15} {'vs Inductor':>12}  "
+        "faster/tied/slower vs Lt-autotune"
+    )
     for name, c in result["classes"].items():
-        lines.append(f"{name:<8} {c['problems']:>6} {cell(c[LT]):>15} {cell(c[INDUCTOR]):>12}")
+        counts = c[f"{LT}_verdicts"]
+        split = "/".join(str(counts.get(v, 0)) for v in ("faster", "tied", "slower"))
+        lines.append(
+            f"{name:<8} {c['problems']:>6} {cell(c[LT]):>15} {cell(c[INDUCTOR]):>12}  {split}"
+        )
     lines += [
         f"{'met' if c['met'] else 'NOT met':<7} {c['what']}: {cell(c['geomean'])} "
         f"(≥ {c['target']:.2f})"

@@ -91,3 +91,43 @@ def test_a_missing_results_file_is_named_in_a_usage_error(holdout, tmp_path, cap
     with pytest.raises(SystemExit):
         holdout.main(["summary", str(tmp_path / "missing.json")])
     assert "missing.json: no such results file" in capsys.readouterr().err
+
+
+def device_final(kernel: str, kernel_q: tuple[float, float], lt_q: tuple[float, float]) -> dict:
+    """A finals record's device protocol: the kernel and cuBLASLt-autotune's TN call, with
+    their medians (mid-quartile) and interquartile ranges, in µs."""
+    runners = {kernel: kernel_q, "cublaslt_autotune_tn": lt_q, "cublaslt_autotune_nn": (99, 99)}
+    return {
+        "protocols": {
+            "device": {
+                "seconds": {name: sum(q) / 2e6 for name, q in runners.items()},
+                "quartiles": {
+                    name: {"p25": q[0] / 1e6, "p75": q[1] / 1e6} for name, q in runners.items()
+                },
+                "best_baselines": {
+                    "cublaslt_autotune": {"seconds": sum(lt_q) / 2e6, "layout": "tn"}
+                },
+            }
+        }
+    }
+
+
+def test_each_shape_is_judged_faster_or_tied_by_its_interquartile_intervals(holdout):
+    report = {
+        "problems": [entry("128x128x16384", 1.3, 1.2), entry("512x256x64", 1.02, 1.0)],
+        "final": {
+            # 10 µs against 13: the intervals leave 1.0 out
+            "128x128x16384_nn": device_final("kernel_for_128x128x16384", (9.9, 10.1), (12.9, 13.1)),
+            # 5.0 against 5.1, each ±0.2: the interval of the ratio holds 1.0
+            "512x256x64_nn": device_final("kernel_for_512x256x64", (4.8, 5.2), (4.9, 5.3)),
+        },
+    }
+    result = holdout.summary(report)
+    verdicts = {row["problem"]: row["verdicts"] for row in result["rows"]}
+    assert verdicts["128x128x16384_nn"]["cublaslt_autotune"] == "faster"
+    assert verdicts["512x256x64_nn"]["cublaslt_autotune"] == "tied"
+    assert verdicts["512x256x64_nn"]["inductor_max_autotune"] is None  # no time kept for it
+    assert result["classes"]["all"]["cublaslt_autotune_verdicts"] == {"faster": 1, "tied": 1}
+    table = holdout.table(result)
+    assert "128x128x16384_nn long-K  1.300 faster" in table
+    assert "all           2           1.152        1.095  1/1/0" in table
