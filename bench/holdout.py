@@ -86,20 +86,11 @@ def verdict(final: Mapping[str, Any], kernel: str, baseline: str) -> str | None:
     """faster, tied or slower: the kernel against ``baseline``'s better layout in the finals'
     device protocol, judged by engine.timing.ratios (the two interquartile intervals); None where
     the finals kept no time for either."""
-    from engine.timing.ratios import Timing, ratio
+    from engine.publish.bundle import final_sessions  # imports torch: at call time
 
-    device = final.get("protocols", {}).get(PROTOCOL, {})
-    best = device.get("best_baselines", {}).get(baseline)
-    if not best:
-        return None
-    seconds, kept = device.get("seconds", {}), device.get("quartiles", {})
-    runner = f"{baseline}_{best['layout']}"
-    timings = [
-        Timing.of({"seconds": seconds.get(name), **kept.get(name, {})}) for name in (runner, kernel)
-    ]
-    if None in timings:
-        return None
-    return ratio(*timings).verdict  # type: ignore[arg-type]
+    session = final_sessions(final, PROTOCOL).get(kernel)
+    found = session.ratios().get(baseline) if session is not None else None
+    return found.verdict if found is not None else None
 
 
 def summary(report: Mapping[str, Any]) -> dict[str, Any]:
