@@ -2,14 +2,17 @@
 # Everything the lent GPU machine needs from this (CPU) machine, for a fresh checkout: the wheels
 # and Debian packages it has no network for (.whl/, .deb/), and the curated kernel library built
 # here and packed for carrying (.carry/kernels.tar.xz), so that the device spends no time on nvcc.
-#   usage: bash bench/device/prepare_device.sh [nn|tn|all|fresh|longk|wheels]
+#   usage: bash bench/device/prepare_device.sh [nn|tn|all|fresh|longk|finals|wheels]
 #   (default nn: the NN library kernels of every family, longk and Triton first; tn: the TN
 #   subset only; all: both; fresh: the configs of the fresh replay table (bench/replay_fresh.py;
 #   FRESH_SHAPES, default the newest bench/results/*-fresh-replay/shapes.json), packed as
 #   .carry/kernels-fresh.tar.xz; longk: the longk experiments' kernels (LONGK_PREPARE_SETS of
 #   bench/longk_bench.py, default longk-send,longk-multicast, and bench/longk_timeline.py's
 #   LONGK_TIMELINE pairs with LONGK_TIMELINE_ARGS' rewrites), packed as
-#   .carry/kernels-longk.tar.xz, about a minute; wheels: the wheels and packages alone, for a
+#   .carry/kernels-longk.tar.xz, about a minute; finals: the kernels a campaign's finals will
+#   sanitize and re-measure (engine prebuild --finals FINALS_DB, default
+#   .carry/holdout/holdout.sqlite; FINALS_TOP a shape, default 3), packed as
+#   .carry/kernels-finals.tar.xz, about 10 minutes for 24 shapes; wheels: the wheels and packages alone, for a
 #   first call that compiles its few kernels on the device, such as `gpu_run.sh tiles`)
 # The wheels take a minute. NN's 454 kernels (78 longk, 86 Triton, 194 sm90, 96 sm80) took 78
 # minutes on 2 cores on 2026-12-07 (longk 2, Triton 2, sm90 52, sm80 22; 25 MB packed); all,
@@ -19,8 +22,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 what=${1:-nn}
-[[ $what =~ ^(nn|tn|all|fresh|longk|wheels)$ ]] || {
-  echo "usage: bash bench/device/prepare_device.sh [nn|tn|all|fresh|longk|wheels]" >&2
+[[ $what =~ ^(nn|tn|all|fresh|longk|finals|wheels)$ ]] || {
+  echo "usage: bash bench/device/prepare_device.sh [nn|tn|all|fresh|longk|finals|wheels]" >&2
   exit 2
 }
 mkdir -p .git/info .carry
@@ -59,6 +62,12 @@ if [[ $what == longk ]]; then
   "$PY" bench/longk_timeline.py --compile-only --jobs "$(nproc)" \
     ${LONGK_TIMELINE:+--pairs "$LONGK_TIMELINE"} ${LONGK_TIMELINE_ARGS:-}
   bash bench/device/pack_kernels.sh "$ENGINE_CACHE_DIR" .carry/kernels-longk.tar.xz
+fi
+if [[ $what == finals ]]; then
+  export ENGINE_CACHE_DIR=${FINALS_CACHE_DIR:-$PWD/.cache/gemmforge-finals}
+  "$PY" -m engine prebuild --finals "${FINALS_DB:-.carry/holdout/holdout.sqlite}" \
+    --limit "${FINALS_TOP:-3}" --arch sm_90 --jobs "$(nproc)"
+  bash bench/device/pack_kernels.sh "$ENGINE_CACHE_DIR" .carry/kernels-finals.tar.xz
 fi
 for build in "${builds[@]}"; do
   IFS=: read -r family layout limit <<<"$build"

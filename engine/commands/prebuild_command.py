@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
+from engine.campaign.storage import SqliteStorage
 from engine.codegen import FAMILIES, KernelConfig, get_family
 from engine.codegen.library import LIBRARIES, library
 from engine.compilation.compile import (
@@ -36,8 +37,10 @@ from engine.compilation.compile import (
 from engine.compilation.toolkit import CompileSetupError
 from engine.config import EngineConfig
 from engine.config import load as load_config
+from engine.execution.final import config_of, top_records
 from engine.gpu import cuda_driver
 from engine.isolation import processes
+from engine.outcomes import CandidateRecord
 from engine.problem import Layout, Problem, ProblemError
 from engine.propose.mirror import MirrorFileError, exact_mirrors, load_targets
 from engine.propose.space import families_for_arch
@@ -84,6 +87,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="sm90: the exact copies of the kernels cuBLASLt runs on each problem of this "
         "--cublaslt-kernels file in --layout (engine.propose.mirror.exact_mirrors), for a "
         "library-space campaign with --proposers mirror",
+    )
+    parser.add_argument(
+        "--finals",
+        type=Path,
+        metavar="DB",
+        help="the kernels the finals of this campaign database (engine optimize --db) will "
+        "sanitize and re-measure: each shape's --limit (default 3) best verified candidates, "
+        "rank by rank, for a finals run on a machine that should spend no time on nvcc",
     )
     parser.add_argument(
         "--arch",
@@ -164,7 +175,37 @@ def mirror_configs(
     return list(configs.values())
 
 
+FINALS_TOP = 3  # engine optimize's --final-top default
+
+
+def finals_configs(db: Path, per_shape: int) -> list[KernelConfig]:
+    """Each shape's ``per_shape`` best verified candidates in every campaign of ``db``, as
+    their finals rank them (engine.execution.final.top_records), best of every shape first;
+    model-written kernels are left out (their finals build them as the campaign did)."""
+    if not db.is_file():
+        raise SystemExit(f"error: no campaign database at {db}")
+    storage = SqliteStorage(db)
+    try:
+        ranked: list[list[CandidateRecord]] = []
+        for campaign in storage.campaign_names():
+            baseline = str((storage.campaign_settings(campaign) or {}).get("baseline", ""))
+            for problem in storage.problems(campaign):
+                records = storage.candidates(campaign, problem.key)
+                ranked.append(top_records(records, baseline, per_shape))
+    finally:
+        storage.close()
+    return [
+        config_of(shape[rank])
+        for rank in range(per_shape)
+        for shape in ranked
+        if rank < len(shape) and shape[rank].source is None
+    ]
+
+
 def chosen_configs(args: argparse.Namespace, arch: str) -> list[KernelConfig]:
+    if args.finals:
+        configs = finals_configs(args.finals, args.limit or FINALS_TOP)
+        return [c for c in {c.name: c for c in configs}.values() if builds_for(c, arch)]
     if not args.library and not args.family:
         raise SystemExit("error: --family is required without --library")
     layouts = [Layout.parse(args.layout)] if args.layout else None

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from engine import cli
+from engine.campaign.storage import SqliteStorage
 from engine.codegen.library import library
 from engine.commands import optimize_command
 from engine.commands import prebuild_command as prebuild
@@ -26,6 +27,7 @@ from engine.compilation.compile import (
 )
 from engine.config import load as load_config
 from engine.gpu import cuda_driver
+from engine.outcomes import CandidateRecord, CandidateStatus
 from engine.problem import Layout, Problem
 from engine.propose import space
 from engine.propose.space import SearchSpace, families_for_arch
@@ -341,3 +343,66 @@ def test_the_summary_gives_counts_failures_wall_time_and_the_bytes_on_disk(machi
         f"on disk: {prebuild.size(ours)} for these, "
         f"{prebuild.size(prebuild.disk_bytes([config.kernel_cache]))} in {config.kernel_cache}",
     ]
+
+
+# -- the kernels a campaign's finals re-measure ------------------------------------------------
+
+
+def finals_db(path: Path) -> tuple[Path, list[str]]:
+    """A campaign database of two shapes whose verified candidates rank sm80 library configs
+    (their speedups over cublaslt_autotune fall with the index), with a failed and a
+    model-written candidate that rank first; returns it and the configs' names."""
+    configs = library("sm80", Layout.NN, 4)
+    db = path / "campaign.sqlite"
+    storage = SqliteStorage(db)
+    storage.open_campaign("c", {"baseline": "cublaslt_autotune"})
+    for shape in ("4096x4096x4096", "1024x1024x1024"):
+        problem = Problem.parse(shape, Layout.NN)
+        storage.add_problem("c", problem)
+        records = [
+            CandidateRecord(
+                c.name,
+                "sm80",
+                c.knobs(),
+                "library",
+                CandidateStatus.OK,
+                1.0,
+                seconds=1.0 + i,
+                baselines={"cublaslt_autotune": 1.0},
+            )
+            for i, c in enumerate(configs)
+        ]
+        failed = CandidateRecord(
+            "broken", "sm80", configs[0].knobs(), "library", CandidateStatus.REJECTED, 0.0
+        )
+        written = CandidateRecord(
+            "llm_kernel",
+            "llm",
+            {"layout": "nn"},
+            "llm",
+            CandidateStatus.OK,
+            1.0,
+            seconds=0.5,
+            baselines={"cublaslt_autotune": 1.0},
+            source="__global__ void k() {}",
+        )
+        storage.record("c", problem.key, [*records, failed, written])
+    storage.close()
+    return db, [c.name for c in configs]
+
+
+def test_finals_builds_each_shapes_best_verified_family_kernels_rank_by_rank(machine, capsys):
+    db, names = finals_db(machine)
+    configs = prebuild.finals_configs(db, 3)
+    # the model-written kernel takes each shape's first place and is not built here; then the
+    # shapes' ranks in turn: the best of every shape come first
+    assert [c.name for c in configs] == [n for n in names[:2] for _ in range(2)]
+    assert cli.main(["prebuild", "--finals", str(db), "--arch", "sm_90"]) == 0
+    assert "prebuild for sm_90: 2 configs (sm80 nn 2)" in capsys.readouterr().out
+    top = library("sm80", Layout.NN, 4)[:2]
+    assert optimize_command.uncached(top, config=load_config(), arch="sm_90") == 0
+
+
+def test_finals_names_a_missing_database(machine):
+    with pytest.raises(SystemExit, match="no campaign database at"):
+        cli.main(["prebuild", "--finals", str(machine / "none.sqlite")])
