@@ -39,6 +39,7 @@ from engine.execution.final import (
     no_choice_reason,
     sanitize_library,
 )
+from engine.gpu import environment
 from engine.llm.backends import BackendSpec, make_backend
 from engine.llm.evaluate import SourceCompiler
 from engine.llm.proposer import LLMProposer
@@ -409,6 +410,7 @@ def run(args: argparse.Namespace) -> int:
             progress=lambda msg: print(msg, flush=True),
             saved=SavedFinals(Path(db).with_suffix(".finals.json")),
             extra_baselines=torch_baselines(args.final_torch_baselines),
+            gpu_name=environment.gpu_model(),
         )
         without_final = with_final_choices(report, results, settings.baseline)
     report["throughput"] = felt_times(

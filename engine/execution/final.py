@@ -326,14 +326,22 @@ class SavedFinals:
         self._save()
 
     def final(
-        self, key: str, kernels: Sequence[str], settings: dict[str, Any]
+        self,
+        key: str,
+        kernels: Sequence[str],
+        settings: dict[str, Any],
+        gpu_name: str | None = None,
     ) -> dict[str, Any] | None:
         """The shape's saved summary, if it was measured with these very top kernels and
-        ``settings`` (:func:`final_settings`)."""
+        ``settings`` (:func:`final_settings`), on a ``gpu_name`` GPU where one is given: a
+        campaign's finals resumed on another GPU model measure every shape on that one."""
         entry = self.data["finals"].get(key)
         if entry is None or sorted(entry["kernels"]) != sorted(kernels):
             return None
         if entry.get("settings") != settings:
+            return None
+        measured_on = entry["summary"].get("environment", {}).get("gpu_name")
+        if gpu_name is not None and measured_on != gpu_name:
             return None
         return entry["summary"]
 
@@ -537,6 +545,7 @@ def final_measurements(
     saved: SavedFinals | None = None,
     batch: int = FINAL_BATCH,
     extra_baselines: Sequence[str] = TORCH_TUNED,
+    gpu_name: str | None = None,
 ) -> dict[str, Any]:
     """{problem key: final summary} for every problem: its top ``top`` kernels re-measured, or
     ``{"error": why}`` when none could be (no verified kernel, none that built and passed).
@@ -544,7 +553,8 @@ def final_measurements(
     With ``sanitizer``, the kernels are sanitized in rank order until ``top`` pass
     (:func:`pick_kernels`): one that fails cannot become the shape's best, and every verdict is
     kept under ``sanitize``. ``saved``: what an earlier, interrupted run measured (reused, not
-    measured again, where its kernels and settings are these) and where each new result goes.
+    measured again, where its kernels and settings are these and, given ``gpu_name``, its GPU
+    model is this one) and where each new result goes.
     Problems are re-measured ``batch`` at a time per child process (:func:`remeasure_batch`)."""
     saved = saved or SavedFinals(None)
     picks, built = pick_kernels(
@@ -570,7 +580,7 @@ def final_measurements(
             if pick.unbuilt:
                 finals[key]["unbuilt"] = pick.unbuilt
             continue
-        earlier = saved.final(key, [ids[n] for n in libraries], settings)
+        earlier = saved.final(key, [ids[n] for n in libraries], settings, gpu_name)
         if earlier is not None:
             finals[key] = earlier
             continue

@@ -67,6 +67,19 @@ def nvidia_smi() -> dict[str, str]:
     return dict(zip(_SMI_FIELDS, values, strict=False))
 
 
+def gpu_model(index: int = 0) -> str | None:
+    """The GPU's name as nvidia-smi (and torch) give it, e.g. "NVIDIA H100 80GB HBM3"; None
+    where nvidia-smi is missing or fails. Asks no CUDA context of this process."""
+    if shutil.which("nvidia-smi") is None:
+        return None
+    result = processes.run(
+        ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader", f"--id={index}"],
+        timeout=processes.Timeout.PROBE,
+    )
+    lines = result.stdout.splitlines() if result.ok else []
+    return lines[0].strip() if lines and lines[0].strip() else None
+
+
 def collect(*, cublaslt_version: int | None = None) -> GpuEnvironment:
     import torch
 

@@ -362,6 +362,18 @@ def test_a_saved_final_is_reused_only_under_the_same_settings(tmp_path):
     assert again.final("k", ["a"], final_settings(("device", "offline"), 20.0, ())) is None
 
 
+def test_a_saved_final_is_measured_again_on_another_gpu_model(tmp_path):
+    from engine.execution.final import SavedFinals, final_settings
+
+    settings = final_settings(("device",), 20.0, ())
+    summary = {"protocols": {}, "environment": {"gpu_name": "NVIDIA H100 80GB HBM3"}}
+    SavedFinals(tmp_path / "f.json").add_final("k", ["a"], summary, settings)
+    again = SavedFinals(tmp_path / "f.json")
+    assert again.final("k", ["a"], settings, "NVIDIA H100 80GB HBM3") == summary
+    assert again.final("k", ["a"], settings, "NVIDIA H200") is None
+    assert again.final("k", ["a"], settings) == summary  # no GPU named: not checked
+
+
 # ---- the re-measurement child runs in the candidate sandbox ------------------------
 
 PARENT_SECRETS = {
