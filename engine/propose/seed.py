@@ -16,8 +16,10 @@ try there:
   ``python -m engine pretrain-policy`` ships beside the policy).
 
 A family's picks are ranked by the learned policy where one is given, else in the tuner's own
-order; the families take turns. After the first round it proposes nothing: its share goes to the
-others.
+order; a CUTLASS family's by their distance to cuBLASLt's kernels first, the policy breaking ties
+(a policy that never saw such a shape must not trade the nearest copy of cuBLASLt's kernel for a
+16×64 tile); the families take turns. After the first round it proposes nothing: its share
+goes to the others.
 
 :func:`with_family_floor` then keeps at least ``floor`` candidates of each searched family in a
 round until the family has been measured on the shape (or failed ``FLOOR_TRIES`` times), in
@@ -141,9 +143,18 @@ class SeedProposer:
             if not self.mirror.targets.get(problem.key):
                 self.mirror.targets[problem.key] = self.cublaslt_kernels(problem)
                 self.borrowed.add(problem.key)
-            ranking = self.mirror.ranking(problem, space)
-            picks = [space.config(name) for _, _, name, _ in ranking]
-            picks = [c for c in picks if family == c.FAMILY]
+            ranking = [
+                e
+                for e in self.mirror.ranking(problem, space)
+                if family == space.config(e[2]).FAMILY
+            ]
+            # the policy only breaks ties: a config nearer cuBLASLt's kernel goes first
+            return self.ranked(
+                problem,
+                space,
+                [space.config(name) for _, _, name, _ in ranking],
+                tiers=[(distance, rank) for distance, rank, _, _ in ranking],
+            )
         elif family == "longk":
             picks = [c for c in longk_prior(problem) if c.name in space]
         else:
@@ -151,9 +162,14 @@ class SeedProposer:
         return self.ranked(problem, space, picks)
 
     def ranked(
-        self, problem: Problem, space: SearchSpace, picks: list[KernelConfig]
+        self,
+        problem: Problem,
+        space: SearchSpace,
+        picks: list[KernelConfig],
+        tiers: Sequence[tuple[float, int]] | None = None,
     ) -> list[KernelConfig]:
-        """``picks`` by the policy's score, best first (a stable sort: ties keep their order)."""
+        """``picks`` by the policy's score, best first (a stable sort: ties keep their order);
+        with ``tiers`` (one sort key a pick, lowest first), by tier and within one by score."""
         if (
             self.policy is None
             or not picks
@@ -171,7 +187,8 @@ class SeedProposer:
             else:
                 logits = self.policy.logits(problem)
                 scores = [float(logits[self.policy.indices(c)].sum()) for c in picks]
-        order = sorted(range(len(picks)), key=lambda i: -scores[i])
+        tier = list(tiers) if tiers is not None else [(0.0, 0)] * len(picks)
+        order = sorted(range(len(picks)), key=lambda i: (tier[i], -scores[i]))
         return [picks[i] for i in order]
 
     def family_picks(

@@ -140,6 +140,26 @@ def test_a_policy_ranks_a_familys_picks():
     assert picks[0].config.name == favourite.name
 
 
+def test_a_policy_only_breaks_ties_among_a_cutlass_familys_nearest_mirrors():
+    """A policy trained where 64-wide tiles won must not trade cuBLASLt's 128×256 tile on a
+    large shape for its favourite (the holdout's large shapes got a 16×64 tile this way)."""
+    problem = Problem(2048, 2048, 16384, Layout.NN)
+    space = library_space(problem, families=("sm90",))
+    kernel = lt_kernel(128, 256, cluster=(2, 1))
+    ranking = MirrorProposer({problem.key: [kernel]}).ranking(problem, space)
+    nearest = [name for distance, _, name, _ in ranking if distance == ranking[0][0]]
+    far = [space.config(name) for distance, _, name, _ in ranking if distance > ranking[0][0]]
+    favourite = min(far, key=lambda c: c.tile_m * c.tile_n)
+    policy = Policy(["sm90", "sm80", "triton"], seed=0)
+    rewards = {c.name: (1.0 if c is favourite else -0.5) for c in space.configs}
+    policy.pretrain([(problem, space, rewards)], steps=80)
+    seed = SeedProposer({problem.key: [kernel]}, recorded={}, policy=policy)
+    picks = seed_propose(seed, space, len(nearest))
+    assert favourite.name not in nearest
+    assert sorted(p.config.name for p in picks) == sorted(nearest)
+    assert seed.priors(problem, space, "sm90")[0].name in nearest
+
+
 def test_recorded_kernels_round_trip_with_the_fields_the_mirror_reads(tmp_path):
     kernel = {**lt_kernel(), "raw": {"tile_id": 13}, "algo_id": 66}
     document = recorded_kernels_document({"64x64x64_nn": [kernel] * 5}, sources=["a.json"])
