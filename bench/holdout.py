@@ -9,6 +9,10 @@
         Inductor max-autotune (device protocol, each problem's one kernel, the times from one
         child process), each acceptance line met or not, and per shape whether the kernel is
         faster, tied or slower (a ratio whose interquartile interval holds 1.0 is a tie)
+    python3 bench/holdout.py summary RESULTS.json --saved-finals DB
+        the same for a campaign cut during its finals (RESULTS.json then holds only the search):
+        each shape's final as DB's finals file (beside it, engine.execution.final.SavedFinals)
+        kept it; a shape not yet re-measured is a miss
 
 The classes are the issue's: long-K (M·N ≤ 2^20 and K ≥ 4·max(M, N)); small (M·N·K ≤ 2^30);
 large (M·N·K ≥ 2^36); mid, the rest. A problem the campaign left without a final counts as a miss
@@ -93,12 +97,16 @@ def verdict(final: Mapping[str, Any], kernel: str, baseline: str) -> str | None:
     return found.verdict if found is not None else None
 
 
+def problem_class(key: str) -> str:
+    """The class of a problem key such as ``256x64x2048_nn``."""
+    m, n, k = (int(x) for x in key.rsplit("_", 1)[0].split("x"))
+    return shape_class(m, n, k)
+
+
 def summary(report: Mapping[str, Any]) -> dict[str, Any]:
     rows, misses = [], []
     finals = report.get("final", {})
     for entry in report.get("problems", []):
-        shape = entry["problem"].rsplit("_", 1)[0]
-        m, n, k = (int(x) for x in shape.split("x"))
         found = ratios(entry)
         if not found:
             misses.append({"problem": entry["problem"], "why": entry.get("final_error", "")})
@@ -106,7 +114,7 @@ def summary(report: Mapping[str, Any]) -> dict[str, Any]:
         rows.append(
             {
                 "problem": entry["problem"],
-                "class": shape_class(m, n, k),
+                "class": problem_class(entry["problem"]),
                 "kernel": entry["best"],
                 LT: found.get(LT),
                 INDUCTOR: found.get(INDUCTOR),
@@ -126,16 +134,47 @@ def summary(report: Mapping[str, Any]) -> dict[str, Any]:
                 Counter(r["verdicts"][LT] for r in members if r["verdicts"][LT] is not None)
             ),
         }
+    missed = Counter(problem_class(m["problem"]) for m in misses)
+    missed["all"] = len(misses)
     checks = [
         {
             "what": what,
             "geomean": classes[group][baseline],
             "target": target,
-            "met": classes[group][baseline] is not None and classes[group][baseline] >= target,
+            # a group with a shape left without a final has not met anything yet
+            "without_final": missed[group],
+            "met": not missed[group]
+            and classes[group][baseline] is not None
+            and classes[group][baseline] >= target,
         }
         for what, group, baseline, target in TARGETS
     ]
     return {"rows": rows, "misses": misses, "classes": classes, "checks": checks}
+
+
+def with_saved_finals(report: dict[str, Any], db: Path) -> dict[str, Any]:
+    """``report`` (a campaign's results JSON written before its finals) with the finals that
+    the campaign in ``db`` saved so far, each shape's best chosen as a finished campaign's
+    report chooses it (engine.commands.optimize_command.with_final_choices)."""
+    from engine.campaign.loop import ProblemResult
+    from engine.campaign.storage import SqliteStorage
+    from engine.commands.optimize_command import with_final_choices
+    from engine.execution.final import SavedFinals
+
+    saved = SavedFinals(db.with_suffix(".finals.json")).data["finals"]
+    storage = SqliteStorage(db)
+    try:
+        results = [
+            ProblemResult(p, storage.candidates(name, p.key), stopped="budget")
+            for name in storage.campaign_names()
+            for p in storage.problems(name)
+        ]
+    finally:
+        storage.close()
+    out = json.loads(json.dumps(report))  # the caller's report stays as it was
+    out["final"] = {key: entry["summary"] for key, entry in saved.items()}
+    with_final_choices(out, results, report["settings"]["baseline"])
+    return out
 
 
 def table(result: Mapping[str, Any]) -> str:
@@ -165,6 +204,7 @@ def table(result: Mapping[str, Any]) -> str:
     lines += [
         f"{'met' if c['met'] else 'NOT met':<7} {c['what']}: {cell(c['geomean'])} "
         f"(≥ {c['target']:.2f})"
+        + (f", {c['without_final']} shapes without a final" if c.get("without_final") else "")
         for c in result["checks"]
     ]
     lines += [f"no final: {m['problem']} {m['why']}".rstrip() for m in result["misses"]]
@@ -180,6 +220,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     reading = commands.add_parser("summary")
     reading.add_argument("results", type=Path, help="engine optimize's results JSON")
     reading.add_argument("--out", type=Path)
+    reading.add_argument(
+        "--saved-finals",
+        type=Path,
+        metavar="DB",
+        help="the campaign's database: its finals saved so far, for a campaign cut during them",
+    )
     args = parser.parse_args(argv)
     if args.command == "draw":
         from bench.replay_fresh import known_shapes
@@ -189,7 +235,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if not args.results.is_file():
         parser.error(f"{args.results}: no such results file (engine optimize --out writes it)")
-    result = summary(json.loads(args.results.read_text()))
+    report = json.loads(args.results.read_text())
+    if args.saved_finals:
+        if not args.saved_finals.is_file():
+            parser.error(f"{args.saved_finals}: no such campaign database")
+        report = with_saved_finals(report, args.saved_finals)
+    result = summary(report)
     if args.out:
         args.out.write_text(json.dumps(result, indent=1))
     print(table(result))
