@@ -3,6 +3,9 @@
 Protocols:
   device   CUDA events around each call, L2 flushed before each call, repetitions until the
            median is known to ``target_rel_se`` (or the time budget ends); median and quantiles.
+           The GPU's time alone: a spin kernel holds the stream while the runner's call is
+           enqueued (Bench.hold_for_host_work), so a runner whose host work outlasts the flush
+           (Inductor's guards and wrapper) leaves no idle GPU inside its interval.
   offline  CUDA-L2's offline mode: fresh inputs each iteration, host wall clock between device
            syncs around each call; mean TFLOP/s. Beside it, per runner, where that time goes:
            the call's own host time until it returns (``launch_host_s``) and CUDA-L2's event
@@ -20,8 +23,11 @@ calls are not part of the statistics; what the checks cost is in each result's `
 
 from __future__ import annotations
 
+import math
 import random
+import statistics
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,6 +51,16 @@ LOAD_GAP_S = 0.2
 # 1024x4096x16384 (every runner together; NOTES §2), so a run spans that wandering.
 DEVICE_MIN_SECONDS = 1.0
 HEAT_POLL_S = 2e-4  # Bench.heat_while's sleep between looks at the GPU (a round queued behind)
+# Bench.hold_for_host_work: the spin before a timed call lasts this many times the runner's
+# recent host time per call (median of the last HOST_WORK_WINDOW) plus the margin, and
+# HOST_WORK_FIRST_S before its host time is known. torch.cuda._sleep counts SM clock cycles:
+# at SLEEP_CYCLES_PER_S (above the 1.98 GHz top SM clock of the H100 and H200) a spin lasts at
+# least the seconds asked for.
+HOST_WORK_FACTOR = 2.0
+HOST_WORK_MARGIN_S = 20e-6
+HOST_WORK_FIRST_S = 1e-3
+HOST_WORK_WINDOW = 16
+SLEEP_CYCLES_PER_S = 2.0e9
 PREPARE_COST_SAMPLES = 5  # calls whose input refresh and C poison are timed with events
 
 
@@ -442,6 +458,7 @@ class Bench:
             r.name: [] for r in runners
         }
         samples: dict[str, list[float]] = {r.name: [] for r in runners}
+        host = {r.name: deque[float](maxlen=HOST_WORK_WINDOW) for r in runners}
         log = self.new_log(runners)
         sampler = self.sampler(runners, min_reps)
         started = time.monotonic()
@@ -460,8 +477,11 @@ class Bench:
                     start = torch.cuda.Event(enable_timing=True)
                     end = torch.cuda.Event(enable_timing=True)
                     self.flush_l2()
+                    self.hold_for_host_work(host[runner.name])
                     start.record(self.stream)
+                    called = time.perf_counter()
                     runner(ops, self.stream)
+                    host[runner.name].append(time.perf_counter() - called)
                     end.record(self.stream)
                     events[runner.name].append((start, end))
                 rep += 1
@@ -481,6 +501,18 @@ class Bench:
         self.loaded(started, time.monotonic())
         stats = {name: summarize(values) for name, values in samples.items()}
         return ProtocolResult("device", stats, {"reps": rep, **self._checks_extra(log)})
+
+    @staticmethod
+    def hold_for_host_work(recent_host_s: Sequence[float]) -> None:
+        """Enqueues a spin kernel on the current stream that outlasts the host work of the call
+        about to be enqueued (its runner's ``recent_host_s`` per call): the start event after it
+        is reached only once that call's GPU work is queued behind it, so the interval holds the
+        GPU's time and none of the host's."""
+        if recent_host_s:
+            hold = HOST_WORK_FACTOR * statistics.median(recent_host_s) + HOST_WORK_MARGIN_S
+        else:
+            hold = HOST_WORK_FIRST_S
+        torch.cuda._sleep(math.ceil(hold * SLEEP_CYCLES_PER_S))
 
     def _alternating(self, rep: int) -> Operands:
         """Without the timed checks: the operand sets in turn, one per rep, values unchanged."""
