@@ -30,6 +30,7 @@ from engine.outcomes import CandidateRecord, CandidateStatus
 from engine.problem import Layout, Problem
 from engine.timing import cublaslt_kernels
 from engine.timing.baseline_names import TORCH_TUNED
+from engine.timing.protocol_names import PROTOCOL_REVISION
 from engine.timing.ratios import quartiles
 from engine.verify import sanitize
 
@@ -293,6 +294,7 @@ def final_settings(
         "protocols": list(protocols),
         "device_seconds": device_seconds,
         "extra_baselines": list(extra_baselines),
+        "protocol_revision": PROTOCOL_REVISION,
     }
 
 

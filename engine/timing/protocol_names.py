@@ -11,3 +11,7 @@ from __future__ import annotations
 
 PROTOCOLS = ("device", "offline", "server", "graph")
 DEFAULT_PROTOCOL = "device"
+# Raised when what a protocol measures changes: results kept under an older revision (a
+# campaign's saved finals) are measured again. 2: the device protocol holds the stream while the
+# runner's call is enqueued (engine.timing.protocols.Bench.hold_for_host_work).
+PROTOCOL_REVISION = 2

@@ -360,6 +360,20 @@ def test_a_saved_final_is_reused_only_under_the_same_settings(tmp_path):
     assert again.final("k", ["a"], final_settings(("device",), 3.0, ())) is None
     assert again.final("k", ["a"], final_settings(("device",), 20.0, ("tunableop",))) is None
     assert again.final("k", ["a"], final_settings(("device", "offline"), 20.0, ())) is None
+    older = {**final_settings(("device",), 20.0, ()), "protocol_revision": 1}
+    saved.add_final("old", ["a"], {"protocols": {}}, older)
+    reloaded = SavedFinals(tmp_path / "f.json")
+    assert reloaded.final("old", ["a"], older) is not None  # kept, under its own revision
+    assert reloaded.final("old", ["a"], final_settings(("device",), 20.0, ())) is None
+    unrevised = final_settings(("device",), 20.0, ())
+    del unrevised["protocol_revision"]  # kept before protocols had revisions
+    saved.add_final("older", ["a"], {"protocols": {}}, unrevised)
+    assert (
+        SavedFinals(tmp_path / "f.json").final(
+            "older", ["a"], final_settings(("device",), 20.0, ())
+        )
+        is None
+    )
 
 
 def test_a_saved_final_is_measured_again_on_another_gpu_model(tmp_path):
