@@ -12,8 +12,9 @@
 #   .carry/kernels-longk.tar.xz, about a minute; finals: the kernels a campaign's finals will
 #   sanitize and re-measure (engine prebuild --finals FINALS_DB, default
 #   .carry/holdout/holdout.sqlite; FINALS_TOP a shape, default 3), packed as
-#   .carry/kernels-finals.tar.xz, about 10 minutes for 24 shapes; wheels: the wheels and packages alone, for a
-#   first call that compiles its few kernels on the device, such as `gpu_run.sh tiles`)
+#   .carry/kernels-finals.tar.xz, 16 minutes on 2 cores for 24 shapes (51 configs, 2.1 MB);
+#   wheels: the wheels and packages alone, for a first call that compiles its few kernels on
+#   the device, such as `gpu_run.sh tiles`)
 # The wheels take a minute. NN's 454 kernels (78 longk, 86 Triton, 194 sm90, 96 sm80) took 78
 # minutes on 2 cores on 2026-12-07 (longk 2, Triton 2, sm90 52, sm80 22; 25 MB packed); all,
 # with the TN subset, about 40 more; fresh (80 sm90, 40 sm80, 86 triton, 78 longk) about 35 at
