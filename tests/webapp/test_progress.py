@@ -162,3 +162,22 @@ def test_the_leaderboard_escapes_what_the_database_holds(client, queued_campaign
     assert "<script>alert(1)</script>" not in page
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
     assert "×1.100" in page
+
+
+def test_the_leaderboard_shortens_a_long_kernel_name_to_36_characters(client, queued_campaign):
+    problem = queued_campaign.problems.order_by("id").first()
+    name = "sm90_" + "x" * 50 + "_tail"
+    Candidate.objects.create(
+        problem=problem,
+        name=name,
+        family="sm90",
+        source="",
+        source_hash="f" * 64,
+        proposer="rl",
+        status=Candidate.Status.DONE,
+        timings={"device": {"median_s": 1.0e-5, "baselines": {"cublaslt_autotune": 1.1e-5}}},
+    )
+    problem_refresh_best(problem=problem)
+    page = client.get(reverse("campaign-detail", args=[queued_campaign.id])).content.decode()
+    assert f'<code class="small">{name[:35]}…</code>' in page
+    assert "_tail" not in page

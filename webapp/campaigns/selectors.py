@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from django.db.models import (
@@ -74,11 +75,60 @@ def campaign_list() -> QuerySet[Campaign]:
     )
 
 
-def campaign_problems(*, campaign: Campaign) -> QuerySet[Problem]:
-    """The campaign's shapes with their candidate counts (``best``: the chosen, timed kernel)."""
-    return campaign.problems.annotate(candidate_count=Count("candidates")).order_by(
-        "k", "m", "n", "layout"
+def campaign_shapes(*, campaign: Campaign) -> list[dict[str, Any]]:
+    """The campaign's shapes in the leaderboard's order as plain rows: ``SHAPE_FIELDS`` (``best``:
+    the chosen, timed kernel), ``status`` and ``candidate_count``. Plain rows, not models: at
+    1000 shapes, building Problem instances and decoding the JSON fields no page reads cost
+    more than the rest of the page."""
+    return list(
+        campaign.problems.annotate(candidate_count=Count("candidates"))
+        .order_by("k", "m", "n", "layout")
+        .values(*SHAPE_FIELDS, "status", "candidate_count")
     )
+
+
+@dataclass(frozen=True)
+class ShapeLine:
+    """One row of the campaign page's shape table."""
+
+    id: int
+    shape: str
+    layout: str
+    status_label: str
+    candidate_count: int
+    row: dict[str, Any]  # shape_row's record
+    cells: list[tuple[str, float | None, str | None]]  # (baseline, ratio, verdict) per column
+    waiting: str = ""
+    eta_s: float | None = None
+
+
+def shape_lines(
+    shapes: Iterable[dict[str, Any]],
+    rows: Iterable[dict[str, Any]],
+    *,
+    shown: Sequence[str],
+    waits: Mapping[int, str],
+    etas: Mapping[int, float],
+) -> list[ShapeLine]:
+    """``campaign_shapes``' rows, with their ``shape_row`` records, as the shape table shows
+    them: a column per ``shown`` baseline."""
+    labels = dict(Problem.Status.choices)
+    lines = []
+    for p, row in zip(shapes, rows, strict=True):
+        lines.append(
+            ShapeLine(
+                id=p["id"],
+                shape=row["shape"],
+                layout=p["layout"],
+                status_label=labels.get(p["status"], p["status"]),
+                candidate_count=p["candidate_count"],
+                row=row,
+                cells=[(b, row["speedups"][b], row["verdicts"][b]) for b in shown],
+                waiting=waits.get(p["id"], ""),
+                eta_s=etas.get(p["id"]),
+            )
+        )
+    return lines
 
 
 def campaign_proposers(*, campaign: Campaign) -> dict[str, Any]:
@@ -421,11 +471,7 @@ def box(values: list[float]) -> dict[str, Any]:
 def campaign_progress_data(*, campaign: Campaign, heartbeats: Heartbeats) -> dict[str, Any]:
     """What the campaign page polls: status, counts, the headline, and per shape its chosen
     kernel's speedups and what its next step waits for."""
-    problems = list(
-        campaign.problems.annotate(candidate_count=Count("candidates"))
-        .order_by("k", "m", "n", "layout")
-        .values(*SHAPE_FIELDS, "status", "candidate_count")
-    )
+    problems = campaign_shapes(campaign=campaign)
     labels = dict(Problem.Status.choices)
     waiting = live.campaign_waits(campaign=campaign, heartbeats=heartbeats)
     etas = live.campaign_eta_seconds(campaign=campaign)

@@ -130,20 +130,19 @@ def campaign_launch(request, data: dict):
 @require_GET
 def campaign_detail(request, campaign_id: int):
     campaign = get_object_or_404(Campaign.objects.select_related("owner"), id=campaign_id)
-    problems = list(selectors.campaign_problems(campaign=campaign))
+    shapes = selectors.campaign_shapes(campaign=campaign)
     heartbeats = heartbeats_read()
-    waits = live.campaign_waits(campaign=campaign, heartbeats=heartbeats)
-    etas = live.campaign_eta_seconds(campaign=campaign)
     gpu_wait = live.campaign_gpu_wait(campaign=campaign, heartbeats=heartbeats)
-    for problem in problems:
-        problem.row = selectors.shape_row(vars(problem))
-        problem.waiting = waits.get(problem.id, "")
-        problem.eta_s = etas.get(problem.id)
-    shown = selectors.shown_baselines(p.row for p in problems)
-    for problem in problems:
-        speedups, verdicts = problem.row["speedups"], problem.row["verdicts"]
-        problem.cells = [(b, speedups[b], verdicts[b]) for b in shown]
-    timed = any(p.best for p in problems)
+    rows = [selectors.shape_row(p) for p in shapes]
+    shown = selectors.shown_baselines(rows)
+    lines = selectors.shape_lines(
+        shapes,
+        rows,
+        shown=shown,
+        waits=live.campaign_waits(campaign=campaign, heartbeats=heartbeats),
+        etas=live.campaign_eta_seconds(campaign=campaign),
+    )
+    timed = any(p["best"] for p in shapes)
     return render(
         request,
         "campaigns/detail.html",
@@ -151,29 +150,29 @@ def campaign_detail(request, campaign_id: int):
             "campaign": campaign,
             "status_label": live.WAITING_LABEL if gpu_wait else campaign.get_status_display(),
             "gpu_wait": gpu_wait,
-            "problems": problems,
+            "problems": lines,
             "baselines": selectors.baseline_legend(shown),
             "headline": ratios.headline_context(
-                ratios.headline_of((p.m, p.n, p.k, p.layout, p.best) for p in problems)
+                ratios.headline_of((p["m"], p["n"], p["k"], p["layout"], p["best"]) for p in shapes)
             ),
             # a campaign that never ran measured on no GPU: none is shown
             "environments": list(selectors.campaign_environments(campaign=campaign))
             if timed
             else [],
             "heatmap_form": HeatmapForm(
-                ks=sorted({p.k for p in problems}),
-                layouts=sorted({p.layout for p in problems}),
+                ks=sorted({p["k"] for p in shapes}),
+                layouts=sorted({p["layout"] for p in shapes}),
                 baselines=shown,
-                initial={"k": selectors.most_common_k([p.k for p in problems])},
+                initial={"k": selectors.most_common_k([p["k"] for p in shapes])},
             ),
             "can_control": request.user.is_authenticated and request.user.id == campaign.owner_id,
             "no_bundle": "" if timed else artifacts.NO_BUNDLE,
             "live": campaign.status in live.ACTIVE,
             "proposers": selectors.campaign_proposers(campaign=campaign),
             "progress": {
-                "shapes": len(problems),
-                "shapes_done": sum(p.status == Problem.Status.DONE for p in problems),
-                "candidates": sum(p.candidate_count for p in problems),
+                "shapes": len(shapes),
+                "shapes_done": sum(p["status"] == Problem.Status.DONE for p in shapes),
+                "candidates": sum(p["candidate_count"] for p in shapes),
             },
         },
     )
