@@ -29,7 +29,10 @@ import sys
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from engine.timing.ratios import Ratio
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -86,15 +89,14 @@ def ratios(entry: Mapping[str, Any]) -> dict[str, float]:
     return dict(entry.get("final_speedups", {}).get(PROTOCOL, {}))
 
 
-def verdict(final: Mapping[str, Any], kernel: str, baseline: str) -> str | None:
-    """faster, tied or slower: the kernel against ``baseline``'s better layout in the finals'
-    device protocol, judged by engine.timing.ratios (the two interquartile intervals); None where
-    the finals kept no time for either."""
+def judged(final: Mapping[str, Any], kernel: str, baseline: str) -> Ratio | None:
+    """The kernel against ``baseline``'s better layout in the finals' device protocol, value and
+    faster/tied/slower verdict from one session (engine.timing.ratios: the two interquartile
+    intervals); None where the finals kept no time for either."""
     from engine.publish.bundle import final_sessions  # imports torch: at call time
 
     session = final_sessions(final, PROTOCOL).get(kernel)
-    found = session.ratios().get(baseline) if session is not None else None
-    return found.verdict if found is not None else None
+    return session.ratios().get(baseline) if session is not None else None
 
 
 def problem_class(key: str) -> str:
@@ -111,17 +113,20 @@ def summary(report: Mapping[str, Any]) -> dict[str, Any]:
         if not found:
             misses.append({"problem": entry["problem"], "why": entry.get("final_error", "")})
             continue
+        final = finals.get(entry["problem"], {})
+        sessions = {b: judged(final, entry["best"], b) for b in (LT, INDUCTOR)}
         rows.append(
             {
                 "problem": entry["problem"],
                 "class": problem_class(entry["problem"]),
                 "kernel": entry["best"],
-                LT: found.get(LT),
-                INDUCTOR: found.get(INDUCTOR),
-                "verdicts": {
-                    b: verdict(finals.get(entry["problem"], {}), entry["best"], b)
+                # the judged session's own ratio where the finals kept it: what is shown is
+                # what is judged
+                **{
+                    b: found.get(b) if sessions[b] is None else sessions[b].value
                     for b in (LT, INDUCTOR)
                 },
+                "verdicts": {b: None if r is None else r.verdict for b, r in sessions.items()},
             }
         )
     classes: dict[str, dict[str, Any]] = {}

@@ -137,6 +137,20 @@ def test_each_shape_is_judged_faster_or_tied_by_its_interquartile_intervals(hold
     assert "all           2           1.152        1.095  1/1/0" in table
 
 
+def test_a_row_shows_the_ratio_of_the_session_that_judged_it(holdout):
+    # the report's final_speedups say 1.5; the finals' device session holds 13 µs against 10
+    report = {
+        "problems": [entry("128x128x16384", 1.5, 1.2)],
+        "final": {
+            "128x128x16384_nn": device_final("kernel_for_128x128x16384", (9.9, 10.1), (12.9, 13.1))
+        },
+    }
+    row = holdout.summary(report)["rows"][0]
+    assert row["cublaslt_autotune"] == pytest.approx(1.3)
+    assert row["verdicts"]["cublaslt_autotune"] == "faster"
+    assert row["inductor_max_autotune"] == pytest.approx(1.2)  # no session: the report's ratio
+
+
 def test_a_campaign_cut_during_its_finals_is_read_from_its_saved_finals(holdout, tmp_path, capsys):
     from engine.campaign.storage import SqliteStorage
     from engine.execution.final import SavedFinals, final_settings
