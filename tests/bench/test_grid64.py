@@ -12,6 +12,7 @@ from types import ModuleType
 import pytest
 
 from tests import bench_scripts
+from tests.campaign_dbs import write_campaign
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "bench" / "grid64.py"
@@ -52,7 +53,6 @@ def test_the_script_prints_shapes_the_cli_parses_and_rejects_a_bad_layout():
 
 
 def test_the_summary_gives_each_shapes_best_search_speedup_and_its_failures(g, tmp_path):
-    from engine.campaign.storage import SqliteStorage
     from engine.outcomes import CandidateRecord
     from engine.problem import Problem
 
@@ -62,15 +62,15 @@ def test_the_summary_gives_each_shapes_best_search_speedup_and_its_failures(g, t
             reward=0.0, seconds=seconds, baselines={"cublaslt_autotune": 1.0},
         )  # fmt: skip
 
-    db = tmp_path / "grid.sqlite"
-    storage = SqliteStorage(db)
-    storage.open_campaign("c", {})
     small, large = Problem(64, 64, 64), Problem(8192, 8192, 8192)
-    for problem in (small, large):
-        storage.add_problem("c", problem)
-    storage.record("c", small.key, [record("a", 2.0), record("b", 0.5)])
-    storage.record("c", large.key, [record("x", 1.25), record("y", None, "rejected", "gpu_memory")])
-    storage.close()
+    db = write_campaign(
+        tmp_path / "grid.sqlite",
+        "c",
+        {
+            small: [record("a", 2.0), record("b", 0.5)],
+            large: [record("x", 1.25), record("y", None, "rejected", "gpu_memory")],
+        },
+    )
     summary = g.search_summary(db)
     shapes = {s["problem"]: s for s in summary["shapes"]}
     assert shapes[small.key]["best_speedup"] == 2.0

@@ -8,6 +8,7 @@ import json
 import pytest
 
 from tests.bench_scripts import load
+from tests.campaign_dbs import write_campaign
 
 
 @pytest.fixture(scope="module")
@@ -152,35 +153,28 @@ def test_a_row_shows_the_ratio_of_the_session_that_judged_it(holdout):
 
 
 def test_a_campaign_cut_during_its_finals_is_read_from_its_saved_finals(holdout, tmp_path, capsys):
-    from engine.campaign.storage import SqliteStorage
     from engine.execution.final import SavedFinals, final_settings
     from engine.outcomes import CandidateRecord, CandidateStatus
     from engine.problem import Layout, Problem
 
-    db = tmp_path / "campaign.sqlite"
-    storage = SqliteStorage(db)
-    storage.open_campaign("c", {"baseline": "cublaslt_autotune"})
-    for shape in ("128x128x16384", "512x256x64"):
-        problem = Problem.parse(shape, Layout.NN)
-        storage.add_problem("c", problem)
-        kernel = f"kernel_for_{shape}"
-        storage.record(
-            "c",
-            problem.key,
-            [
-                CandidateRecord(
-                    kernel,
-                    "sm80",
-                    {"layout": "nn"},
-                    "rl",
-                    CandidateStatus.OK,
-                    0.1,
-                    seconds=1e-5,
-                    baselines={"cublaslt_autotune": 1.3e-5},
-                )
-            ],
-        )
-    storage.close()
+    shapes = {
+        Problem.parse(shape, Layout.NN): [
+            CandidateRecord(
+                f"kernel_for_{shape}",
+                "sm80",
+                {"layout": "nn"},
+                "rl",
+                CandidateStatus.OK,
+                0.1,
+                seconds=1e-5,
+                baselines={"cublaslt_autotune": 1.3e-5},
+            )
+        ]
+        for shape in ("128x128x16384", "512x256x64")
+    }
+    db = write_campaign(
+        tmp_path / "campaign.sqlite", "c", shapes, settings={"baseline": "cublaslt_autotune"}
+    )
     final = device_final("kernel_for_128x128x16384", (9.9, 10.1), (12.9, 13.1))
     final["protocols"]["device"]["speedups"] = {
         "kernel_for_128x128x16384": {"cublaslt_autotune": 1.3}

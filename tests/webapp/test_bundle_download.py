@@ -19,7 +19,6 @@ import pytest
 from django.core.management import call_command
 from django.urls import reverse
 
-from engine.campaign.storage import SqliteStorage
 from engine.cli import main as engine_main
 from engine.codegen.triton import TritonConfig
 from engine.commands.bundle_command import kernel_config
@@ -31,6 +30,7 @@ from engine.problem import Problem as EngineProblem
 from engine.publish.bundle import CUBLASLT, kernel_from_record
 from engine.timing.cublaslt_kernels import CONFIG_ATTRIBUTES
 from engine.verify.sanitize import verdict_key
+from tests.campaign_dbs import write_campaign
 from tests.webapp.test_import_campaign_database import BASELINES, ENVIRONMENT, library_configs, ok
 from webapp.campaigns.models import Campaign, Candidate
 
@@ -78,8 +78,6 @@ def engine_db(tmp_path) -> Path:
     """The campaign database, its finals file (engine bundle's) and its --out report (the
     dashboard import's), as engine optimize leaves them."""
     path = tmp_path / "run" / "campaign.sqlite"
-    storage = SqliteStorage(path)
-    storage.open_campaign(NAME, {"name": NAME, "budget": 3, "environment": ENVIRONMENT})
     records = {
         SQUARE: [
             timed(c, t)
@@ -91,11 +89,13 @@ def engine_db(tmp_path) -> Path:
         WIDE: [timed(c, 1e-5) for c in library_configs(WIDE, 1)],
         WRITTEN: [model_written()],
     }
-    for problem, recorded in records.items():
-        storage.add_problem(NAME, problem)
-        storage.record(NAME, problem.key, recorded)
-        storage.set_problem_status(NAME, problem.key, "budget")
-    storage.close()
+    write_campaign(
+        path,
+        NAME,
+        records,
+        settings={"name": NAME, "budget": 3, "environment": ENVIRONMENT},
+        status="budget",
+    )
     square, skinny, [wide], [written] = (
         [r.name for r in records[p]] for p in (SQUARE, SKINNY, WIDE, WRITTEN)
     )
@@ -227,12 +227,13 @@ def triton_campaign(tmp_path: Path) -> Path:
     """A campaign whose one shape's best is an evenk Triton config, sanitized in its finals."""
     config = evenk_config()
     path = tmp_path / "triton" / "campaign.sqlite"
-    storage = SqliteStorage(path)
-    storage.open_campaign("triton", {"name": "triton", "environment": ENVIRONMENT})
-    storage.add_problem("triton", EVENK)
-    storage.record("triton", EVENK.key, [timed(config, 1e-5)])
-    storage.set_problem_status("triton", EVENK.key, "budget")
-    storage.close()
+    write_campaign(
+        path,
+        "triton",
+        {EVENK: [timed(config, 1e-5)]},
+        settings={"name": "triton", "environment": ENVIRONMENT},
+        status="budget",
+    )
     section = final({config.name: 1e-5}, {config.name: PASSED})
     (path.parent / "campaign.json").write_text(
         json.dumps({"settings": {"name": "triton"}, "problems": [], "final": {EVENK.key: section}})
@@ -372,12 +373,13 @@ def pinned_campaign(tmp_path: Path) -> Path:
     cuBLASLt-autotune in its final, which recorded autotune's algorithm: cuBLASLt serves it."""
     [config] = library_configs(PINNED, 1)
     path = tmp_path / "pinned" / "campaign.sqlite"
-    storage = SqliteStorage(path)
-    storage.open_campaign("pinned", {"name": "pinned", "environment": ENVIRONMENT})
-    storage.add_problem("pinned", PINNED)
-    storage.record("pinned", PINNED.key, [timed(config, 1e-5)])
-    storage.set_problem_status("pinned", PINNED.key, "budget")
-    storage.close()
+    write_campaign(
+        path,
+        "pinned",
+        {PINNED: [timed(config, 1e-5)]},
+        settings={"name": "pinned", "environment": ENVIRONMENT},
+        status="budget",
+    )
     # the final's cuBLASLt-autotune: 3.8e-5 s; the kernel: 5e-5 s
     section = {
         **final({config.name: 5e-5}, {config.name: PASSED}),

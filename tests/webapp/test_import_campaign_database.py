@@ -17,6 +17,7 @@ from engine.outcomes import CandidateRecord
 from engine.problem import Problem as EngineProblem
 from engine.propose.space import SearchSpace
 from engine.publish import report as engine_report
+from tests.campaign_dbs import write_campaign
 from webapp.campaigns import ratios
 from webapp.campaigns.models import BaselineResult, Campaign, Candidate, Problem
 from webapp.workers.models import GpuEnvironment
@@ -212,12 +213,8 @@ def test_it_refuses_a_sqlite_file_that_is_not_a_campaign(tmp_path, alice):
 
 def test_a_candidate_of_an_unknown_family_stops_the_import_and_leaves_nothing(tmp_path, alice):
     path = tmp_path / "future.sqlite"
-    storage = SqliteStorage(path)
-    storage.open_campaign("future", {"budget": 1})
-    storage.add_problem("future", SQUARE)
     unknown = CandidateRecord("hgemm_sm100_x", "sm100", {}, "rl", "ok", 0.1, seconds=1e-5)
-    storage.record("future", SQUARE.key, [unknown])
-    storage.close()
+    write_campaign(path, "future", {SQUARE: [unknown]}, settings={"budget": 1})
     with pytest.raises(CommandError, match=r"cannot store its candidates.*unknown family 'sm100'"):
         call_command("import_results", str(path), owner="alice")
     assert not Campaign.objects.exists()

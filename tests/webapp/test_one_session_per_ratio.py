@@ -20,11 +20,11 @@ import pytest
 from django.core.management import call_command
 from django.urls import reverse
 
-from engine.campaign.storage import SqliteStorage
 from engine.outcomes import CandidateRecord
 from engine.problem import Problem as EngineProblem
 from engine.propose.space import SearchSpace
 from engine.publish import report as engine_report
+from tests.campaign_dbs import write_campaign
 from webapp.campaigns.models import Campaign, Candidate
 
 pytestmark = pytest.mark.django_db
@@ -52,29 +52,28 @@ def campaign(tmp_path, alice) -> tuple[Campaign, Path]:
     (config,) = SearchSpace.library(SHAPE, families=("sm90",)).configs[:1]
     baselines = dict.fromkeys(BASELINES, SEARCH_BASELINE)
     path = tmp_path / "run" / "campaign.sqlite"
-    storage = SqliteStorage(path)
-    storage.open_campaign("sessions", {"name": "sessions", "budget": 1, "mix": {"rl": 1.0}})
-    storage.add_problem("sessions", SHAPE)
-    storage.record(
+    write_campaign(
+        path,
         "sessions",
-        SHAPE.key,
-        [
-            CandidateRecord(
-                name=config.name,
-                family=config.FAMILY,
-                knobs=config.knobs(),
-                proposer="rl",
-                status="ok",
-                reward=0.07,
-                seconds=SEARCH_KERNEL,
-                baselines=baselines,
-                timings={"device": {"seconds": SEARCH_KERNEL, "baselines": baselines}},
-                gpu_seconds=0.5,
-            )
-        ],
+        {
+            SHAPE: [
+                CandidateRecord(
+                    name=config.name,
+                    family=config.FAMILY,
+                    knobs=config.knobs(),
+                    proposer="rl",
+                    status="ok",
+                    reward=0.07,
+                    seconds=SEARCH_KERNEL,
+                    baselines=baselines,
+                    timings={"device": {"seconds": SEARCH_KERNEL, "baselines": baselines}},
+                    gpu_seconds=0.5,
+                )
+            ]
+        },
+        settings={"name": "sessions", "budget": 1, "mix": {"rl": 1.0}},
+        status="budget",
     )
-    storage.set_problem_status("sessions", SHAPE.key, "budget")
-    storage.close()
     seconds = {f"{b}_{v}": FINAL_BASELINE for b in BASELINES for v in ("nn", "tn")}
     best = {b: {"seconds": FINAL_BASELINE, "layout": "nn"} for b in BASELINES}
     final = {

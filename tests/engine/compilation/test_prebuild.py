@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from engine import cli
-from engine.campaign.storage import SqliteStorage
 from engine.codegen.library import library
 from engine.commands import optimize_command
 from engine.commands import prebuild_command as prebuild
@@ -31,6 +30,7 @@ from engine.outcomes import CandidateRecord, CandidateStatus
 from engine.problem import Layout, Problem
 from engine.propose import space
 from engine.propose.space import SearchSpace, families_for_arch
+from tests.campaign_dbs import write_campaign
 from tests.engine.compile_fakes import NVCC_VERSION, fake_nvcc
 
 HOPPER_WITHOUT_TRITON = ("sm90", "sm80", "longk")
@@ -353,12 +353,8 @@ def finals_db(path: Path) -> tuple[Path, list[str]]:
     (their speedups over cublaslt_autotune fall with the index), with a failed and a
     model-written candidate that rank first; returns it and the configs' names."""
     configs = library("sm80", Layout.NN, 4)
-    db = path / "campaign.sqlite"
-    storage = SqliteStorage(db)
-    storage.open_campaign("c", {"baseline": "cublaslt_autotune"})
+    shapes = {}
     for shape in ("4096x4096x4096", "1024x1024x1024"):
-        problem = Problem.parse(shape, Layout.NN)
-        storage.add_problem("c", problem)
         records = [
             CandidateRecord(
                 c.name,
@@ -386,8 +382,10 @@ def finals_db(path: Path) -> tuple[Path, list[str]]:
             baselines={"cublaslt_autotune": 1.0},
             source="__global__ void k() {}",
         )
-        storage.record("c", problem.key, [*records, failed, written])
-    storage.close()
+        shapes[Problem.parse(shape, Layout.NN)] = [*records, failed, written]
+    db = write_campaign(
+        path / "campaign.sqlite", "c", shapes, settings={"baseline": "cublaslt_autotune"}
+    )
     return db, [c.name for c in configs]
 
 

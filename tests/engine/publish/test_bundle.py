@@ -24,6 +24,7 @@ from engine.publish.bundle import (
     unpack,
     write_bundle,
 )
+from tests.campaign_dbs import write_campaign
 
 RECORDED = (
     Path(__file__).resolve().parents[3]
@@ -74,15 +75,14 @@ def campaign_db(tmp_path: Path) -> Path:
 
 def recorded_campaign(tmp_path: Path) -> Path:
     """An engine campaign database: the recorded 4096^3 TN candidates and an unmeasured shape."""
-    db = tmp_path / "campaign.sqlite"
     records, environment = recorded_records(PROBLEM)
-    storage = SqliteStorage(db)
-    storage.open_campaign("recorded", {"environment": environment})
-    storage.add_problem("recorded", PROBLEM)
-    storage.add_problem("recorded", Problem.parse("64x64x64"))  # nothing measured: falls back
-    storage.record("recorded", PROBLEM.key, records)
-    storage.close()
-    return db
+    return write_campaign(
+        tmp_path / "campaign.sqlite",
+        "recorded",
+        # 64x64x64: nothing measured, falls back
+        {PROBLEM: records, Problem.parse("64x64x64"): []},
+        settings={"environment": environment},
+    )
 
 
 def test_it_bundles_nothing_that_does_not_beat_torch(campaign_db, tmp_path):

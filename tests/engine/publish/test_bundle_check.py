@@ -11,8 +11,8 @@ from types import ModuleType
 
 import pytest
 
-from engine.campaign.storage import SqliteStorage
 from tests import bench_scripts
+from tests.campaign_dbs import write_campaign
 from tests.engine.publish.test_bundle import (  # noqa: F401
     PROBLEM,
     campaign_db,
@@ -41,11 +41,7 @@ def add_fast_campaign(db: Path) -> None:
     best = max(records, key=lambda r: r.reward)
     assert best.seconds
     fast = dataclasses.replace(best, baselines={"torch": 2 * best.seconds}, reward=1.0)
-    storage = SqliteStorage(db)
-    storage.open_campaign("fast", {"environment": environment})
-    storage.add_problem("fast", PROBLEM)
-    storage.record("fast", PROBLEM.key, [fast])
-    storage.close()
+    write_campaign(db, "fast", {PROBLEM: [fast]}, settings={"environment": environment})
 
 
 def test_db_and_out_are_required_and_the_defaults_are_the_documented_ones(bc, tmp_path):
