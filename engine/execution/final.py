@@ -14,7 +14,7 @@ import json
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import wait as futures_wait
 from dataclasses import dataclass, field
@@ -242,7 +242,7 @@ def final_summary(record: dict[str, Any]) -> dict[str, Any]:
         # each runner's interquartile range, where kept: what tells a tie from a win
         if kept := quartiles(result.get("stats") or {}):
             out[protocol]["quartiles"] = kept
-        for key in ("power", "power_by_runner"):  # NVML, where the child could read it
+        for key in ("power", "power_by_runner", "wall_s"):  # NVML, where the child could read it
             if key in result:
                 out[protocol][key] = result[key]
     summary = {"protocols": out, "environment": record["environment"]}
@@ -253,6 +253,23 @@ def final_summary(record: dict[str, Any]) -> dict[str, Any]:
     if tuning := torch_tuning(record):
         summary["torch_baselines"] = tuning
     return summary
+
+
+def time_spent(summary: Mapping[str, Any]) -> str:
+    """Where a final's time went, as its summary recorded it: each torch-tuned baseline's tuning
+    and each protocol's run ("tuning inductor_max_autotune_nn 7.0 s, …; device 12.1 s, …")."""
+    tuning = [
+        f"{name} {report['tuning_seconds']:.1f} s"
+        for name, report in (summary.get("torch_baselines") or {}).items()
+        if isinstance(report.get("tuning_seconds"), int | float)
+    ]
+    protocols = [
+        f"{name} {result['wall_s']:.1f} s"
+        for name, result in (summary.get("protocols") or {}).items()
+        if isinstance(result.get("wall_s"), int | float)
+    ]
+    parts = ["tuning " + ", ".join(tuning)] if tuning else []
+    return "; ".join([*parts, *([", ".join(protocols)] if protocols else [])])
 
 
 def torch_tuning(record: dict[str, Any]) -> dict[str, Any]:
@@ -602,7 +619,8 @@ def final_measurements(
             saved.add_final(problem.key, [ids[n] for n in libraries], finals[problem.key], settings)
             now = time.monotonic()
             outcome = "failed" if "error" in record else "re-measured"
-            progress(f"{problem}: {outcome} ({now - last[0]:.1f} s)")
+            spent = time_spent(finals[problem.key])
+            progress(f"{problem}: {outcome} ({now - last[0]:.1f} s{': ' + spent if spent else ''})")
             last[0] = now
 
         remeasure_batch(

@@ -197,13 +197,16 @@ class Session:
         with phases("timing"):
             for protocol in protocols:
                 self.progress(f"{problem}: {protocol} protocol")
-                record["protocols"][protocol] = self._protocol(
+                started = time.perf_counter()
+                summary = self._protocol(
                     runners,
                     protocol,
                     device_runs=device_runs,
                     device_seconds=device_seconds,
                     power_seconds=power_seconds,
                 )
+                summary["wall_s"] = round(time.perf_counter() - started, 3)
+                record["protocols"][protocol] = summary
         return record
 
     def _protocol(

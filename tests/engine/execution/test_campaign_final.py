@@ -16,7 +16,7 @@ from types import SimpleNamespace
 import pytest
 
 from engine.execution.executor import CompiledCandidate, LocalGpuExecutor
-from engine.execution.final import config_of, final_summary, top_records
+from engine.execution.final import config_of, final_summary, time_spent, top_records
 from engine.isolation import processes, sandbox
 from engine.outcomes import CandidateRecord, CandidateStatus
 from engine.problem import Layout, Problem
@@ -711,3 +711,31 @@ def test_a_bundle_finds_the_finals_verdict_by_the_configs_own_source_and_problem
     again = SavedFinals(tmp_path / "f.json")
     assert sanitizer_passed(again, config.name, config, PROBLEM)
     assert not sanitizer_passed(again, config.name, config, Problem(256, 256, 256, Layout.NN))
+
+
+def test_a_finals_progress_line_says_where_the_shapes_time_went():
+    summary = {
+        "torch_baselines": {
+            "inductor_max_autotune_nn": {"tuning_seconds": 7.04, "pick": {}},
+            "tunableop_nn": {"tuning_seconds": 0.01},
+        },
+        "protocols": {"device": {"wall_s": 12.06}, "offline": {"wall_s": 4.0}},
+    }
+    assert time_spent(summary) == (
+        "tuning inductor_max_autotune_nn 7.0 s, tunableop_nn 0.0 s; device 12.1 s, offline 4.0 s"
+    )
+    assert time_spent({"protocols": {"device": {"seconds": {}}}}) == ""
+    assert time_spent({"error": "nvcc failed"}) == ""
+
+
+def test_final_summary_keeps_each_protocols_wall_time():
+    result = {
+        "statistic": "median",
+        "seconds": {"k": 1e-5},
+        "best_baselines": {},
+        "speedups": {},
+        "rejected_while_timed": [],
+        "wall_s": 12.5,
+    }
+    record = {"protocols": {"device": result}, "environment": {}}
+    assert final_summary(record)["protocols"]["device"]["wall_s"] == 12.5

@@ -66,6 +66,7 @@ def test_measure_times_every_baseline_and_the_candidate_above_the_floor():
     }
     assert device["impossible"] == []
     assert all(t > 0 for t in device["seconds"].values())
+    assert all(record["protocols"][p]["wall_s"] > 0 for p in ("device", "graph"))
     # the simple reference kernel is far slower than cuBLAS
     assert device["speedups"]["reference"]["cublas"] < 1.0
 
