@@ -204,6 +204,7 @@ def test_the_finals_step_runs_the_engine_finals_with_the_campaigns_settings(
     assert gpu.measured == [sorted(order[:2])]
     assert gpu.options["device_seconds"] == 3.0
     assert gpu.visible_devices == "1"  # the worker's GPU
+    assert result.pop("step_s") >= 0  # the step's wall time: the campaign's GPU-busy time
     assert result == {"sanitized": 2, "passed": 2, "final": order[0], "protocol": "device"}
     [call] = applied  # stored as an import stores a final section
     assert call["problem"].id == campaign.problems.get().id

@@ -71,7 +71,9 @@ from django.db import IntegrityError, transaction
 from engine.problem import Problem
 from webapp.campaigns.models import Campaign, Candidate
 from webapp.campaigns.services import campaign_create
-from webapp.campaigns.selectors import candidates_best_first
+from webapp.campaigns.selectors import campaign_times, candidates_best_first
+from webapp.campaigns.models import WorkItem
+from django.utils import timezone
 
 owner = get_user_model().objects.create_user("pg-owner")
 shapes = [Problem.parse("4096x4096x4096", "tn"), Problem.parse("8x8x8", "tn")]
@@ -90,6 +92,12 @@ try:
     duplicate_rejected = False
 except IntegrityError:
     duplicate_rejected = True
+for kind, result in [("gpu", {"measured": 4, "ok": 0, "step_s": 3.0}),
+                     ("gpu", {"measured": 4, "ok": 2, "step_s": 5.0})]:
+    WorkItem.objects.create(campaign=campaign, problem=problem, kind=kind,
+                            round=result["ok"], status="done", queue="gpu.sm90",
+                            worker="gpu0", result=result)
+times = campaign_times(campaign=campaign, now=timezone.now())
 print(json.dumps({
     "status": campaign.status,
     "mix": campaign.proposer_mix,
@@ -97,6 +105,8 @@ print(json.dumps({
     "best_first": [c.name for c in candidates_best_first(problem=problem)],
     "duplicate_rejected": duplicate_rejected,
     "vendor": __import__("django.db", fromlist=["connection"]).connection.vendor,
+    "times": [times.gpu_busy_s, times.candidates, times.gpu_workers,
+              times.first_verified_s is not None],
 }))
 """
 
@@ -123,6 +133,7 @@ def test_migrations_apply_and_a_campaign_round_trips_on_postgresql():
             "best_first": ["c", "a", "b"],
             "duplicate_rejected": True,
             "vendor": "postgresql",
+            "times": [8.0, 8, 1, True],
         }
     finally:
         with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:

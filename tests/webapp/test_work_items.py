@@ -10,7 +10,7 @@ from django.core.management import call_command
 from django.utils import timezone
 
 from engine.problem import Problem as EngineProblem
-from webapp.campaigns import runner, work
+from webapp.campaigns import runner, selectors, work
 from webapp.campaigns.models import Campaign, Candidate, Problem, WorkItem
 from webapp.campaigns.services import campaign_create
 from webapp.workers.models import WorkerHeartbeat
@@ -57,6 +57,13 @@ def test_a_campaign_runs_to_done_through_compile_and_gpu_steps(
     assert set(items.values_list("status", flat=True)) == {WorkItem.Status.DONE}
     assert set(items.values_list("queue", flat=True)) == {"compile", "gpu.sm90"}
     assert set(items.values_list("attempts", flat=True)) == {1}
+    times = selectors.campaign_times(campaign=campaign, now=timezone.now())
+    assert times is not None
+    assert times.candidates == 16
+    assert times.gpu_busy_s > 0
+    assert times.first_verified_s is not None
+    assert times.finals_done_s is not None
+    assert times.finals_done_s <= times.wall_s
 
 
 def test_an_item_is_claimed_once_and_a_redelivered_task_is_a_no_op(alice):

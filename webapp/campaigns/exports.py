@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from django.utils import timezone
 from django.utils.text import slugify
 
 from webapp.campaigns import ratios
 from webapp.campaigns.models import Campaign, Candidate
-from webapp.campaigns.selectors import BASELINES, campaign_environments
+from webapp.campaigns.selectors import BASELINES, campaign_environments, campaign_times
 
 CSV_HEADER = [
     "campaign_id",
@@ -121,6 +122,10 @@ def campaign_document(*, campaign: Campaign) -> dict[str, Any]:
             "created": campaign.created.isoformat(),
         },
         "headline": ratios.campaign_headline(campaign=campaign).to_dict(),
+        # what its user felt (wall time, GPU busy, …); null for a campaign no worker ran
+        "times": times.to_dict()
+        if (times := campaign_times(campaign=campaign, now=timezone.now()))
+        else None,
         "environments": [
             {
                 "name": e.name,

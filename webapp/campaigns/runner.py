@@ -319,6 +319,7 @@ def final_step(*, item_id: int, token: str) -> dict[str, Any]:
     campaign's ``final_top`` pass, then re-measured in a fresh process beside every baseline.
     The final section is stored as an imported one is (webapp.campaigns.finals), and the shape
     is done; the campaign is, once every shape is."""
+    started = time.perf_counter()
     item = WorkItem.objects.select_related("problem", "campaign").get(id=item_id)
     campaign, problem = item.campaign, item.problem
     crash_hook("final")
@@ -330,7 +331,7 @@ def final_step(*, item_id: int, token: str) -> dict[str, Any]:
         problem_apply_final(problem=problem, section=section)
         problem.status = Problem.Status.DONE
         problem.save(update_fields=["status", "updated"])
-        result = final_result(section)
+        result = {**final_result(section), "step_s": round(time.perf_counter() - started, 3)}
         work_item_done(item, result=result)
         campaign_finish_if_done(campaign_id=campaign.id)
     return result
@@ -458,6 +459,7 @@ def gpu_step(*, item_id: int, token: str) -> dict[str, Any]:
         result = {
             "measured": len(records),
             "ok": sum(r.status == CandidateStatus.OK for r in records),
+            "step_s": round(time.perf_counter() - started, 3),  # the campaign's GPU-busy time
             "phases_s": phases.to_dict(),
             "info": phases.info,
         }

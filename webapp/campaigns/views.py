@@ -7,6 +7,7 @@ from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.http import FileResponse, Http404, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from pygments import highlight
 from pygments.formatters import HtmlFormatter
@@ -169,6 +170,7 @@ def campaign_detail(request, campaign_id: int):
             "no_bundle": "" if timed else artifacts.NO_BUNDLE,
             "live": campaign.status in live.ACTIVE,
             "proposers": selectors.campaign_proposers(campaign=campaign),
+            "times": selectors.campaign_times(campaign=campaign, now=timezone.now()),
             "progress": {
                 "shapes": len(shapes),
                 "shapes_done": sum(p["status"] == Problem.Status.DONE for p in shapes),
