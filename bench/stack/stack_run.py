@@ -785,6 +785,20 @@ def worker_summary(timeline: Timeline, workers: Sequence[Worker], logs: Path) ->
     return out
 
 
+def dashboard_times(campaign_ids: Sequence[int]) -> dict[str, Any]:
+    """Campaign id → the times its page and results.json show (webapp.campaigns.selectors)."""
+    from django.utils import timezone
+
+    from webapp.campaigns.models import Campaign
+    from webapp.campaigns.selectors import campaign_times
+
+    out: dict[str, Any] = {}
+    for campaign in Campaign.objects.filter(id__in=campaign_ids):
+        times = campaign_times(campaign=campaign, now=timezone.now())
+        out[str(campaign.id)] = times.to_dict() if times else None
+    return out
+
+
 def rate_summary(
     timeline: Timeline, launched: float, ended: float, cand: dict[str, Any]
 ) -> dict[str, Any]:
@@ -1133,6 +1147,8 @@ def summarize(state: Run, report: dict[str, Any]) -> None:
     report["candidates"] = cand
     report["rate"] = rate_summary(state.timeline, launched, ended, cand)
     report["gpu"] = gpu_report(opts, state.sampler, state.timeline, launched, ended)
+    # what the campaign page says its user waited for, beside NVML's samples above
+    report["dashboard_times"] = dashboard_times(state.campaign_ids)
     report["workers"] = worker_summary(state.timeline, state.workers, state.procs.logs)
     samples = list(state.sampler.samples) if state.sampler else []
     report["steps"] = [step_report(s, launched, samples) for s in state.timeline.steps.values()]

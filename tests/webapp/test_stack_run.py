@@ -265,6 +265,10 @@ def test_a_campaign_completes_through_the_whole_stack(tmp_path):
     assert executions["executed_twice"] == []
     assert executions["recorded_not_executed"] == executions["executed_not_recorded"] == []
     assert report["rate"]["candidates_per_hour"] > 0
+    [times] = report["dashboard_times"].values()  # what the campaign page says
+    assert times["candidates"] == 16
+    assert times["gpu_busy_seconds"] >= 8 * 0.3  # 8 GPU steps, each 0.3 s of replay delay
+    assert times["finals_done_seconds"] <= times["wall_seconds"]
     gpu = report["gpu"]
     assert gpu["busy_fraction"] is None
     assert gpu["reason"].startswith("replay executor")
