@@ -32,6 +32,13 @@
       status.textContent = data.status_label;
       status.className = "status status-" + (data.gpu_wait ? "waiting" : data.status);
     }
+    const times = document.getElementById("times");
+    if (times && data.times_display) {
+      for (const el of times.querySelectorAll("[data-times]")) {
+        el.textContent = data.times_display[el.dataset.times];
+      }
+      times.hidden = false;
+    }
     const banner = document.getElementById("gpu-wait");
     if (banner) {
       banner.hidden = !data.gpu_wait;

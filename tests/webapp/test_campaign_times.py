@@ -3,6 +3,7 @@ verified kernel, the finals, candidates per wall-hour; on the campaign page and 
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -80,24 +81,35 @@ def test_steps_on_two_gpu_workers_count_against_both_gpus(queued_campaign):
     assert times.gpu_busy_fraction == pytest.approx(116 / (160 * 2))
 
 
+def times_line(page: str) -> str:
+    """The campaign page's times line as its reader sees it (tags out, spaces folded)."""
+    fragment = page[page.index('id="times"') :].split(">", 1)[1].split("</p>")[0]
+    return " ".join(re.sub(r"<[^>]+>", "", fragment).split())
+
+
 def test_a_campaign_no_worker_ran_has_no_times(queued_campaign, client):
     assert campaign_times(campaign=queued_campaign, now=START) is None
     page = client.get(reverse("campaign-detail", args=[queued_campaign.id])).content.decode()
-    assert 'id="times"' not in page
+    assert '<p class="small" id="times" hidden>' in page  # until a first step has run
     document = client.get(reverse("campaign-results-json", args=[queued_campaign.id])).json()
     assert document["times"] is None
+    progress = client.get(reverse("api-campaign-progress", args=[queued_campaign.id])).json()
+    assert progress["times"] is None
+    assert progress["times_display"] is None
 
 
 def test_the_campaign_page_and_its_json_say_what_its_user_waited_for(queued_campaign, client):
     run_one_shape(queued_campaign)
     Campaign.objects.filter(id=queued_campaign.id).update(status=Campaign.Status.DONE)
     page = client.get(reverse("campaign-detail", args=[queued_campaign.id])).content.decode()
-    times = page[page.index('id="times"') :].split("</p>")[0]
-    assert "<strong>3 min</strong> of wall time" in times
-    assert "GPU busy <strong>72%</strong>" in times
-    assert "first verified kernel after 2 min" in times  # 100 s
-    assert "finals done after 3 min" in times
-    assert "8 candidates measured, 180 per wall-hour" in times
+    assert times_line(page) == (
+        "Time: 3 min of wall time since its first step · GPU busy 72% of it (2 min of GPU and "
+        "finals steps) · first verified kernel after 2 min · finals done after 3 min · 8 "
+        "candidates measured, 180 per wall-hour"
+    )
+    progress = client.get(reverse("api-campaign-progress", args=[queued_campaign.id])).json()
+    assert progress["times_display"]["busy"] == "72%"
+    assert progress["times"]["candidates"] == 8
     document = client.get(reverse("campaign-results-json", args=[queued_campaign.id])).json()
     assert document["times"]["gpu_busy_seconds"] == 116.0
     assert document["times"]["first_verified_seconds"] == 100.0

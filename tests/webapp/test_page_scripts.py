@@ -66,3 +66,41 @@ def test_a_wide_speedup_axis_gets_few_labels_spread_out():
     assert 1 in picked
     assert len(picked) <= 6
     assert picked == sorted(picked)
+
+
+# A page with a hidden times line of two fields, and a progress endpoint that answers once
+PROGRESS_PAGE = """
+const node = (dataset = {}, children = []) => ({
+  dataset, hidden: false, textContent: "", className: "",
+  querySelectorAll: () => children, querySelector: () => null,
+});
+const timeFields = [node({times: "wall"}), node({times: "rate"})];
+const page = {
+  progress: node({src: "/progress.json", pollMs: "5000"}),
+  times: Object.assign(node({}, timeFields), {hidden: true}),
+  "progress-updated": node(),
+};
+globalThis.document = {getElementById: (id) => page[id] || null, querySelector: () => null};
+globalThis.fetch = async () => ({ok: true, json: async () => (ANSWER)});
+"""
+
+
+def test_live_progress_fills_the_times_line_and_shows_it():
+    answer = {
+        "status": "running",
+        "status_label": "Running",
+        "gpu_wait": None,
+        "problems": [],
+        "times_display": {"wall": "7 min", "rate": "480"},
+    }
+    source = settings.BASE_DIR / "static" / "js" / "progress.js"
+    read = f"require('fs').readFileSync({json.dumps(str(source))}, 'utf8')"
+    program = PROGRESS_PAGE.replace("ANSWER", json.dumps(answer))
+    program += f"require('vm').runInThisContext({read});"
+    program += (
+        "setTimeout(() => { console.log(JSON.stringify({hidden: page.times.hidden, "
+        "fields: timeFields.map((f) => f.textContent)})); process.exit(0); }, 50);"
+    )
+    done = subprocess.run([NODE, "-e", program], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"hidden": False, "fields": ["7 min", "480"]}

@@ -25,10 +25,11 @@ from django.db.models import (
 )
 from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Cast
+from django.utils import timezone
 
 from engine.stats import quantile
 from engine.timing.ratios import REWARD_BASELINE
-from webapp.campaigns import live, ratios
+from webapp.campaigns import launch, live, ratios
 from webapp.campaigns.models import BaselineResult, Campaign, Candidate, Problem, WorkItem
 from webapp.workers.models import GpuEnvironment
 from webapp.workers.selectors import Heartbeats
@@ -166,6 +167,28 @@ class CampaignTimes:
             "candidates": self.candidates,
             "candidates_per_wall_hour": _rounded(self.candidates_per_wall_hour, 1),
         }
+
+
+def times_display(times: CampaignTimes | None) -> dict[str, str] | None:
+    """The campaign page's times line, each part as it is shown (the page and progress.json,
+    which the page's script applies, share these strings)."""
+    if times is None:
+        return None
+    fraction, rate = times.gpu_busy_fraction, times.candidates_per_wall_hour
+    return {
+        "wall": launch.duration_text(times.wall_s),
+        "busy": "—" if fraction is None else f"{fraction:.0%}",
+        "busy_s": launch.duration_text(times.gpu_busy_s),
+        "workers": f" on {times.gpu_workers} GPU workers" if times.gpu_workers > 1 else "",
+        "first": "—"
+        if times.first_verified_s is None
+        else launch.duration_text(times.first_verified_s),
+        "finals": ""
+        if times.finals_done_s is None
+        else f" · finals done after {launch.duration_text(times.finals_done_s)}",
+        "candidates": str(times.candidates),
+        "rate": "—" if rate is None else f"{rate:.0f}",
+    }
 
 
 def _rounded(value: float | None, digits: int) -> float | None:
@@ -558,6 +581,7 @@ def campaign_progress_data(*, campaign: Campaign, heartbeats: Heartbeats) -> dic
     etas = live.campaign_eta_seconds(campaign=campaign)
     gpu_wait = live.campaign_gpu_wait(campaign=campaign, heartbeats=heartbeats)
     h = ratios.headline_of((p["m"], p["n"], p["k"], p["layout"], p["best"]) for p in problems)
+    times = campaign_times(campaign=campaign, now=timezone.now())
     return {
         "campaign": campaign.id,
         "status": campaign.status,
@@ -567,6 +591,8 @@ def campaign_progress_data(*, campaign: Campaign, heartbeats: Heartbeats) -> dic
         "shapes_done": sum(p["status"] == Problem.Status.DONE for p in problems),
         "candidates": sum(p["candidate_count"] for p in problems),
         "headline": h.to_dict(),
+        "times": times.to_dict() if times else None,
+        "times_display": times_display(times),
         "problems": [
             {
                 **shape_row(p),

@@ -170,7 +170,9 @@ def campaign_detail(request, campaign_id: int):
             "no_bundle": "" if timed else artifacts.NO_BUNDLE,
             "live": campaign.status in live.ACTIVE,
             "proposers": selectors.campaign_proposers(campaign=campaign),
-            "times": selectors.campaign_times(campaign=campaign, now=timezone.now()),
+            "times": selectors.times_display(
+                selectors.campaign_times(campaign=campaign, now=timezone.now())
+            ),
             "progress": {
                 "shapes": len(shapes),
                 "shapes_done": sum(p["status"] == Problem.Status.DONE for p in shapes),

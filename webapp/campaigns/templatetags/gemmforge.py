@@ -70,14 +70,6 @@ def tflops(value: Any) -> str:
 
 
 @register.filter
-def percent(fraction: Any) -> str:
-    """0.483 → 48%; an em dash where there is none."""
-    if not isinstance(fraction, int | float):
-        return "—"
-    return f"{fraction:.0%}"
-
-
-@register.filter
 def duration(seconds: Any) -> str:
     """An ETA: 42 s, 7 min, 2.5 h."""
     if not isinstance(seconds, int | float):
