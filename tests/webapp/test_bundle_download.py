@@ -223,17 +223,22 @@ def evenk_config() -> TritonConfig:
     )
 
 
+def one_kernel_campaign(tmp_path: Path, name: str, problem: EngineProblem, config) -> Path:
+    """Campaign ``name`` (its database under tmp_path/name): one shape, its search over, one
+    kernel searched at 10 µs."""
+    return write_campaign(
+        tmp_path / name / "campaign.sqlite",
+        name,
+        {problem: [timed(config, 1e-5)]},
+        settings={"name": name, "environment": ENVIRONMENT},
+        status="budget",
+    )
+
+
 def triton_campaign(tmp_path: Path) -> Path:
     """A campaign whose one shape's best is an evenk Triton config, sanitized in its finals."""
     config = evenk_config()
-    path = tmp_path / "triton" / "campaign.sqlite"
-    write_campaign(
-        path,
-        "triton",
-        {EVENK: [timed(config, 1e-5)]},
-        settings={"name": "triton", "environment": ENVIRONMENT},
-        status="budget",
-    )
+    path = one_kernel_campaign(tmp_path, "triton", EVENK, config)
     section = final({config.name: 1e-5}, {config.name: PASSED})
     (path.parent / "campaign.json").write_text(
         json.dumps({"settings": {"name": "triton"}, "problems": [], "final": {EVENK.key: section}})
@@ -372,14 +377,7 @@ def pinned_campaign(tmp_path: Path) -> Path:
     """A campaign whose one shape's kernel beat every baseline in its search but is slower than
     cuBLASLt-autotune in its final, which recorded autotune's algorithm: cuBLASLt serves it."""
     [config] = library_configs(PINNED, 1)
-    path = tmp_path / "pinned" / "campaign.sqlite"
-    write_campaign(
-        path,
-        "pinned",
-        {PINNED: [timed(config, 1e-5)]},
-        settings={"name": "pinned", "environment": ENVIRONMENT},
-        status="budget",
-    )
+    path = one_kernel_campaign(tmp_path, "pinned", PINNED, config)
     # the final's cuBLASLt-autotune: 3.8e-5 s; the kernel: 5e-5 s
     section = {
         **final({config.name: 5e-5}, {config.name: PASSED}),

@@ -145,11 +145,13 @@ def test_the_eta_is_the_shapes_remaining_budget_at_the_measured_gpu_seconds(
     assert other["eta_gpu_s"] == pytest.approx(budget * 1.0)
 
 
-def test_the_leaderboard_escapes_what_the_database_holds(client, queued_campaign):
-    problem = queued_campaign.problems.order_by("id").first()
+def chosen_kernel_named(campaign, name: str) -> None:
+    """The campaign's first shape gets a timed kernel ``name``, 1.1x cuBLASLt-autotune, as its
+    chosen one."""
+    problem = campaign.problems.order_by("id").first()
     Candidate.objects.create(
         problem=problem,
-        name="<script>alert(1)</script>",
+        name=name,
         family="sm90",
         source="",
         source_hash="e" * 64,
@@ -158,6 +160,10 @@ def test_the_leaderboard_escapes_what_the_database_holds(client, queued_campaign
         timings={"device": {"median_s": 1.0e-5, "baselines": {"cublaslt_autotune": 1.1e-5}}},
     )
     problem_refresh_best(problem=problem)
+
+
+def test_the_leaderboard_escapes_what_the_database_holds(client, queued_campaign):
+    chosen_kernel_named(queued_campaign, "<script>alert(1)</script>")
     page = client.get(reverse("campaign-detail", args=[queued_campaign.id])).content.decode()
     assert "<script>alert(1)</script>" not in page
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
@@ -165,19 +171,8 @@ def test_the_leaderboard_escapes_what_the_database_holds(client, queued_campaign
 
 
 def test_the_leaderboard_shortens_a_long_kernel_name_to_36_characters(client, queued_campaign):
-    problem = queued_campaign.problems.order_by("id").first()
     name = "sm90_" + "x" * 50 + "_tail"
-    Candidate.objects.create(
-        problem=problem,
-        name=name,
-        family="sm90",
-        source="",
-        source_hash="f" * 64,
-        proposer="rl",
-        status=Candidate.Status.DONE,
-        timings={"device": {"median_s": 1.0e-5, "baselines": {"cublaslt_autotune": 1.1e-5}}},
-    )
-    problem_refresh_best(problem=problem)
+    chosen_kernel_named(queued_campaign, name)
     page = client.get(reverse("campaign-detail", args=[queued_campaign.id])).content.decode()
     assert f'<code class="small">{name[:35]}…</code>' in page
     assert "_tail" not in page
