@@ -11,6 +11,7 @@ import pytest
 from django.conf import settings
 from django.core.management import CommandError, call_command
 from django.urls import reverse
+from django.utils import timezone
 
 from engine.campaign.storage import SqliteStorage
 from engine.outcomes import CandidateRecord
@@ -20,6 +21,7 @@ from engine.publish import report as engine_report
 from tests.campaign_dbs import write_campaign
 from webapp.campaigns import ratios
 from webapp.campaigns.models import BaselineResult, Campaign, Candidate, Problem
+from webapp.campaigns.selectors import campaign_times
 from webapp.workers.models import GpuEnvironment
 
 pytestmark = pytest.mark.django_db
@@ -482,3 +484,42 @@ def test_the_campaign_page_says_which_proposers_ran_not_the_mix_it_asked_for(cli
     assert "<code>rl</code> 256" in page
     assert "<code>evolve</code>" not in page
     assert "1 search round" in page
+
+
+def test_an_imported_run_shows_what_its_user_waited_for(engine_db, alice, client):
+    final_report(engine_db)
+    report_path = engine_db.parent / "campaign.json"
+    report = json.loads(report_path.read_text())
+    report["throughput"] = {  # engine.commands.optimize_command.felt_times, a finished run
+        "setup_seconds": 4.0,
+        "search_seconds": 300.0,
+        "gpu_busy_seconds": 150.0,
+        "first_verified_seconds": 40.0,
+        "candidates": 96,
+        "final_seconds": 60.0,
+        "wall_seconds": 364.0,
+        "to_final_seconds": 364.0,
+    }
+    report_path.write_text(json.dumps(report))
+    call_command("import_results", str(engine_db), owner="alice")
+    alpha = Campaign.objects.get(name="alpha")
+    assert alpha.engine_times["wall_seconds"] == 364.0
+    times = campaign_times(campaign=alpha, now=timezone.now())
+    assert times is not None
+    assert times.gpu_busy_s == 210.0  # the search's GPU time and the whole finals
+    assert (times.first_verified_s, times.finals_done_s) == (40.0, 364.0)
+    page = client.get(reverse("campaign-detail", args=[alpha.id])).content.decode()
+    assert "in its last engine optimize run" in page
+    beta = Campaign.objects.get(name="beta")  # its report says nothing of time
+    assert campaign_times(campaign=beta, now=timezone.now()) is None
+
+
+def test_a_run_cut_before_its_finals_has_no_times_to_show(engine_db, alice):
+    final_report(engine_db)
+    report_path = engine_db.parent / "campaign.json"
+    report = json.loads(report_path.read_text())
+    report["throughput"] = {"search_seconds": 300.0, "wall_seconds": None, "candidates": 96}
+    report_path.write_text(json.dumps(report))
+    call_command("import_results", str(engine_db), owner="alice")
+    alpha = Campaign.objects.get(name="alpha")
+    assert campaign_times(campaign=alpha, now=timezone.now()) is None

@@ -103,9 +103,10 @@ def engine_database(path: Path) -> Iterator[SqliteStorage]:
         source.close()
 
 
-def final_sections(path: Path) -> dict[str, dict[str, Any]]:
-    """Campaign name → problem key → final re-measurement, from the reports beside ``path``."""
-    found: dict[str, dict[str, Any]] = {}
+def engine_reports(path: Path) -> dict[str, list[dict[str, Any]]]:
+    """Campaign name → the engine's --out reports beside ``path`` that name it, in file-name
+    order (what is not such a report, or is too large to be one, is passed over)."""
+    found: dict[str, list[dict[str, Any]]] = {}
     for report_path in sorted(path.parent.glob("*.json")):
         try:
             if report_path.stat().st_size > REPORT_MAX_BYTES:
@@ -115,10 +116,25 @@ def final_sections(path: Path) -> dict[str, dict[str, Any]]:
             continue
         if not isinstance(report, dict) or not isinstance(report.get("settings"), dict):
             continue
-        name, final = report["settings"].get("name"), report.get("final")
-        if isinstance(name, str) and isinstance(final, dict):
-            found.setdefault(name, {}).update(final)
+        name = report["settings"].get("name")
+        if isinstance(name, str):
+            found.setdefault(name, []).append(report)
     return found
+
+
+def final_sections(reports: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Problem key → final re-measurement, over a campaign's reports (a later one's wins)."""
+    found: dict[str, Any] = {}
+    for report in reports:
+        if isinstance(final := report.get("final"), dict):
+            found.update(final)
+    return found
+
+
+def felt_times(reports: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The last of a campaign's reports' ``throughput`` (what its run's user felt); {} without."""
+    found = [r["throughput"] for r in reports if isinstance(r.get("throughput"), dict)]
+    return dict(found[-1]) if found else {}
 
 
 def reward_protocol(records: Sequence[CandidateRecord]) -> str:
@@ -163,7 +179,7 @@ def campaign_import_database(
     *, path: Path, owner: AbstractBaseUser, campaign: str | None = None
 ) -> list[DatabaseImportSummary]:
     """Imports every campaign of the engine database at ``path`` (or only ``campaign``)."""
-    finals = final_sections(path)
+    reports = engine_reports(path)
     with engine_database(path) as engine:
         try:
             names = engine.campaign_names()
@@ -177,7 +193,11 @@ def campaign_import_database(
                 names = [campaign]
             return [
                 campaign_import_engine(
-                    engine=engine, name=name, owner=owner, final=finals.get(name, {})
+                    engine=engine,
+                    name=name,
+                    owner=owner,
+                    final=final_sections(reports.get(name, [])),
+                    times=felt_times(reports.get(name, [])),
                 )
                 for name in names
             ]
@@ -189,16 +209,21 @@ def campaign_import_database(
 
 @transaction.atomic
 def campaign_import_engine(
-    *, engine: SqliteStorage, name: str, owner: AbstractBaseUser, final: Mapping[str, Any]
+    *,
+    engine: SqliteStorage,
+    name: str,
+    owner: AbstractBaseUser,
+    final: Mapping[str, Any],
+    times: Mapping[str, Any] | None = None,
 ) -> DatabaseImportSummary:
-    """Creates or updates the campaign ``name`` from the engine storage ``engine``."""
+    """Creates or updates the campaign ``name`` from the engine storage ``engine``; ``times``:
+    its run's throughput, from its report."""
     problems = engine.problems(name)
     records = {p.key: engine.candidates(name, p.key) for p in problems}
     every_record = [r for rs in records.values() for r in rs]
+    fields = campaign_fields(engine.campaign_settings(name) or {}, problems, every_record)
     row, _ = Campaign.objects.update_or_create(
-        name=name,
-        owner=owner,
-        defaults=campaign_fields(engine.campaign_settings(name) or {}, problems, every_record),
+        name=name, owner=owner, defaults={**fields, "engine_times": dict(times or {})}
     )
     storage = DjangoStorage(row)
     added = 0

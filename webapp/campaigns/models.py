@@ -94,6 +94,12 @@ class Campaign(models.Model):
         help_text="The finals' device-protocol run per shape, in seconds "
         "(`engine optimize --final-device-seconds`).",
     )
+    engine_times = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="For a campaign imported from an engine run: what its user felt, the --out "
+        "report's throughput (engine.commands.optimize_command.felt_times); empty otherwise.",
+    )
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)
 

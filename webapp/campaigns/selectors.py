@@ -146,6 +146,7 @@ class CampaignTimes:
     candidates: int
     first_verified_s: float | None  # the end of the first GPU step that verified a kernel
     finals_done_s: float | None  # the end of the last finals step, once the campaign is done
+    engine_run: bool = False  # from an imported engine run's report: its last command's times
 
     @property
     def gpu_busy_fraction(self) -> float | None:
@@ -166,7 +167,27 @@ class CampaignTimes:
             "finals_done_seconds": _rounded(self.finals_done_s, 3),
             "candidates": self.candidates,
             "candidates_per_wall_hour": _rounded(self.candidates_per_wall_hour, 1),
+            "source": "engine run" if self.engine_run else "work items",
         }
+
+
+def engine_times_of(throughput: Mapping[str, Any]) -> CampaignTimes | None:
+    """An engine run's times (its report's throughput, engine.commands.optimize_command's
+    felt_times) as the page shows a worker-run campaign's: from the command's start, the GPU busy
+    in the search and the whole finals (they hold the GPU throughout), one GPU."""
+    wall = throughput.get("wall_seconds")
+    if not isinstance(wall, int | float):  # an interrupted run wrote no whole wall time
+        return None
+    finals = throughput.get("final_seconds")
+    return CampaignTimes(
+        wall_s=float(wall),
+        gpu_busy_s=float(throughput.get("gpu_busy_seconds") or 0.0) + float(finals or 0.0),
+        gpu_workers=1,
+        candidates=int(throughput.get("candidates") or 0),
+        first_verified_s=throughput.get("first_verified_seconds"),
+        finals_done_s=throughput.get("to_final_seconds") if finals is not None else None,
+        engine_run=True,
+    )
 
 
 def times_display(times: CampaignTimes | None) -> dict[str, str] | None:
@@ -177,6 +198,7 @@ def times_display(times: CampaignTimes | None) -> dict[str, str] | None:
     fraction, rate = times.gpu_busy_fraction, times.candidates_per_wall_hour
     return {
         "wall": launch.duration_text(times.wall_s),
+        "since": "in its last engine optimize run" if times.engine_run else "since its first step",
         "busy": "—" if fraction is None else f"{fraction:.0%}",
         "busy_s": launch.duration_text(times.gpu_busy_s),
         "workers": f" on {times.gpu_workers} GPU workers" if times.gpu_workers > 1 else "",
@@ -196,8 +218,8 @@ def _rounded(value: float | None, digits: int) -> float | None:
 
 
 def campaign_times(*, campaign: Campaign, now: datetime) -> CampaignTimes | None:
-    """The campaign's times from its work items (one query); None for a campaign no worker ran
-    (one imported from an engine run, or queued and not started)."""
+    """The campaign's times from its work items (one query); for one imported from an engine
+    run, that run's (``engine_times_of``); None for a campaign nothing ran yet."""
     gpu_kinds = (WorkItem.Kind.GPU, WorkItem.Kind.FINAL)
     done = Q(status=WorkItem.Status.DONE)
     row = WorkItem.objects.filter(campaign=campaign).aggregate(
@@ -217,7 +239,7 @@ def campaign_times(*, campaign: Campaign, now: datetime) -> CampaignTimes | None
     )
     started = row["started"]
     if started is None:
-        return None
+        return engine_times_of(campaign.engine_times)
     end = now if campaign.status in live.ACTIVE else row["last"]
 
     def since(moment: datetime | None) -> float | None:
