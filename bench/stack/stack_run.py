@@ -790,7 +790,7 @@ def dashboard_times(campaign_ids: Sequence[int]) -> dict[str, Any]:
     from django.utils import timezone
 
     from webapp.campaigns.models import Campaign
-    from webapp.campaigns.selectors import campaign_times
+    from webapp.campaigns.times import campaign_times
 
     out: dict[str, Any] = {}
     for campaign in Campaign.objects.filter(id__in=campaign_ids):

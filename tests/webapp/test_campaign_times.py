@@ -10,7 +10,7 @@ import pytest
 from django.urls import reverse
 
 from webapp.campaigns.models import Campaign, Problem, WorkItem
-from webapp.campaigns.selectors import campaign_times
+from webapp.campaigns.times import campaign_times
 
 pytestmark = pytest.mark.django_db
 START = datetime(2026, 12, 7, 12, 0, tzinfo=UTC)

@@ -21,7 +21,7 @@ from engine.publish import report as engine_report
 from tests.campaign_dbs import write_campaign
 from webapp.campaigns import ratios
 from webapp.campaigns.models import BaselineResult, Campaign, Candidate, Problem
-from webapp.campaigns.selectors import campaign_times
+from webapp.campaigns.times import campaign_times
 from webapp.workers.models import GpuEnvironment
 
 pytestmark = pytest.mark.django_db

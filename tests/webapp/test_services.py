@@ -71,7 +71,8 @@ from django.db import IntegrityError, transaction
 from engine.problem import Problem
 from webapp.campaigns.models import Campaign, Candidate
 from webapp.campaigns.services import campaign_create
-from webapp.campaigns.selectors import campaign_times, candidates_best_first
+from webapp.campaigns.selectors import candidates_best_first
+from webapp.campaigns.times import campaign_times
 from webapp.campaigns.models import WorkItem
 from django.utils import timezone
 

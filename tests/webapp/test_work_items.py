@@ -10,9 +10,10 @@ from django.core.management import call_command
 from django.utils import timezone
 
 from engine.problem import Problem as EngineProblem
-from webapp.campaigns import runner, selectors, work
+from webapp.campaigns import runner, work
 from webapp.campaigns.models import Campaign, Candidate, Problem, WorkItem
 from webapp.campaigns.services import campaign_create
+from webapp.campaigns.times import campaign_times
 from webapp.workers.models import WorkerHeartbeat
 
 RECORDED_RUN = "bench/results/2026-12-02-h200-families/families-run1.json"
@@ -57,7 +58,7 @@ def test_a_campaign_runs_to_done_through_compile_and_gpu_steps(
     assert set(items.values_list("status", flat=True)) == {WorkItem.Status.DONE}
     assert set(items.values_list("queue", flat=True)) == {"compile", "gpu.sm90"}
     assert set(items.values_list("attempts", flat=True)) == {1}
-    times = selectors.campaign_times(campaign=campaign, now=timezone.now())
+    times = campaign_times(campaign=campaign, now=timezone.now())
     assert times is not None
     assert times.candidates == 16
     assert times.gpu_busy_s > 0

@@ -10,7 +10,8 @@ from django.utils.text import slugify
 
 from webapp.campaigns import ratios
 from webapp.campaigns.models import Campaign, Candidate
-from webapp.campaigns.selectors import BASELINES, campaign_environments, campaign_times
+from webapp.campaigns.selectors import BASELINES, campaign_environments
+from webapp.campaigns.times import campaign_times
 
 CSV_HEADER = [
     "campaign_id",

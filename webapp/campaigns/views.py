@@ -26,6 +26,7 @@ from webapp.campaigns import (
     ratios,
     selectors,
     services,
+    times,
 )
 from webapp.campaigns.forms import (
     MAX_SHAPES,
@@ -170,8 +171,8 @@ def campaign_detail(request, campaign_id: int):
             "no_bundle": "" if timed else artifacts.NO_BUNDLE,
             "live": campaign.status in live.ACTIVE,
             "proposers": selectors.campaign_proposers(campaign=campaign),
-            "times": selectors.times_display(
-                selectors.campaign_times(campaign=campaign, now=timezone.now())
+            "times": times.times_display(
+                times.campaign_times(campaign=campaign, now=timezone.now())
             ),
             "progress": {
                 "shapes": len(shapes),
