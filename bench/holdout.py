@@ -99,6 +99,15 @@ def judged(final: Mapping[str, Any], kernel: str, baseline: str) -> Ratio | None
     return session.ratios().get(baseline) if session is not None else None
 
 
+def void_times(final: Mapping[str, Any]) -> list[str]:
+    """The baselines whose times in ``final`` (a shape's final summary) are void: Inductor's
+    taken before revision 2 of the device protocol counted its host work (NOTES §41). A summary
+    that records no revision was measured before revisions were recorded."""
+    if not final or final.get("protocol_revision", 1) >= 2:
+        return []
+    return [INDUCTOR]
+
+
 def problem_class(key: str) -> str:
     """The class of a problem key such as ``256x64x2048_nn``."""
     m, n, k = (int(x) for x in key.rsplit("_", 1)[0].split("x"))
@@ -114,6 +123,7 @@ def summary(report: Mapping[str, Any]) -> dict[str, Any]:
             misses.append({"problem": entry["problem"], "why": entry.get("final_error", "")})
             continue
         final = finals.get(entry["problem"], {})
+        void = void_times(final)
         sessions = {b: judged(final, entry["best"], b) for b in (LT, INDUCTOR)}
         rows.append(
             {
@@ -123,10 +133,17 @@ def summary(report: Mapping[str, Any]) -> dict[str, Any]:
                 # the judged session's own ratio where the finals kept it: what is shown is
                 # what is judged
                 **{
-                    b: found.get(b) if sessions[b] is None else sessions[b].value
+                    b: None
+                    if b in void
+                    else found.get(b)
+                    if sessions[b] is None
+                    else sessions[b].value
                     for b in (LT, INDUCTOR)
                 },
-                "verdicts": {b: None if r is None else r.verdict for b, r in sessions.items()},
+                "verdicts": {
+                    b: None if r is None or b in void else r.verdict for b, r in sessions.items()
+                },
+                "void": void,
             }
         )
     classes: dict[str, dict[str, Any]] = {}
@@ -141,14 +158,21 @@ def summary(report: Mapping[str, Any]) -> dict[str, Any]:
         }
     missed = Counter(problem_class(m["problem"]) for m in misses)
     missed["all"] = len(misses)
+
+    def voided(group: str, baseline: str) -> int:
+        return sum(baseline in r["void"] for r in rows if group in ("all", r["class"]))
+
     checks = [
         {
             "what": what,
             "geomean": classes[group][baseline],
             "target": target,
-            # a group with a shape left without a final has not met anything yet
+            # a group with a shape left without a final, or whose time is void, has not met
+            # anything yet
             "without_final": missed[group],
+            "void": voided(group, baseline),
             "met": not missed[group]
+            and not voided(group, baseline)
             and classes[group][baseline] is not None
             and classes[group][baseline] >= target,
         }
@@ -177,7 +201,11 @@ def with_saved_finals(report: dict[str, Any], db: Path) -> dict[str, Any]:
     finally:
         storage.close()
     out = json.loads(json.dumps(report))  # the caller's report stays as it was
-    out["final"] = {key: entry["summary"] for key, entry in saved.items()}
+    # a summary saved before it recorded its revision has the one its settings say
+    out["final"] = {
+        key: {"protocol_revision": entry["settings"].get("protocol_revision", 1)} | entry["summary"]
+        for key, entry in saved.items()
+    }
     with_final_choices(out, results, report["settings"]["baseline"])
     return out
 
@@ -187,6 +215,8 @@ def table(result: Mapping[str, Any]) -> str:
         return "—" if value is None else f"{value:.3f}"
 
     def judged(row: Mapping[str, Any], baseline: str) -> str:
+        if baseline in row.get("void", ()):
+            return "void"
         said = row["verdicts"].get(baseline)
         return cell(row[baseline]) + (f" {said}" if said else "")
 
@@ -210,6 +240,7 @@ def table(result: Mapping[str, Any]) -> str:
         f"{'met' if c['met'] else 'NOT met':<7} {c['what']}: {cell(c['geomean'])} "
         f"(≥ {c['target']:.2f})"
         + (f", {c['without_final']} shapes without a final" if c.get("without_final") else "")
+        + (f", {c['void']} shapes' times void (protocol revision 1)" if c.get("void") else "")
         for c in result["checks"]
     ]
     lines += [f"no final: {m['problem']} {m['why']}".rstrip() for m in result["misses"]]

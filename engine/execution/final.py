@@ -245,7 +245,12 @@ def final_summary(record: dict[str, Any]) -> dict[str, Any]:
         for key in ("power", "power_by_runner", "wall_s"):  # NVML, where the child could read it
             if key in result:
                 out[protocol][key] = result[key]
-    summary = {"protocols": out, "environment": record["environment"]}
+    # what its times mean: a reader sets apart those taken under an older revision
+    summary = {
+        "protocols": out,
+        "environment": record["environment"],
+        "protocol_revision": PROTOCOL_REVISION,
+    }
     if "sandbox" in record:
         summary["sandbox"] = record["sandbox"]
     if kernels := cublaslt_kernels.from_record(record):

@@ -103,6 +103,7 @@ def device_final(kernel: str, kernel_q: tuple[float, float], lt_q: tuple[float, 
     their medians (mid-quartile) and interquartile ranges, in µs."""
     runners = {kernel: kernel_q, "cublaslt_autotune_tn": lt_q, "cublaslt_autotune_nn": (99, 99)}
     return {
+        "protocol_revision": 2,
         "protocols": {
             "device": {
                 "seconds": {name: sum(q) / 2e6 for name, q in runners.items()},
@@ -113,7 +114,7 @@ def device_final(kernel: str, kernel_q: tuple[float, float], lt_q: tuple[float, 
                     "cublaslt_autotune": {"seconds": sum(lt_q) / 2e6, "layout": "tn"}
                 },
             }
-        }
+        },
     }
 
 
@@ -150,6 +151,31 @@ def test_a_row_shows_the_ratio_of_the_session_that_judged_it(holdout):
     assert row["cublaslt_autotune"] == pytest.approx(1.3)
     assert row["verdicts"]["cublaslt_autotune"] == "faster"
     assert row["inductor_max_autotune"] == pytest.approx(1.2)  # no session: the report's ratio
+
+
+def test_inductors_times_from_before_protocol_revision_2_are_void_not_ratios(holdout):
+    # the device protocol timed Inductor's host work until revision 2 (NOTES §41)
+    old = device_final("kernel_for_512x256x64", (4.8, 5.2), (4.9, 5.3))
+    del old["protocol_revision"]  # a summary from before revisions were recorded
+    report = {
+        "problems": [entry("128x128x16384", 1.3, 1.2), entry("512x256x64", 1.02, 9.0)],
+        "final": {
+            "128x128x16384_nn": device_final("kernel_for_128x128x16384", (9.9, 10.1), (12.9, 13.1)),
+            "512x256x64_nn": old,
+        },
+    }
+    result = holdout.summary(report)
+    rows = {row["problem"]: row for row in result["rows"]}
+    assert rows["512x256x64_nn"]["inductor_max_autotune"] is None
+    assert rows["512x256x64_nn"]["void"] == ["inductor_max_autotune"]
+    assert rows["512x256x64_nn"]["cublaslt_autotune"] == pytest.approx(5.1 / 5.0)  # kept
+    assert result["classes"]["all"]["inductor_max_autotune"] == pytest.approx(1.2)
+    checks = {c["what"]: c for c in result["checks"]}
+    assert checks["overall vs Inductor max-autotune"]["void"] == 1
+    assert checks["overall vs Inductor max-autotune"]["met"] is False
+    table = holdout.table(result)
+    assert "512x256x64_nn    small   1.020 tied            void " in table
+    assert "1 shapes' times void (protocol revision 1)" in table
 
 
 def test_a_campaign_cut_during_its_finals_is_read_from_its_saved_finals(holdout, tmp_path, capsys):
