@@ -87,10 +87,14 @@ def present(selector: str):
     return lambda driver: driver.find_elements(By.CSS_SELECTOR, selector)
 
 
+# how chromedriver may report an element of the page being left, besides a stale reference
+DETACHED = "does not belong to the document"
+
+
 def shows(selector: str, text: str):
     """A wait condition: an element matching ``selector`` holds ``text`` (an element of the
     page being left counts as not yet)."""
-    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
     from selenium.webdriver.common.by import By
 
     def condition(driver) -> bool:
@@ -98,6 +102,10 @@ def shows(selector: str, text: str):
             return any(text in e.text for e in driver.find_elements(By.CSS_SELECTOR, selector))
         except StaleElementReferenceException:
             return False
+        except WebDriverException as exc:  # chromedriver 156: "Node with given id does not …"
+            if DETACHED in str(exc):
+                return False
+            raise
 
     return condition
 
