@@ -25,6 +25,9 @@ Sets of configs (``--set``, several separated by commas):
   2048×64×16384, as many bytes as A), and the searched library swaps only tiles up to 64 wide
   (``SWAPWIDE_SHAPES``: M ≥ N long-K shapes to run it on; outside the searched library until
   measured);
+- ``longk-interleave``: the searched library's configs of at least 4 splits with the K tiles dealt
+  to the cluster's CTAs in turn (``interleave``: the cluster's loads of one moment side by side
+  along A's rows), beside their twins (outside the searched library until measured);
 - ``sm80-cluster``: the baseline set's sm80 configs reduced inside a cluster.
 
 For each shape the set's configs valid for it are verified (the GPU step's verifier, fresh random
@@ -156,6 +159,15 @@ def longk_swapwide_configs(layout: Layout) -> list[Any]:
     return [c for c in configs if c.is_valid()]
 
 
+def longk_interleave_configs(layout: Layout) -> list[Any]:
+    """The interleaved twins of the searched library's configs of at least 4 splits, and those
+    configs."""
+    from engine.codegen.library import longk_interleave_library
+
+    dealt = list(longk_interleave_library(layout))
+    return [replace(c, interleave=False) for c in dealt] + dealt
+
+
 def sm80_cluster_configs(layout: Layout) -> list[Any]:
     """The sm80 family's deep split-K tiles reduced inside a cluster (the first baseline)."""
     return [c for c in baseline_configs(layout) if getattr(c, "reduction", "") == "cluster"]
@@ -172,6 +184,7 @@ CONFIG_SETS = {
     "longk-multicast": longk_multicast_configs,
     "longk-send": longk_send_configs,
     "longk-swapwide": longk_swapwide_configs,
+    "longk-interleave": longk_interleave_configs,
     "sm80-cluster": sm80_cluster_configs,
 }
 
@@ -186,9 +199,16 @@ def configs_of(sets: str, layout: Layout) -> list[Any]:
 
 # A variant's name is its twin's with a suffix: push reduces through bulk copies, _pf prefetches
 # the K slice into L2, _mc2 shares P's loads between two output tiles, _send stores the partial
-# sums from registers into their owners' shared memory (engine/codegen/longk.py).
-VARIANT_SUFFIXES = ("_push_pf", "_pf", "_push", "_mc2", "_send")
-CHANGES = {"_pf": "prefetch", "_push": "push", "_mc2": "multicast", "_send": "send"}
+# sums from registers into their owners' shared memory, _il deals the K tiles to the cluster's
+# CTAs in turn (engine/codegen/longk.py).
+VARIANT_SUFFIXES = ("_push_pf", "_pf", "_push", "_mc2", "_send", "_il")
+CHANGES = {
+    "_pf": "prefetch",
+    "_push": "push",
+    "_mc2": "multicast",
+    "_send": "send",
+    "_il": "interleave",
+}
 
 
 def twin_of(name: str) -> tuple[str, str] | None:

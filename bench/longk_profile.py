@@ -120,14 +120,14 @@ def profile(target: str, shape: str, out: Path, tag: str) -> dict[str, object]:
 
 def config_of(pair: str) -> tuple[str, Any]:
     """(SHAPE, the NN LongKConfig) of SHAPE/TILE_N/STAGES/SPLITS/SWAP[/CTAS_PER_SM[/GROUPS
-    [/MULTICAST[/REDUCE]]]] (CTAS_PER_SM 0, as many as fit, GROUPS and MULTICAST 1 and REDUCE
-    pull when left off)."""
+    [/MULTICAST[/REDUCE[/INTERLEAVE]]]]] (CTAS_PER_SM 0, as many as fit, GROUPS and MULTICAST
+    1, REDUCE pull and INTERLEAVE 0 when left off)."""
     from engine.codegen import LongKConfig
     from engine.problem import Layout
 
     fields = pair.split("/")
-    fields += ["0", "1", "1", "pull"][len(fields) - 5 :]
-    shape, tile_n, stages, splits, swap, occupancy, groups, multicast, reduce = fields
+    fields += ["0", "1", "1", "pull", "0"][len(fields) - 5 :]
+    shape, tile_n, stages, splits, swap, occupancy, groups, multicast, reduce, interleave = fields
     return shape, LongKConfig(
         layout=Layout.NN,
         tile_n=int(tile_n),
@@ -138,6 +138,7 @@ def config_of(pair: str) -> tuple[str, Any]:
         groups=int(groups),
         multicast=int(multicast),
         reduce=reduce,
+        interleave=interleave == "1",
     )
 
 

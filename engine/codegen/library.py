@@ -425,6 +425,23 @@ def longk_multicast_library(layout: Layout) -> list[LongKConfig]:
     ]
 
 
+# interleave: a cluster's CTAs take K tiles in turn instead of one contiguous slice each, so that
+# their loads of one moment lie side by side along A's rows (longer DRAM runs on the A-streaming
+# M ≫ N shapes, where cuBLASLt and the searched library both reach about half the roofline). The
+# twins of the searched library's configs of at least 4 splits; out of the searched library until
+# measured. bench/longk_bench.py --set longk-interleave.
+LONGK_INTERLEAVE_MIN_SPLITS = 4
+
+
+def longk_interleave_library(layout: Layout) -> list[LongKConfig]:
+    return [
+        dealt
+        for c in longk_library(layout)
+        if c.splits >= LONGK_INTERLEAVE_MIN_SPLITS
+        and (dealt := dataclasses.replace(c, interleave=True)).is_valid()
+    ]
+
+
 # groups > 1: a tile's K over several small clusters, summed across them in the workspace (the
 # last cluster to arrive sums), so that a tile gets more CTAs than one cluster holds. Out of the
 # searched library: on an H100 every one verified and every one was slower than the best

@@ -61,6 +61,13 @@ rounds the Q tiles up to pairs (a tile outside C loads zeros and stores nothing)
 sums its own splits in split order, so the result is its single-tile twin's, bit for bit.
 Unmeasured so far, so it stays out of the searched library.
 
+``interleave`` (outside SPACE for the same reason) deals K tiles to a cluster's CTAs in turn
+(CTA ``split`` takes tiles ``split``, ``split + splits``, …) instead of one contiguous slice each,
+so that at any moment the cluster's loads lie side by side along each row of a K-major operand:
+8 splits read 1 KiB of a row together where contiguous slices read 128 B in each of 8 places a
+slice apart. For A-streaming shapes (M ≫ N), where every byte of A comes from DRAM once, this asks
+DRAM for longer runs of one row; the sums are the same partial tiles in the same split order.
+
 Hand-written CUDA with inline PTX (mbarrier, cp.async.bulk.tensor, wgmma), not CUTLASS's
 collective builder: the builder's kernels reduce split-K through a workspace (stream-K's
 fixup) and cannot end a mainloop in a cluster-wide DSMEM reduction, and a raw kernel keeps the
@@ -270,6 +277,11 @@ PULL_K_SLICE = """\
   const int kt_begin = int(int64_t(split) * p.k_tiles / kSplits);
   const int kt_end = int(int64_t(split + 1) * p.k_tiles / kSplits);
 """
+INTERLEAVED_K_SLICE = """\
+  // interleaved: this CTA's K tiles are split, split + kSplits, ... (i counts them from 0)
+  const int kt_begin = 0;
+  const int kt_end = (p.k_tiles - split + kSplits - 1) / kSplits;
+"""
 GROUPS_K_SLICE = """\
   const int group = int(blockIdx.z) / kSplits;  // the cluster's place along K among the tile's
   const int slice = group * kSplits + split;
@@ -418,6 +430,7 @@ class LongKConfig(KernelConfig):
     prefetch: bool = False
     groups: int = 1
     multicast: int = 1
+    interleave: bool = False
 
     @classmethod
     def archs_for(cls, target: str | None = None) -> tuple[str, ...]:
@@ -526,6 +539,8 @@ class LongKConfig(KernelConfig):
             return invalid(f"multicast={self.multicast} is not one of {list(MULTICASTS)}")
         if self.multicast > 1 and (self.reduce != "pull" or self.groups > 1 or self.prefetch):
             return invalid("multicast is built for one cluster reduced by pull, without prefetch")
+        if self.interleave and (self.groups > 1 or self.multicast > 1 or self.prefetch):
+            return invalid("interleave is built for one cluster's slices, without prefetch")
         if self.splits * self.multicast > MAX_CLUSTER:
             return invalid(
                 f"{self.splits} splits x {self.multicast} multicast CTAs in a cluster "
@@ -565,9 +580,10 @@ class LongKConfig(KernelConfig):
         prefetch = "_pf" if self.prefetch else ""
         groups = f"_g{self.groups}" if self.groups > 1 else ""
         multicast = f"_mc{self.multicast}" if self.multicast > 1 else ""
+        interleave = "_il" if self.interleave else ""
         return (
             f"hgemm_longk_{tm}x{tn}x{TILE_K}_s{self.stages}_{self.layout.value}"
-            f"_cluster{self.splits}{groups}{swap}{occupancy}{push}{prefetch}{multicast}"
+            f"_cluster{self.splits}{groups}{swap}{occupancy}{push}{prefetch}{multicast}{interleave}"
         )
 
     def substitutions(self) -> dict[str, str]:
@@ -599,6 +615,17 @@ class LongKConfig(KernelConfig):
             **self.multicast_substitutions(),
         }
 
+    def k_slice_code(self, grouped: bool) -> str:
+        """Where this CTA's K tiles begin and end (C++, in the kernel's names)."""
+        if grouped:
+            return GROUPS_K_SLICE
+        return INTERLEAVED_K_SLICE if self.interleave else PULL_K_SLICE
+
+    @property
+    def k_tile_expression(self) -> str:
+        """The K tile the producer's i-th load reads (C++, in the kernel's names)."""
+        return "split + i * kSplits" if self.interleave else "kt_begin + i"
+
     def multicast_substitutions(self) -> dict[str, str]:
         """The template's slots for ``multicast``: with 1 they hold the text the template had
         before the knob (the build cache keys stay as they were)."""
@@ -612,7 +639,7 @@ class LongKConfig(KernelConfig):
                 "cluster_ready": SEND_READY if self.send else "",
                 "load_p": (
                     "        load_operand<kPKMajor, kTileP, kPWidth>(&map_p, stage, bar, p0, "
-                    "kt_begin + i);\n"
+                    f"{self.k_tile_expression});\n"
                 ),
                 "release_stage": (
                     "      if (i > 0 && lane == 0) mbar_arrive(empty + 8 * ((i - 1) % kStages));\n"
@@ -650,7 +677,8 @@ class LongKConfig(KernelConfig):
             "groups_includes": GROUPS_INCLUDES if grouped else "",
             "groups_constants": GROUPS_CONSTANTS.format(groups=self.groups) if grouped else "",
             "params_extra": GROUPS_PARAMS if grouped else "",
-            "k_slice": GROUPS_K_SLICE if grouped else PULL_K_SLICE,
+            "k_slice": self.k_slice_code(grouped),
+            "k_tile": self.k_tile_expression,
             "workspace_size": GROUPS_WORKSPACE if grouped else NO_WORKSPACE,
             "workspace_param": " workspace" if grouped else "",
             "params_init": GROUPS_PARAMS_INIT if grouped else "",

@@ -104,3 +104,17 @@ def test_the_fastest_grouped_config_is_read_against_the_fastest_single_cluster_o
             "ratio": pytest.approx(1.1),
         }
     ]
+
+
+def test_the_interleave_set_times_each_dealt_config_beside_its_sliced_twin(bench):
+    configs = bench.configs_of("longk-interleave", Layout.NN)
+    dealt = [c.name for c in configs if c.interleave]
+    names = {c.name for c in configs}
+    assert dealt
+    assert len(names) == 2 * len(dealt)
+    assert all(bench.twin_of(n) == ("_il", n.removesuffix("_il")) for n in dealt)
+    assert all(bench.twin_of(n)[1] in names for n in dealt)
+    assert bench.twin_of("hgemm_longk_64x64x64_s6_nn_cluster8_send_il") == (
+        "_il",
+        "hgemm_longk_64x64x64_s6_nn_cluster8_send",
+    )

@@ -8,7 +8,8 @@ re-points the tensor maps it keeps); push and send give pull's result bit for bi
 in the same order). A tile's K over several clusters (``groups``) sums them in the caller's
 workspace: whatever the workspace held before, and under a CUDA graph that replays one launch,
 its result is the same bits. Two tiles that share P's loads by TMA multicast (``multicast``)
-give their single-tile twin's bits. Skipped without a GPU."""
+give their single-tile twin's bits; K tiles dealt to the cluster's CTAs in turn (``interleave``)
+pass the verifier too. Skipped without a GPU."""
 
 from __future__ import annotations
 
@@ -55,6 +56,12 @@ CONFIGS = (
     LongKConfig(layout=Layout.NN, tile_n=32, stages=8, splits=8, reduce="send"),
     LongKConfig(layout=Layout.TN, tile_n=32, stages=4, splits=12, swap=True, reduce="send"),
     LongKConfig(layout=Layout.NN, tile_n=16, stages=6, splits=3, swap=True, reduce="send"),
+    # K tiles dealt in turn: 3 splits over 47 K tiles (uneven counts), a swapped 16-CTA cluster,
+    # send, and TN
+    LongKConfig(layout=Layout.NN, tile_n=64, stages=4, splits=3, interleave=True),
+    LongKConfig(layout=Layout.NN, tile_n=64, stages=4, splits=16, swap=True, interleave=True),
+    LongKConfig(layout=Layout.NN, tile_n=64, stages=6, splits=8, reduce="send", interleave=True),
+    LongKConfig(layout=Layout.TN, tile_n=128, stages=4, splits=8, interleave=True),
 )
 PUSHED = tuple(c for c in CONFIGS if c.reduce in ("push", "send"))
 GROUPED = tuple(c for c in CONFIGS if c.groups > 1)

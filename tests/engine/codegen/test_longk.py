@@ -638,3 +638,71 @@ def test_send_compiles_to_dsmem_stores_without_a_gpu_wide_memory_barrier(engine_
             ).stdout
             assert "STAS.64" in sass, config.name  # st.async of a register pair
             assert "MEMBAR.ALL.GPU" not in sass, config.name
+
+
+def test_interleave_is_named_by_a_suffix_and_leaves_other_sources_as_they_were():
+    sliced = LongKConfig(layout=NN, tile_n=64, stages=4, splits=8, swap=True)
+    dealt = replace(sliced, interleave=True)
+    assert dealt.name == sliced.name + "_il"
+    assert LongKConfig.from_knobs(dealt.knobs()) == dealt
+    assert "interleave" not in LongKConfig.SPACE  # the shipped policy's layout stays as it is
+    source = sliced.render()
+    assert "split + i * kSplits" not in source
+    assert "(&map_q, stage + kPBytes, bar, q0, kt_begin + i);" in source
+    assert "(&map_p, stage, bar, p0, kt_begin + i);" in source
+
+
+def test_interleave_deals_both_operands_k_tiles_to_the_clusters_ctas_in_turn():
+    source = LongKConfig(layout=NN, tile_n=64, stages=4, splits=8, interleave=True).render()
+    assert "${" not in source
+    assert "(&map_p, stage, bar, p0, split + i * kSplits);" in source
+    assert "(&map_q, stage + kPBytes, bar, q0, split + i * kSplits);" in source
+    assert "const int kt_end = (p.k_tiles - split + kSplits - 1) / kSplits;" in source
+    assert "kt_begin + i" not in source
+
+
+@pytest.mark.parametrize("k_tiles", [1, 7, 8, 9, 63, 256])
+@pytest.mark.parametrize("splits", [2, 3, 8, 16])
+def test_the_interleaved_ctas_take_every_k_tile_once(k_tiles, splits):
+    taken = sorted(
+        split + i * splits
+        for split in range(splits)
+        for i in range((k_tiles - split + splits - 1) // splits)
+    )
+    assert taken == list(range(k_tiles))
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        LongKConfig(layout=NN, splits=4, groups=2, interleave=True),
+        LongKConfig(layout=NN, splits=4, multicast=2, interleave=True),
+        LongKConfig(layout=NN, splits=4, prefetch=True, interleave=True),
+    ],
+)
+def test_it_rejects_interleave_beside_groups_multicast_or_prefetch(config):
+    verdict = config.is_valid()
+    assert not verdict
+    assert "interleave" in verdict.reason
+
+
+def test_interleaved_twins_are_offered_for_4_splits_and_more_and_stay_out_of_the_search():
+    from engine.codegen.library import longk_interleave_library, longk_prior
+
+    for layout in (NN, TN):
+        assert not any(c.interleave for c in library("longk", layout))
+        dealt = longk_interleave_library(layout)
+        assert dealt
+        assert all(c.interleave and c.splits >= 4 and c.is_valid() for c in dealt)
+        searched = {c.name for c in library("longk", layout)}
+        assert all(c.name.removesuffix("_il") in searched for c in dealt)
+    assert not any(c.interleave for c in longk_prior(Problem.parse("2048x64x16384"), count=8))
+
+
+@pytest.mark.nvcc
+def test_interleave_compiles_without_spills(engine_config):
+    configs = [
+        LongKConfig(layout=NN, tile_n=64, stages=4, splits=8, swap=True, interleave=True),
+        LongKConfig(layout=NN, tile_n=64, stages=6, splits=8, reduce="send", interleave=True),
+    ]
+    assert len(built_without_spills(configs, engine_config)) == len(configs)
