@@ -28,6 +28,8 @@ Sets of configs (``--set``, several separated by commas):
 - ``longk-interleave``: the searched library's configs of at least 4 splits with the K tiles dealt
   to the cluster's CTAs in turn (``interleave``: the cluster's loads of one moment side by side
   along A's rows), beside their twins (outside the searched library until measured);
+- ``longk-evict``: the same configs with A's loads under an L2 evict-first policy
+  (``evict_first_a``), beside their twins (outside the searched library until measured);
 - ``sm80-cluster``: the baseline set's sm80 configs reduced inside a cluster.
 
 For each shape the set's configs valid for it are verified (the GPU step's verifier, fresh random
@@ -168,6 +170,15 @@ def longk_interleave_configs(layout: Layout) -> list[Any]:
     return [replace(c, interleave=False) for c in dealt] + dealt
 
 
+def longk_evict_configs(layout: Layout) -> list[Any]:
+    """The evict-first twins (A's loads) of the searched library's configs of at least 4 splits,
+    and those configs."""
+    from engine.codegen.library import longk_evict_library
+
+    hinted = list(longk_evict_library(layout))
+    return [replace(c, evict_first_a=False) for c in hinted] + hinted
+
+
 def sm80_cluster_configs(layout: Layout) -> list[Any]:
     """The sm80 family's deep split-K tiles reduced inside a cluster (the first baseline)."""
     return [c for c in baseline_configs(layout) if getattr(c, "reduction", "") == "cluster"]
@@ -185,6 +196,7 @@ CONFIG_SETS = {
     "longk-send": longk_send_configs,
     "longk-swapwide": longk_swapwide_configs,
     "longk-interleave": longk_interleave_configs,
+    "longk-evict": longk_evict_configs,
     "sm80-cluster": sm80_cluster_configs,
 }
 
@@ -200,14 +212,15 @@ def configs_of(sets: str, layout: Layout) -> list[Any]:
 # A variant's name is its twin's with a suffix: push reduces through bulk copies, _pf prefetches
 # the K slice into L2, _mc2 shares P's loads between two output tiles, _send stores the partial
 # sums from registers into their owners' shared memory, _il deals the K tiles to the cluster's
-# CTAs in turn (engine/codegen/longk.py).
-VARIANT_SUFFIXES = ("_push_pf", "_pf", "_push", "_mc2", "_send", "_il")
+# CTAs in turn, _efa loads A with an L2 evict-first policy (engine/codegen/longk.py).
+VARIANT_SUFFIXES = ("_push_pf", "_pf", "_push", "_mc2", "_send", "_il", "_efa")
 CHANGES = {
     "_pf": "prefetch",
     "_push": "push",
     "_mc2": "multicast",
     "_send": "send",
     "_il": "interleave",
+    "_efa": "evict_first_a",
 }
 
 

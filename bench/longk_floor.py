@@ -2,7 +2,13 @@
 shape's fastest longk kernel timed the same way (L2 zeroed through a 256 MiB buffer before each
 call, CUDA events around the call alone, median of interleaved repetitions). GPU only.
 
-    python3 bench/longk_floor.py --best-of longk.json [--reps 400] [--out floor.json]
+``--flushes write,read`` times every runner after each way of emptying L2, interleaved: ``write``
+zeroes the buffer (the device protocol's flush: L2 is left holding dirty lines, which the timed
+call's own misses must write back to DRAM before they can take their place), ``read`` sums it
+(L2 is left holding clean lines). The difference is what the protocol's flush adds to a call.
+
+    python3 bench/longk_floor.py (--best-of longk.json | --pairs PAIR,...) [--flushes write,read]
+        [--reps 400] [--out floor.json]
 """
 
 from __future__ import annotations
@@ -20,7 +26,9 @@ sys.path.insert(0, str(ROOT))
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--best-of", type=Path, required=True, help="a longk_bench.py report")
+    parser.add_argument("--best-of", type=Path, help="a longk_bench.py report")
+    parser.add_argument("--pairs", help="SHAPE/TILE_N/... as bench/longk_profile.py's")
+    parser.add_argument("--flushes", default="write", help="write, read or both, comma-separated")
     parser.add_argument("--reps", type=int, default=400)
     parser.add_argument("--out", type=Path, default=Path("longk-floor.json"))
     args = parser.parse_args(argv)
@@ -32,11 +40,23 @@ def main(argv: list[str] | None = None) -> int:
     from engine.gpu.runtime import KernelLibrary
     from engine.problem import Problem
 
-    report = json.loads(args.best_of.read_text())
+    if args.pairs:
+        pairs = args.pairs.split(",")
+    elif args.best_of:
+        report = json.loads(args.best_of.read_text())
+        pairs = best_pairs(report, len(report.get("shapes", [])))
+    else:
+        parser.error("--best-of or --pairs")
     stream = torch.cuda.current_stream()
-    flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    buffer = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    sink = torch.empty((), dtype=torch.int64, device="cuda")
+    flushes = {
+        "write": buffer.zero_,
+        "read": lambda: torch.sum(buffer, dtype=torch.int64, out=sink),
+    }
+    modes = args.flushes.split(",")
     runners = {"empty kernel": lambda: torch.cuda._sleep(0)}
-    for pair in best_pairs(report, len(report.get("shapes", []))):
+    for pair in pairs:
         shape, config = config_of(pair)
         problem = Problem.parse(shape)
         a = torch.randn(problem.m, problem.k, device="cuda").half()
@@ -55,31 +75,38 @@ def main(argv: list[str] | None = None) -> int:
 
         runners[f"{shape} {config.name}"] = launch
         runners[f"{shape} torch.matmul"] = lambda a=a, b=b, c=c: torch.matmul(a, b, out=c)
-    samples: dict[str, list[float]] = {name: [] for name in runners}
-    names = list(runners)
+    timed = [(name, mode) for name in runners for mode in modes]
+    samples: dict[tuple[str, str], list[float]] = {key: [] for key in timed}
     for _ in range(3):
         for fn in runners.values():
             fn()
     torch.cuda.synchronize()
     rng = random.Random(0)
     for _ in range(args.reps // 50):
-        pairs = []
+        events = []
         for _ in range(50):
-            rng.shuffle(names)
-            for name in names:
-                flush.zero_()
+            rng.shuffle(timed)
+            for name, mode in timed:
+                flushes[mode]()
                 start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(True)
                 start.record(stream)
                 runners[name]()
                 end.record(stream)
-                pairs.append((name, start, end))
+                events.append(((name, mode), start, end))
         torch.cuda.synchronize()
-        for name, start, end in pairs:
-            samples[name].append(start.elapsed_time(end) * 1e3)
-    medians = {name: statistics.median(v) for name, v in samples.items()}
-    for name, us in medians.items():
-        print(f"{us:8.2f} us  {name}")
-    args.out.write_text(json.dumps({"median_us": medians, "reps": args.reps}, indent=1))
+        for key, start, end in events:
+            samples[key].append(start.elapsed_time(end) * 1e3)
+    medians = {
+        name: {mode: statistics.median(samples[name, mode]) for mode in modes} for name in runners
+    }
+    print("  ".join(f"{mode + ' flush':>12}" for mode in modes) + "  runner")
+    for name, by_mode in medians.items():
+        print("  ".join(f"{by_mode[mode]:9.2f} us" for mode in modes) + f"  {name}")
+    if len(modes) == 1:  # the report's first shape: one median per runner
+        medians = {name: by_mode[modes[0]] for name, by_mode in medians.items()}
+    args.out.write_text(
+        json.dumps({"median_us": medians, "flushes": modes, "reps": args.reps}, indent=1)
+    )
     return 0
 
 

@@ -442,6 +442,19 @@ def longk_interleave_library(layout: Layout) -> list[LongKConfig]:
     ]
 
 
+# evict_first_a: A's loads carry an L2 evict-first policy, so that A, read once, gives up its
+# lines before B's (re-read along M) and before the dirty lines a previous kernel left (written
+# back to DRAM before their place is taken). The twins of the same configs as interleave's; out
+# of the searched library until measured. bench/longk_bench.py --set longk-evict.
+def longk_evict_library(layout: Layout) -> list[LongKConfig]:
+    return [
+        hinted
+        for c in longk_library(layout)
+        if c.splits >= LONGK_INTERLEAVE_MIN_SPLITS
+        and (hinted := dataclasses.replace(c, evict_first_a=True)).is_valid()
+    ]
+
+
 # groups > 1: a tile's K over several small clusters, summed across them in the workspace (the
 # last cluster to arrive sums), so that a tile gets more CTAs than one cluster holds. Out of the
 # searched library: on an H100 every one verified and every one was slower than the best

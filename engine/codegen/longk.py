@@ -61,6 +61,12 @@ rounds the Q tiles up to pairs (a tile outside C loads zeros and stores nothing)
 sums its own splits in split order, so the result is its single-tile twin's, bit for bit.
 Unmeasured so far, so it stays out of the searched library.
 
+``evict_first_a`` (outside SPACE for the same reason) loads A's K tiles with an L2 evict-first
+policy (``createpolicy.fractional.L2::evict_first`` and the TMA's ``.L2::cache_hint``): A is read
+once, so its lines are the ones L2 should give up first when a later load needs a place, rather
+than lines other work left there (B's, re-read by every tile along M, or the last kernel's dirty
+output, which would have to be written back to DRAM first).
+
 ``interleave`` (outside SPACE for the same reason) deals K tiles to a cluster's CTAs in turn
 (CTA ``split`` takes tiles ``split``, ``split + splits``, …) instead of one contiguous slice each,
 so that at any moment the cluster's loads lie side by side along each row of a K-major operand:
@@ -277,6 +283,26 @@ PULL_K_SLICE = """\
   const int kt_begin = int(int64_t(split) * p.k_tiles / kSplits);
   const int kt_end = int(int64_t(split + 1) * p.k_tiles / kSplits);
 """
+EVICT_FIRST_FUNCTIONS = """\
+// evict_first_a: A's K tiles are read once; L2 gives their lines up first.
+__device__ __forceinline__ void tma_load_evict_first(const CUtensorMap* map, uint32_t dst,
+                                                     uint32_t bar, int c0, int c1) {
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      ".L2::cache_hint [%0], [%1, {%3, %4}], [%2], %5;" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1), "l"(policy)
+      : "memory");
+}
+template <bool kKMajor, int kExtent, int kWidth>
+__device__ __forceinline__ void load_evict_first(const CUtensorMap* map, uint32_t dst,
+                                                 uint32_t bar, int row0, int kt) {
+  static_assert(kKMajor, "A is K-major in every layout");
+  tma_load_evict_first(map, dst, bar, kt * kTileK, row0);
+}
+
+"""
 INTERLEAVED_K_SLICE = """\
   // interleaved: this CTA's K tiles are split, split + kSplits, ... (i counts them from 0)
   const int kt_begin = 0;
@@ -431,6 +457,7 @@ class LongKConfig(KernelConfig):
     groups: int = 1
     multicast: int = 1
     interleave: bool = False
+    evict_first_a: bool = False
 
     @classmethod
     def archs_for(cls, target: str | None = None) -> tuple[str, ...]:
@@ -541,6 +568,8 @@ class LongKConfig(KernelConfig):
             return invalid("multicast is built for one cluster reduced by pull, without prefetch")
         if self.interleave and (self.groups > 1 or self.multicast > 1 or self.prefetch):
             return invalid("interleave is built for one cluster's slices, without prefetch")
+        if self.evict_first_a and self.multicast > 1:
+            return invalid("evict_first_a is built for single-tile loads, not multicast")
         if self.splits * self.multicast > MAX_CLUSTER:
             return invalid(
                 f"{self.splits} splits x {self.multicast} multicast CTAs in a cluster "
@@ -581,9 +610,11 @@ class LongKConfig(KernelConfig):
         groups = f"_g{self.groups}" if self.groups > 1 else ""
         multicast = f"_mc{self.multicast}" if self.multicast > 1 else ""
         interleave = "_il" if self.interleave else ""
+        evict = "_efa" if self.evict_first_a else ""
         return (
             f"hgemm_longk_{tm}x{tn}x{TILE_K}_s{self.stages}_{self.layout.value}"
-            f"_cluster{self.splits}{groups}{swap}{occupancy}{push}{prefetch}{multicast}{interleave}"
+            f"_cluster{self.splits}{groups}{swap}{occupancy}{push}{prefetch}{multicast}"
+            f"{interleave}{evict}"
         )
 
     def substitutions(self) -> dict[str, str]:
@@ -621,6 +652,11 @@ class LongKConfig(KernelConfig):
             return GROUPS_K_SLICE
         return INTERLEAVED_K_SLICE if self.interleave else PULL_K_SLICE
 
+    def loader(self, streamed: bool) -> str:
+        """The device function that loads an operand's K tile: A's (``streamed``) with the
+        evict-first policy when ``evict_first_a``."""
+        return "load_evict_first" if streamed and self.evict_first_a else "load_operand"
+
     @property
     def k_tile_expression(self) -> str:
         """The K tile the producer's i-th load reads (C++, in the kernel's names)."""
@@ -638,8 +674,8 @@ class LongKConfig(KernelConfig):
                 "empty_arrivals": "kConsumerThreads / 32",
                 "cluster_ready": SEND_READY if self.send else "",
                 "load_p": (
-                    "        load_operand<kPKMajor, kTileP, kPWidth>(&map_p, stage, bar, p0, "
-                    f"{self.k_tile_expression});\n"
+                    f"        {self.loader(streamed=not self.swap)}<kPKMajor, kTileP, kPWidth>"
+                    f"(&map_p, stage, bar, p0, {self.k_tile_expression});\n"
                 ),
                 "release_stage": (
                     "      if (i > 0 && lane == 0) mbar_arrive(empty + 8 * ((i - 1) % kStages));\n"
@@ -679,6 +715,8 @@ class LongKConfig(KernelConfig):
             "params_extra": GROUPS_PARAMS if grouped else "",
             "k_slice": self.k_slice_code(grouped),
             "k_tile": self.k_tile_expression,
+            "q_loader": self.loader(streamed=self.swap),
+            "evict_functions": EVICT_FIRST_FUNCTIONS if self.evict_first_a else "",
             "workspace_size": GROUPS_WORKSPACE if grouped else NO_WORKSPACE,
             "workspace_param": " workspace" if grouped else "",
             "params_init": GROUPS_PARAMS_INIT if grouped else "",

@@ -9,7 +9,8 @@ in the same order). A tile's K over several clusters (``groups``) sums them in t
 workspace: whatever the workspace held before, and under a CUDA graph that replays one launch,
 its result is the same bits. Two tiles that share P's loads by TMA multicast (``multicast``)
 give their single-tile twin's bits; K tiles dealt to the cluster's CTAs in turn (``interleave``)
-pass the verifier too. Skipped without a GPU."""
+pass the verifier too, and so do A's loads under an L2 evict-first policy (``evict_first_a``).
+Skipped without a GPU."""
 
 from __future__ import annotations
 
@@ -62,6 +63,10 @@ CONFIGS = (
     LongKConfig(layout=Layout.NN, tile_n=64, stages=4, splits=16, swap=True, interleave=True),
     LongKConfig(layout=Layout.NN, tile_n=64, stages=6, splits=8, reduce="send", interleave=True),
     LongKConfig(layout=Layout.TN, tile_n=128, stages=4, splits=8, interleave=True),
+    # A's loads under an L2 evict-first policy: unswapped (A is P), swapped (A is Q), with send
+    LongKConfig(layout=Layout.NN, tile_n=64, stages=4, splits=8, evict_first_a=True),
+    LongKConfig(layout=Layout.NN, tile_n=32, stages=4, splits=8, swap=True, evict_first_a=True),
+    LongKConfig(layout=Layout.TN, tile_n=64, stages=6, splits=8, reduce="send", evict_first_a=True),
 )
 PUSHED = tuple(c for c in CONFIGS if c.reduce in ("push", "send"))
 GROUPED = tuple(c for c in CONFIGS if c.groups > 1)

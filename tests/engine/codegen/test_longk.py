@@ -706,3 +706,49 @@ def test_interleave_compiles_without_spills(engine_config):
         LongKConfig(layout=NN, tile_n=64, stages=6, splits=8, reduce="send", interleave=True),
     ]
     assert len(built_without_spills(configs, engine_config)) == len(configs)
+
+
+def test_evict_first_a_is_named_by_a_suffix_and_hints_only_as_loads():
+    for swap in (False, True):
+        plain = LongKConfig(layout=NN, tile_n=64, stages=4, splits=8, swap=swap)
+        hinted = replace(plain, evict_first_a=True)
+        assert hinted.name == plain.name + "_efa"
+        assert LongKConfig.from_knobs(hinted.knobs()) == hinted
+        assert "evict_first" not in plain.render()
+        source = hinted.render()
+        assert "${" not in source
+        assert "createpolicy.fractional.L2::evict_first.b64" in source
+        # A is P unswapped and Q swapped: only its load takes the hint
+        p_loader = "load_operand" if swap else "load_evict_first"
+        q_loader = "load_evict_first" if swap else "load_operand"
+        assert f"{p_loader}<kPKMajor, kTileP, kPWidth>(&map_p, stage, bar" in source
+        assert f"{q_loader}<kQKMajor, kTileQ, kQWidth>(&map_q, stage + kPBytes" in source
+    assert "evict_first_a" not in LongKConfig.SPACE
+    assert "multicast" in LongKConfig(layout=NN, multicast=2, evict_first_a=True).is_valid().reason
+
+
+def test_evict_first_twins_stay_out_of_the_search():
+    from engine.codegen.library import longk_evict_library
+
+    for layout in (NN, TN):
+        assert not any(c.evict_first_a for c in library("longk", layout))
+        searched = {c.name for c in library("longk", layout)}
+        hinted = longk_evict_library(layout)
+        assert hinted
+        assert all(c.name.removesuffix("_efa") in searched for c in hinted)
+
+
+@pytest.mark.nvcc
+def test_evict_first_a_compiles_to_hinted_tma_loads(engine_config):
+    configs = [
+        LongKConfig(layout=NN, tile_n=64, stages=4, splits=8, swap=True, evict_first_a=True),
+        LongKConfig(layout=TN, tile_n=128, stages=4, splits=4, evict_first_a=True),
+    ]
+    for config, result in zip(configs, built_without_spills(configs, engine_config), strict=True):
+        if (cuobjdump := find_cuobjdump()) is not None:
+            sass = subprocess.run(
+                [cuobjdump, "-sass", str(result.library)], capture_output=True, text=True
+            ).stdout
+            loads = [line for line in sass.splitlines() if "UTMALDG.2D" in line]
+            assert any("desc[" in line for line in loads), config.name  # A's, with the policy
+            assert any("desc[" not in line for line in loads), config.name  # B's, without
