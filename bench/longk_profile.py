@@ -120,14 +120,15 @@ def profile(target: str, shape: str, out: Path, tag: str) -> dict[str, object]:
 
 def config_of(pair: str) -> tuple[str, Any]:
     """(SHAPE, the NN LongKConfig) of SHAPE/TILE_N/STAGES/SPLITS/SWAP[/CTAS_PER_SM[/GROUPS
-    [/MULTICAST[/REDUCE[/INTERLEAVE]]]]] (CTAS_PER_SM 0, as many as fit, GROUPS and MULTICAST
-    1, REDUCE pull and INTERLEAVE 0 when left off)."""
+    [/MULTICAST[/REDUCE[/INTERLEAVE[/EVICT_FIRST_A]]]]]] (CTAS_PER_SM 0, as many as fit, GROUPS
+    and MULTICAST 1, REDUCE pull, INTERLEAVE and EVICT_FIRST_A 0 when left off)."""
     from engine.codegen import LongKConfig
     from engine.problem import Layout
 
     fields = pair.split("/")
-    fields += ["0", "1", "1", "pull", "0"][len(fields) - 5 :]
-    shape, tile_n, stages, splits, swap, occupancy, groups, multicast, reduce, interleave = fields
+    fields += ["0", "1", "1", "pull", "0", "0"][len(fields) - 5 :]
+    shape, tile_n, stages, splits, swap, occupancy, groups, multicast, reduce, *flags = fields
+    interleave, evict_first_a = flags
     return shape, LongKConfig(
         layout=Layout.NN,
         tile_n=int(tile_n),
@@ -139,6 +140,7 @@ def config_of(pair: str) -> tuple[str, Any]:
         multicast=int(multicast),
         reduce=reduce,
         interleave=interleave == "1",
+        evict_first_a=evict_first_a == "1",
     )
 
 
