@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     sink = torch.empty((), dtype=torch.int64, device="cuda")
     flushes = {
         "write": buffer.zero_,
-        "read": lambda: torch.sum(buffer, dtype=torch.int64, out=sink),
+        "read": lambda: torch.sum(buffer, dim=0, dtype=torch.int64, out=sink),
     }
     modes = args.flushes.split(",")
     runners = {"empty kernel": lambda: torch.cuda._sleep(0)}
