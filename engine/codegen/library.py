@@ -444,8 +444,10 @@ def longk_interleave_library(layout: Layout) -> list[LongKConfig]:
 
 # evict_first_a: A's loads carry an L2 evict-first policy, so that A, read once, gives up its
 # lines before B's (re-read along M) and before the dirty lines a previous kernel left (written
-# back to DRAM before their place is taken). The twins of the same configs as interleave's; out
-# of the searched library until measured. bench/longk_bench.py --set longk-evict.
+# back to DRAM before their place is taken). The twins of the same configs as interleave's. Out
+# of the searched library: on an H100 it was 1.03-1.08x its twin after the device protocol's
+# zeroing flush and 0.96-1.01x after a reading one (bench/results/2026-12-08-h100-longk-flush),
+# a gain the benchmark's dirty L2 makes, not the kernel. bench/longk_bench.py --set longk-evict.
 def longk_evict_library(layout: Layout) -> list[LongKConfig]:
     return [
         hinted
