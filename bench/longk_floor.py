@@ -24,6 +24,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
+FLUSHES = ("write", "read")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--best-of", type=Path, help="a longk_bench.py report")
@@ -32,13 +35,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=400)
     parser.add_argument("--out", type=Path, default=Path("longk-floor.json"))
     args = parser.parse_args(argv)
-
-    import torch
+    modes = args.flushes.split(",")
+    if unknown := [m for m in modes if m not in FLUSHES]:
+        parser.error(f"--flushes: {unknown} not among {list(FLUSHES)}")
 
     from bench.longk_profile import best_pairs, config_of
-    from engine.compilation.compile import compile_configs
-    from engine.gpu.runtime import KernelLibrary
-    from engine.problem import Problem
 
     if args.pairs:
         pairs = args.pairs.split(",")
@@ -47,6 +48,14 @@ def main(argv: list[str] | None = None) -> int:
         pairs = best_pairs(report, len(report.get("shapes", [])))
     else:
         parser.error("--best-of or --pairs")
+    configs = [config_of(pair) for pair in pairs]  # a malformed pair fails before the GPU work
+
+    import torch
+
+    from engine.compilation.compile import compile_configs
+    from engine.gpu.runtime import KernelLibrary
+    from engine.problem import Problem
+
     stream = torch.cuda.current_stream()
     buffer = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
     sink = torch.empty((), dtype=torch.int64, device="cuda")
@@ -54,10 +63,8 @@ def main(argv: list[str] | None = None) -> int:
         "write": buffer.zero_,
         "read": lambda: torch.sum(buffer, dim=0, dtype=torch.int64, out=sink),
     }
-    modes = args.flushes.split(",")
     runners = {"empty kernel": lambda: torch.cuda._sleep(0)}
-    for pair in pairs:
-        shape, config = config_of(pair)
+    for shape, config in configs:
         problem = Problem.parse(shape)
         a = torch.randn(problem.m, problem.k, device="cuda").half()
         b = torch.randn(problem.k, problem.n, device="cuda").half()

@@ -4,7 +4,7 @@
 #   usage (on the device): bash bench/device/gpu_run.sh
 #     [tests|bench|clock|all|checks|families|campaign|library|smoke|library2|library3|resume|
 #      stack|bundle|grid64|profile|splitk|raster|reduction|tiles|cublaslt|interference|warm|
-#      baselines|timed|triton|fresh|replay-fresh|offline|evenk|longk|longk-profile|longk-timeline|
+#      baselines|timed|triton|fresh|replay-fresh|offline|evenk|longk|longk-profile|longk-floor|longk-timeline|
 #      throughput|llama|holdout]
 #   [extra args]
 set -uo pipefail  # pipefail: a pipeline's status is its first failing command's
@@ -16,7 +16,7 @@ if ls .whl/*.whl >/dev/null 2>&1; then
   export PYTHONPATH=/tmp/site
 fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
-if [[ $stage == library* || $stage =~ ^(smoke|checks|stack|bundle|resume|grid64|profile|splitk|raster|reduction|tiles|cublaslt|interference|warm|triton|fresh|replay-fresh|offline|evenk|longk|longk-profile|longk-timeline|throughput|llama|holdout)$ ]]; then
+if [[ $stage == library* || $stage =~ ^(smoke|checks|stack|bundle|resume|grid64|profile|splitk|raster|reduction|tiles|cublaslt|interference|warm|triton|fresh|replay-fresh|offline|evenk|longk|longk-profile|longk-floor|longk-timeline|throughput|llama|holdout)$ ]]; then
   # inside the checkout (ignored): kept between calls while the lent machine stays warm
   export ENGINE_CACHE_DIR=$PWD/.cache/device
   mkdir -p "$ENGINE_CACHE_DIR/kernels"
@@ -397,6 +397,13 @@ if [[ $stage == longk-timeline ]]; then  # where a longk kernel's time goes, pha
   timeout -k 10 "${LONGK_TIMELINE_SECONDS:-240}" python3 bench/longk_timeline.py \
     --out "$OUT/longk-timeline.json" ${LONGK_TIMELINE:+--pairs "$LONGK_TIMELINE"} ${LONGK_TIMELINE_ARGS:-} 2>&1 \
     | tee "$OUT/longk-timeline.log" | tail -20 || status=1
+fi
+if [[ $stage == longk-floor ]]; then  # an empty kernel, torch.matmul and the LONGK_FLOOR pairs
+  # (bench/longk_profile.py's SHAPE/TILE_N/... form) after each of LONGK_FLUSHES (write: the
+  # device protocol's zeroing flush; read: a flush that leaves L2 clean), interleaved
+  python3 bench/longk_floor.py --pairs "${LONGK_FLOOR:?LONGK_FLOOR: the pairs to time}" \
+    --flushes "${LONGK_FLUSHES:-write,read}" --reps "${LONGK_FLOOR_REPS:-300}" \
+    --out "$OUT/longk-floor.json" 2>&1 | tee "$OUT/longk-floor.log" | tail -30 || status=1
 fi
 if [[ $stage == longk-profile ]]; then  # Nsight Compute on each shape's fastest longk kernel of
   # the longk stage's report (or LONGK_PROFILE: shape/tile_n/stages/splits/swap/ctas_per_sm,...):

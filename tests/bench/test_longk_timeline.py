@@ -146,3 +146,17 @@ def test_the_relaxed_tail_drops_the_final_gpu_wide_memory_barrier(timeline, engi
         for name, build in (("plain", plain), ("relaxed", relaxed))
     }
     assert count == {"plain": 2, "relaxed": 1}
+
+
+@pytest.mark.parametrize(
+    ("argv", "complaint"),
+    [
+        (["--flushes", "write,clean"], "['clean'] not among"),
+        (["--flushes", "read"], "--best-of or --pairs"),
+    ],
+)
+def test_the_floor_refuses_bad_input_before_any_gpu_work(argv, complaint, capsys):
+    floor = load("longk_floor")
+    with pytest.raises(SystemExit):
+        floor.main(argv)
+    assert complaint in capsys.readouterr().err
