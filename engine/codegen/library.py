@@ -425,36 +425,37 @@ def longk_multicast_library(layout: Layout) -> list[LongKConfig]:
     ]
 
 
-# interleave: a cluster's CTAs take K tiles in turn instead of one contiguous slice each, so that
-# their loads of one moment lie side by side along A's rows (longer DRAM runs on the A-streaming
-# M ≫ N shapes, where cuBLASLt and the searched library both reach about half the roofline). The
-# twins of the searched library's configs of at least 4 splits; out of the searched library until
-# measured. bench/longk_bench.py --set longk-interleave.
-LONGK_INTERLEAVE_MIN_SPLITS = 4
+# The twins of the searched library's configs of at least 4 splits with one change each, out of
+# the searched library:
+# - interleave: a cluster's CTAs take K tiles in turn instead of one contiguous slice each, so
+#   that their loads of one moment lie side by side along A's rows (longer DRAM runs on the
+#   A-streaming M ≫ N shapes). Unmeasured. bench/longk_bench.py --set longk-interleave.
+# - evict_first_a: A's loads carry an L2 evict-first policy, so that A, read once, gives up its
+#   lines before B's (re-read along M) and before the dirty lines a previous kernel left (written
+#   back to DRAM before their place is taken). On an H100 it was 1.03-1.08x its twin after the
+#   device protocol's zeroing flush and 0.96-1.01x after a reading one
+#   (bench/results/2026-12-08-h100-longk-flush): a gain the benchmark's dirty L2 makes, not the
+#   kernel. bench/longk_bench.py --set longk-evict.
+LONGK_TWIN_MIN_SPLITS = 4
+
+
+def longk_searched_twins(layout: Layout, **change: object) -> list[LongKConfig]:
+    """The searched configs of at least LONGK_TWIN_MIN_SPLITS splits with ``change`` applied,
+    where the changed config is valid."""
+    return [
+        twin
+        for c in longk_library(layout)
+        if c.splits >= LONGK_TWIN_MIN_SPLITS
+        and (twin := dataclasses.replace(c, **change)).is_valid()
+    ]
 
 
 def longk_interleave_library(layout: Layout) -> list[LongKConfig]:
-    return [
-        dealt
-        for c in longk_library(layout)
-        if c.splits >= LONGK_INTERLEAVE_MIN_SPLITS
-        and (dealt := dataclasses.replace(c, interleave=True)).is_valid()
-    ]
+    return longk_searched_twins(layout, interleave=True)
 
 
-# evict_first_a: A's loads carry an L2 evict-first policy, so that A, read once, gives up its
-# lines before B's (re-read along M) and before the dirty lines a previous kernel left (written
-# back to DRAM before their place is taken). The twins of the same configs as interleave's. Out
-# of the searched library: on an H100 it was 1.03-1.08x its twin after the device protocol's
-# zeroing flush and 0.96-1.01x after a reading one (bench/results/2026-12-08-h100-longk-flush),
-# a gain the benchmark's dirty L2 makes, not the kernel. bench/longk_bench.py --set longk-evict.
 def longk_evict_library(layout: Layout) -> list[LongKConfig]:
-    return [
-        hinted
-        for c in longk_library(layout)
-        if c.splits >= LONGK_INTERLEAVE_MIN_SPLITS
-        and (hinted := dataclasses.replace(c, evict_first_a=True)).is_valid()
-    ]
+    return longk_searched_twins(layout, evict_first_a=True)
 
 
 # groups > 1: a tile's K over several small clusters, summed across them in the workspace (the
