@@ -6,6 +6,7 @@ several clusters summed in the workspace: its name, its slots, its workspace siz
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from dataclasses import replace
@@ -664,10 +665,19 @@ def test_interleave_deals_both_operands_k_tiles_to_the_clusters_ctas_in_turn():
 @pytest.mark.parametrize("k_tiles", [1, 7, 8, 9, 63, 256])
 @pytest.mark.parametrize("splits", [2, 3, 8, 16])
 def test_the_interleaved_ctas_take_every_k_tile_once(k_tiles, splits):
+    # the rendered C++ expressions, evaluated with non-negative integer division as C++ does here
+    source = LongKConfig(layout=NN, splits=splits, interleave=True).render()
+    [count] = re.findall(r"const int kt_end = (.*);", source)
+    [tile_of] = re.findall(r"\(&map_q, stage \+ kPBytes, bar, q0, (.*)\);", source)
+
+    def evaluate(expression: str, **names: int) -> int:
+        python = expression.replace("p.k_tiles", "k_tiles").replace("/", "//")
+        return eval(python, {}, {"k_tiles": k_tiles, "kSplits": splits, **names})
+
     taken = sorted(
-        split + i * splits
+        evaluate(tile_of, split=split, i=i)
         for split in range(splits)
-        for i in range((k_tiles - split + splits - 1) // splits)
+        for i in range(evaluate(count, split=split))
     )
     assert taken == list(range(k_tiles))
 
