@@ -628,7 +628,11 @@ if [[ $stage == holdout ]]; then  # issue 41's acceptance: the 24 unmeasured sha
   cp "$holdout_db" "$OUT/holdout.sqlite"
   cp "$ENGINE_CACHE_DIR/holdout.finals.json" "$ENGINE_CACHE_DIR/policy/sm_90.pt" "$OUT/" 2>/dev/null
   if [[ -f $OUT/holdout.json ]]; then
-    python3 bench/holdout.py summary "$OUT/holdout.json" --out "$OUT/holdout-summary.json" || status=1
+    # the finals saved so far, also when this call's limit cut the campaign during them
+    saved=()
+    [[ -f $OUT/holdout.finals.json ]] && saved=(--saved-finals "$OUT/holdout.sqlite")
+    python3 bench/holdout.py summary "$OUT/holdout.json" "${saved[@]}" \
+      --out "$OUT/holdout-summary.json" || status=1
   fi
   pack_device_kernels
 fi
