@@ -16,6 +16,7 @@ from engine.commands.common import (
 from engine.problem import Problem
 from engine.timing import floor_model
 from engine.timing.baseline_names import TORCH_TUNED
+from engine.timing.protocol_names import L2_FLUSHES
 from engine.timing.tables import format_table, rejected_runners
 from engine.verify.verifier import verify
 
@@ -45,6 +46,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=0.25,
         help="NVML power and SM clock of each runner alone, back to back, for this long "
         "(device protocol; 0: only over the whole run)",
+    )
+    parser.add_argument(
+        "--l2-flush",
+        choices=L2_FLUSHES,
+        default="write",
+        help="how L2 is emptied before each timed call: write (zero a 256 MiB buffer, the "
+        "device protocol's, which leaves dirty lines the call must write back) or read (sum it, "
+        "which leaves clean lines); a speedup that holds only after write is the flush's",
     )
     parser.add_argument(
         "--no-predict",
@@ -101,6 +110,7 @@ def measure_shapes(
             extra_baselines=extra,
             power_seconds=args.power_seconds,
             progress=lambda msg: print(msg, file=sys.stderr, flush=True),
+            l2_flush=args.l2_flush,
         )
         if model is not None:
             record["prediction"] = {**prediction, "model": model.to_dict()}

@@ -51,6 +51,7 @@ def measure(
     power_seconds: float = 0.0,
     progress: Callable[[str], None] = lambda _msg: None,
     timed_checks: bool = True,
+    l2_flush: str = "write",
 ) -> dict[str, Any]:
     """Times every baseline in both layouts and each candidate library, interleaved.
 
@@ -62,6 +63,7 @@ def measure(
     The device protocol records NVML's power and SM clock over its run (engine.gpu.power) and, with
     ``power_seconds``, each runner's alone for that long. ``timed_checks=False``: the protocols
     without the checks in the timed calls (engine.timing.protocols.Bench), to compare with.
+    ``l2_flush``: how L2 is emptied before each timed call (engine.timing.protocols.L2_FLUSHES).
     """
     session = Session(
         problem,
@@ -71,6 +73,7 @@ def measure(
         progress=progress,
         extra_baselines=extra_baselines,
         timed_checks=timed_checks,
+        l2_flush=l2_flush,
     )
     return session.run(
         candidates,
@@ -100,6 +103,7 @@ class Session:
         progress: Callable[[str], None] = lambda _msg: None,
         extra_baselines: Sequence[str] = (),
         timed_checks: bool = True,
+        l2_flush: str = "write",
     ) -> None:
         self.problem = problem
         self.extra_baselines = tuple(extra_baselines)
@@ -112,6 +116,7 @@ class Session:
             problem,
             seed=seed if seed is not None else secrets.randbits(31),
             timed_checks=timed_checks,
+            l2_flush=l2_flush,
         )
         self.autotune_cache = baselines.autotune_cache_path(self.config, self.environment.key)
         self.baselines: list[Runner] | None = None
@@ -181,6 +186,7 @@ class Session:
             },
             "environment": self.environment.to_dict(),
             "autotune": self.autotune_reports,
+            "l2_flush": bench.l2_flush,
             "protocols": {},
         }
         overhead = bench.host_overhead(runners) if probe_overhead else {}

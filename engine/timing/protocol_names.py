@@ -15,3 +15,6 @@ DEFAULT_PROTOCOL = "device"
 # campaign's saved finals) are measured again. 2: the device protocol holds the stream while the
 # runner's call is enqueued (engine.timing.protocols.Bench.hold_for_host_work).
 PROTOCOL_REVISION = 2
+# How L2 is emptied before each timed call (engine.timing.protocols.Bench): write zeroes a buffer
+# four times L2's size (the default, as the usual harnesses do), read sums it.
+L2_FLUSHES = ("write", "read")

@@ -13,6 +13,12 @@ Protocols:
   server   offline with exponential idle gaps between iterations (Poisson arrivals at ``qps``).
   graph    per-call time from CUDA-graph replay of ``calls_per_graph`` back-to-back calls.
 
+L2 is flushed by zeroing a 256 MiB buffer (``l2_flush="write"``, the usual harnesses' flush): each
+timed call then starts with L2 full of dirty lines, and a call that streams tens of MB spends
+microseconds writing them back (8-10 us at 64 MB and more on an H100,
+bench/results/2026-12-08-h100-longk-flush). ``l2_flush="read"`` sums the buffer instead, which
+leaves L2 holding clean lines: a speedup that holds only after the writing flush is the flush's.
+
 The verifier follows the kernel into the timed phase (engine.verify.timed_checks), in every
 protocol: every timed call gets inputs no call saw before (new values, and the next of several
 operand sets, so new pointers too) and a poisoned C, both written before the timed interval; a
@@ -38,7 +44,10 @@ from engine.outcomes import Reason
 from engine.problem import Layout, Problem
 from engine.stats import TimingStats, summarize
 from engine.timing import physics
-from engine.timing.protocol_names import PROTOCOLS  # noqa: F401  (its old home; the names live there)
+from engine.timing.protocol_names import (
+    L2_FLUSHES,
+    PROTOCOLS,  # noqa: F401  (its old home; the names live there)
+)
 from engine.verify import numerics
 from engine.verify import timed_checks as tc
 
@@ -182,8 +191,12 @@ class Bench:
         seed: int,
         input_sets: int | None = None,
         timed_checks: bool = True,
+        l2_flush: str = "write",
     ) -> None:
+        if l2_flush not in L2_FLUSHES:
+            raise ValueError(f"l2_flush={l2_flush!r} is not one of {list(L2_FLUSHES)}")
         self.problem = problem
+        self.l2_flush = l2_flush
         self.gen = torch.Generator(device="cuda")
         self.gen.manual_seed(seed)
         self.rng = random.Random(seed)
@@ -193,6 +206,7 @@ class Bench:
             input_sets = tc.operand_set_count(problem, L2_FLUSH_BYTES) if timed_checks else 2
         self.operand_sets = [Operands.random(problem, self.gen) for _ in range(input_sets)]
         self.flush_buffer = torch.empty(L2_FLUSH_BYTES, dtype=torch.int8, device="cuda")
+        self.flush_sum = torch.empty((), dtype=torch.int64, device="cuda")
         self.load: tuple[float, float] | None = None  # the last sustained load (monotonic s)
         self.calls = 0  # timed calls so far: the rotation over the operand sets
         self.gate: Any = None
@@ -376,7 +390,10 @@ class Bench:
         return self.load[1] - self.load[0]
 
     def flush_l2(self) -> None:
-        self.flush_buffer.zero_()
+        if self.l2_flush == "read":
+            torch.sum(self.flush_buffer, dim=0, dtype=torch.int64, out=self.flush_sum)
+        else:
+            self.flush_buffer.zero_()
 
     def warm_up(self, runners: Sequence[Runner], calls: int = 3) -> None:
         started = time.monotonic()

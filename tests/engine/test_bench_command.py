@@ -146,3 +146,26 @@ def test_a_bad_argument_leaves_an_earlier_results_file_as_it_was(fake_gpu, tmp_p
     with pytest.raises(SystemExit):
         cli.main([*bench(tmp_path, "4096x4096x4096"), "--torch-baselines", "inductr"])
     assert earlier.read_text() == '[{"problem": "earlier"}]'
+
+
+def test_bench_times_after_the_l2_flush_asked_for(fake_gpu, monkeypatch, tmp_path):
+    import engine.timing.measure
+
+    fake_gpu.update({4096: (150e-6, 0)})
+    seen: list[str] = []
+    fake = engine.timing.measure.measure
+
+    def measure(problem: Problem, **kwargs) -> dict:
+        seen.append(kwargs["l2_flush"])
+        return fake(problem, **kwargs)
+
+    monkeypatch.setattr(engine.timing.measure, "measure", measure)
+    assert cli.main(bench(tmp_path, "4096x4096x4096")) == 0
+    assert cli.main([*bench(tmp_path, "4096x4096x4096"), "--l2-flush", "read"]) == 0
+    assert seen == ["write", "read"]
+
+
+def test_bench_refuses_an_unknown_l2_flush(fake_gpu, tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        cli.main([*bench(tmp_path, "4096x4096x4096"), "--l2-flush", "clean"])
+    assert "invalid choice: 'clean'" in capsys.readouterr().err
