@@ -96,6 +96,7 @@ def bench_on(gpu: FakeGpu) -> Bench:
     bench.stream = FakeStream(gpu)
     bench.timed_checks = False
     bench.operand_sets = [object(), object()]
+    bench.l2_flush = "write"
     bench.flush_buffer = FlushBuffer(gpu)
     bench.load = None
     return bench
