@@ -5,13 +5,16 @@ TMA), verified and timed in the device protocol beside cuBLASLt-autotune and our
 kernel of the shape (rebuilt from the grid64 campaign's records, timed in the same session).
 
     python3 bench/triton_bench.py [--report REPORT.json] [--db CAMPAIGN.sqlite]
-        [--shapes 64x256x128_nn,...] [--limit N] [--sweep N] [--no-best]
+        [--shapes 64x256x128_nn,...] [--limit N] [--sweep N] [--no-best] [--fixed-nk]
         [--verify-jobs 16] [--device-seconds 1] [--heat-seconds 0.5] [--deadline S] [--out FILE]
 
 Default shapes: those of the report whose cuBLASLt-autotune device time is under 15 µs, then
 the long-K small-M·N ones (deep_splitk's). Per shape the JSON has each candidate's speedup over
 cuBLASLt-autotune, the best of Inductor's configs (the Triton kernel max-autotune would keep
 among its own), the best of the whole family, and our best kernel's, all from one process.
+``--fixed-nk`` adds each of those configs built for the shape's N and K as constants (the
+family's ``fixed_n``/``fixed_k``, as Inductor compiles a shape) and reports each such twin's
+speedup over its run-time-N/K twin (``fixed_nk_ratios``, and their geomean per shape).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import math
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +100,22 @@ def sweep_configs(problem: Problem, count: int) -> list[TritonConfig]:
     return chosen[:count]
 
 
+def fixed_nk_twins(problem: Problem, sets: dict[str, list[TritonConfig]]) -> list[TritonConfig]:
+    """Every config of ``sets`` built for ``problem``'s N and K as constants."""
+    twins = (replace(c, fixed_n=problem.n, fixed_k=problem.k) for cs in sets.values() for c in cs)
+    return list({t.name: t for t in twins if t.is_valid(problem)}.values())
+
+
+def fixed_nk_ratios(speedups: dict[str, float], fixed: list[TritonConfig]) -> dict[str, float]:
+    """Each fixed-N/K config's speedup over its twin's with N and K at run time (both timed)."""
+    out = {}
+    for config in fixed:
+        generic = replace(config, fixed_n=0, fixed_k=0).name
+        if config.name in speedups and generic in speedups:
+            out[config.name] = speedups[config.name] / speedups[generic]
+    return out
+
+
 def best_configs(db: Path, report: dict[str, Any], problems: list[Problem]) -> dict[str, Any]:
     """Our best kernel per problem (the report's device-protocol kernel), as a config rebuilt
     from the campaign's records."""
@@ -131,6 +151,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sweep", type=int, default=10, help="sweep configs per shape")
     parser.add_argument("--no-best", action="store_true", help="do not time our best kernel")
     parser.add_argument(
+        "--fixed-nk",
+        action="store_true",
+        help="also time every config built for the shape's N and K as constants",
+    )
+    parser.add_argument(
         "--torch-baselines",
         action="store_true",
         help="also tune and time Inductor max-autotune and TunableOp (seconds a shape each)",
@@ -155,6 +180,9 @@ def main(argv: list[str] | None = None) -> int:
         p.key: {"inductor": inductor_configs(p), "sweep": sweep_configs(p, args.sweep)}
         for p in problems
     }
+    if args.fixed_nk:
+        for p in problems:
+            candidates[p.key]["fixed"] = fixed_nk_twins(p, candidates[p.key])
     triton = {c.name: c for sets in candidates.values() for cs in sets.values() for c in cs}
     best = {} if args.no_best else best_configs(args.db, report, problems)
     arch = cuda_driver.local_arch()
@@ -273,6 +301,7 @@ def summarize(
 
     inductor_best, inductor_speedup = top(inductor)
     family_best, family_speedup = top(inductor | sweep)
+    fixed = fixed_nk_ratios(speedups, candidates.get("fixed", []))
     ours = best.name if best is not None and best.name in speedups else None
     recorded = report["shapes"].get(problem.key, {}).get("protocols", {}).get("device") or {}
     return {
@@ -289,6 +318,10 @@ def summarize(
         # with --torch-baselines: Inductor max-autotune itself, over cuBLASLt-autotune
         "inductor_max_autotune_speedup": _baseline_ratio(device, INDUCTOR),
         "rejected_while_timed": device.get("rejected_while_timed", []),
+        "fixed_nk_ratios": fixed,
+        "fixed_nk_geomean": (
+            math.exp(sum(map(math.log, fixed.values())) / len(fixed)) if fixed else None
+        ),
     }
 
 
@@ -325,6 +358,7 @@ def format_row(row: dict[str, Any]) -> str:
         f"triton {ratio(row['triton_best_speedup'])}"
         f" ({row['triton_best']}) | ours {ratio(row['ours_speedup'])}"
         f" (recorded {ratio(row['ours_recorded_speedup'])})"
+        + (f" | fixed N,K / run-time {ratio(g)}" if (g := row.get("fixed_nk_geomean")) else "")
     )
 
 

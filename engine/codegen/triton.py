@@ -14,6 +14,11 @@ persistent grid (one program an SM striding over the work), loads through pointe
 TMA tensor descriptors built on the device (Hopper), the store through pointers or TMA, and
 ``even_k``: no K masks, for problems whose K is a whole number of K tiles.
 
+``fixed_n`` and ``fixed_k`` (outside SPACE, like the longk family's variants: the learned policy's
+logits are laid out by SPACE) build the kernel for one N and one K, the weight's dimensions, as
+compile-time constants, the way torch Inductor compiles each shape; M stays a run-time value. 0
+and 0: one binary for every shape of the layout. The launcher refuses any other N or K.
+
 The space contains torch Inductor's mm configs (``max-autotune``'s ~20 Triton choices, after
 its scaling of the blocks to the problem: every block 16–256, 1–5 stages, warps reduced to at
 most one a 16×16 sub-tile, group-M 8): :func:`inductor_configs` gives them for a problem.
@@ -112,6 +117,8 @@ class TritonConfig(KernelConfig):
     loads: str = "pointer"
     store: str = "pointer"
     even_k: bool = False
+    fixed_n: int = 0
+    fixed_k: int = 0
 
     @classmethod
     def candidates(cls, layout: Layout) -> Iterator[TritonConfig]:
@@ -153,7 +160,29 @@ class TritonConfig(KernelConfig):
             return invalid("TMA loads read zeros past K: even_k would only duplicate the kernel")
         if problem is not None and self.even_k and problem.k % self.tile_k:
             return invalid(f"even_k needs K % {self.tile_k} == 0, K is {problem.k}")
+        if (fixed := self.fixed_nk_validity(problem)) is not None:
+            return fixed
         return self.fits(problem)
+
+    @property
+    def fixed_nk(self) -> bool:
+        return bool(self.fixed_n or self.fixed_k)
+
+    def fixed_nk_validity(self, problem: Problem | None) -> Validity | None:
+        """Why ``fixed_n``/``fixed_k`` rule the config (or the problem) out; None when they
+        do not."""
+        if not self.fixed_nk:
+            return None
+        if self.fixed_n <= 0 or self.fixed_k <= 0 or (self.fixed_n | self.fixed_k) % 8:
+            return invalid(
+                f"fixed_n={self.fixed_n}, fixed_k={self.fixed_k}: both set, positive multiples of 8"
+            )
+        if problem is not None and (problem.n, problem.k) != (self.fixed_n, self.fixed_k):
+            return invalid(
+                f"built for N={self.fixed_n}, K={self.fixed_k}; the problem has N={problem.n}, "
+                f"K={problem.k}"
+            )
+        return None
 
     @property
     def stage_bytes(self) -> int:
@@ -187,6 +216,8 @@ class TritonConfig(KernelConfig):
             )
         if self.even_k:
             parts.append("evenk")
+        if self.fixed_nk:
+            parts.append(f"n{self.fixed_n}k{self.fixed_k}")
         return "_".join(parts)
 
     def spec(self) -> TritonSpec:
@@ -203,6 +234,8 @@ class TritonConfig(KernelConfig):
             "B_KMAJOR": self.layout is Layout.TN,
             "EVEN_K": self.even_k,
         }
+        if self.fixed_nk:  # N and K keep their places in the signature, as constants
+            constexprs |= {"N": self.fixed_n, "K": self.fixed_k}
         return TritonSpec(
             kernel=KERNEL_NAME,
             signature={**SIGNATURE, **dict.fromkeys(constexprs, "constexpr")},
@@ -235,6 +268,18 @@ class TritonConfig(KernelConfig):
             "even_k_note": ", no K masks (K a multiple of the K tile)" if self.even_k else "",
             "persistent": "true" if self.schedule == "persistent" else "false",
             "even_k_check": even_k_check,
+            "fixed_nk_check": (
+                f"  if (N != {self.fixed_n} || K != {self.fixed_k}) "
+                "return int(cudaErrorInvalidValue);  // N and K are the kernel's constants\n"
+                if self.fixed_nk
+                else ""
+            ),
+            # a constexpr is no parameter of the compiled kernel
+            "kernel_args": ", ".join(
+                f"&{arg}"
+                for arg in ("A", "B", "C", "M", "N", "K", "split_space", "scratch", "profile")
+                if not (self.fixed_nk and arg in ("N", "K"))
+            ),
             "triton_block": embed(self.spec(), kernel_source()),
         }
 

@@ -75,3 +75,26 @@ def test_a_shape_summary_separates_inductors_configs_from_the_sweep_and_ours(ben
     assert means["triton_best_speedup"] == pytest.approx(math.sqrt(1.1 * 0.9))
     assert means["best_of_ours_and_triton"] == pytest.approx(math.sqrt(1.1 * 1.2))
     assert "1.050x" in bench.format_row(row)
+
+
+def test_fixed_nk_twins_are_read_against_their_run_time_twins(bench, report):
+    problem = Problem.parse("256x2048x64")
+    inductor = inductor_configs(problem)[:2]
+    sets = {"inductor": inductor, "sweep": inductor[:1]}
+    fixed = bench.fixed_nk_twins(problem, sets)
+    assert [c.name for c in fixed] == [f"{c.name}_n2048k64" for c in inductor]
+    assert all(c.is_valid(problem) for c in fixed)
+    speedups = {inductor[0].name: 1.0, fixed[0].name: 1.06, fixed[1].name: 1.2}  # 2nd: no twin
+    assert bench.fixed_nk_ratios(speedups, fixed) == {fixed[0].name: pytest.approx(1.06)}
+    record = {
+        "protocols": {
+            "device": {
+                "speedups": {n: {bench.BASELINE: s} for n, s in speedups.items()},
+                "best_baselines": {bench.BASELINE: {"seconds": 5.5e-6}},
+            }
+        }
+    }
+    row = bench.summarize(problem, record, {**sets, "fixed": fixed}, None, report)
+    assert row["fixed_nk_geomean"] == pytest.approx(1.06)
+    assert row["triton_best"] == inductor[0].name  # the family's best keeps to run-time N and K
+    assert "fixed N,K / run-time 1.060x" in bench.format_row(row)

@@ -2,7 +2,8 @@
 kernel C ABI at shapes with residues in M, N and K (every variant: split-K with the last-CTA
 reduction, persistent, TMA loads and store, both layouts), split-K gives the same bits whichever
 split finishes last, and a bundle holding a Triton kernel builds, loads and runs in a process
-where Triton cannot be imported. Skipped without a GPU."""
+where Triton cannot be imported; a kernel built for one N and K (``fixed_n``, ``fixed_k``) passes
+the verifier on its problem and refuses any other. Skipped without a GPU."""
 
 from __future__ import annotations
 
@@ -36,6 +37,9 @@ VARIANTS = {
         "loads": "tma",
     },
     "tma-store": {"loads": "tma", "store": "tma", "splits": 2},
+    # N and K as the kernel's constants: each serves one problem below (residues, and even K)
+    "fixed-nk": {"fixed_n": 264, "fixed_k": 3000},
+    "fixed-nk-evenk": {"tile_k": 64, "even_k": True, "fixed_n": 256, "fixed_k": 128},
 }
 PROBLEMS = (
     Problem(64, 256, 128),
@@ -162,3 +166,21 @@ def test_a_bundle_with_a_triton_kernel_runs_where_triton_cannot_be_imported(libr
         )
         assert done.returncode == 0, (argv, done.stdout[-2000:], done.stderr[-4000:])
     assert "ok" in done.stdout
+
+
+def test_a_kernel_built_for_one_n_and_k_refuses_another(libraries):
+    import torch
+
+    from engine.gpu.runtime import KernelLibrary
+
+    kernel = KernelLibrary(str(libraries[("fixed-nk-evenk", Layout.NN)]))
+    a = torch.randn(64, 256, device="cuda").half()
+    b = torch.randn(256, 256, device="cuda").half()
+    c = torch.empty(64, 256, device="cuda", dtype=torch.float16)
+    stream = torch.cuda.current_stream().cuda_stream
+    ptrs = (a.data_ptr(), b.data_ptr(), c.data_ptr())
+    assert kernel.launch(*ptrs, 64, 256, 128, 0, stream) == 0  # its own N and K (M is free)
+    assert kernel.launch(*ptrs, 32, 256, 128, 0, stream) == 0
+    assert kernel.launch(*ptrs, 64, 256, 256, 0, stream) != 0  # another K
+    assert kernel.launch(*ptrs, 64, 128, 128, 0, stream) != 0  # another N
+    torch.cuda.synchronize()

@@ -369,3 +369,51 @@ def test_the_llm_prompt_explains_triton_kernels_when_it_shows_one():
     without = build_messages(PromptContext(problem, GpuFacts.h200(), best=cuda))
     assert "## Triton kernels" in with_triton[-1]["content"]
     assert "## Triton kernels" not in without[-1]["content"]
+
+
+def test_a_kernel_for_one_n_and_k_is_named_by_them_and_serves_only_them():
+    from dataclasses import replace
+
+    generic = TritonConfig(layout=Layout.NN, tile_k=64, even_k=True)
+    fixed = replace(generic, fixed_n=2048, fixed_k=64)
+    assert fixed.name == generic.name + "_n2048k64"
+    assert TritonConfig.from_knobs(fixed.knobs()) == fixed
+    assert "fixed_n" not in TritonConfig.SPACE  # the shipped policy's layout stays as it is
+    assert fixed.is_valid(Problem.parse("256x2048x64"))
+    assert fixed.is_valid(Problem.parse("7x2048x64"))  # M stays a run-time value
+    verdict = fixed.is_valid(Problem.parse("256x1024x64"))
+    assert not verdict
+    assert "built for N=2048, K=64" in verdict.reason
+
+
+@pytest.mark.parametrize(("fixed_n", "fixed_k"), [(2048, 0), (0, 64), (2044, 64), (-8, 64)])
+def test_it_rejects_n_and_k_that_are_not_both_set_multiples_of_8(fixed_n, fixed_k):
+    verdict = TritonConfig(layout=Layout.NN, fixed_n=fixed_n, fixed_k=fixed_k).is_valid()
+    assert not verdict
+    assert "both set, positive multiples of 8" in verdict.reason
+
+
+def test_n_and_k_become_constants_and_leave_the_launch_arguments():
+    generic = TritonConfig(layout=Layout.TN, tile_k=64)
+    fixed = TritonConfig(layout=Layout.TN, tile_k=64, fixed_n=512, fixed_k=1024)
+    plain = generic.render()
+    assert "void* args[] = {&A, &B, &C, &M, &N, &K, &split_space, &scratch, &profile};" in plain
+    assert "N and K are the kernel's constants" not in plain
+    source = fixed.render()
+    assert "void* args[] = {&A, &B, &C, &M, &split_space, &scratch, &profile};" in source
+    assert "if (N != 512 || K != 1024) return int(cudaErrorInvalidValue);" in source
+    spec, _ = triton_aot.extract(source)
+    assert spec.signature["N"] == spec.signature["K"] == "constexpr"
+    assert (spec.constexprs["N"], spec.constexprs["K"]) == (512, 1024)
+    # the signature keeps its order: the compiled kernel's parameters are the rest, in order
+    assert list(spec.signature)[:6] == ["A", "B", "C", "M", "N", "K"]
+
+
+@pytest.mark.nvcc
+@triton_installed
+def test_a_kernel_for_one_n_and_k_builds_for_sm90a(engine_config):
+    from engine.compilation.compile import compile_source
+
+    config = TritonConfig(layout=Layout.NN, tile_k=64, even_k=True, fixed_n=2048, fixed_k=64)
+    result = compile_source(config.render(), archs=("sm_90a",), config=engine_config)
+    assert result.ok, result.log[-2000:]
