@@ -7,10 +7,10 @@
 
 ``draw`` (CPU): 16 shapes of CUDA-L2's grid ({64, …, 16384}³), 4 per class, each class's pool
 sorted and sampled with ``random.Random(seed)`` in the order of SHAPE_CLASSES. The classes are the
-project's: long-K (the shapes the longk family serves, engine.codegen.longk.serves: M·N ≤ 2^22
-and K ≥ 2·max(M, N)), then by log2(MNK) as engine.publish.report.size_class: small (< 30),
-medium, large (≥ 36). The pools hold no (M, N, K) that a file under bench/results names (a
-shape written MxNxK or M×N×K in any JSON,
+project's: long-K (the shapes the longk family serves, engine.codegen.longk.serves: M·N ≤ 2^20
+and K ≥ 4·max(M, N); a draw records its bounds, and re-draws with them), then by log2(MNK) as
+engine.publish.report.size_class: small (< 30), medium, large (≥ 36). The pools hold no
+(M, N, K) that a file under bench/results names (a shape written MxNxK or M×N×K in any JSON,
 log, text or CSV file, compressed or not; a problem record's ``m``, ``n``, ``k``; a campaign
 database's problems) nor a problem of the seed proposer's recorded cuBLASLt kernels: nothing the
 shipped policy, the transfer proposer or the seed proposer learnt from. It writes the shapes, the
@@ -71,7 +71,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from engine.campaign.storage import SqliteStorage  # noqa: E402
 from engine.codegen.library import library  # noqa: E402
-from engine.codegen.longk import MAX_MN_LOG2, MIN_K_OVER_MN, serves  # noqa: E402
+from engine.codegen.longk import MAX_MN_LOG2, MIN_K_OVER_MN  # noqa: E402
 from engine.problem import Layout, Problem  # noqa: E402
 from engine.publish.report import size_class  # noqa: E402
 
@@ -125,11 +125,27 @@ def log(msg: str) -> None:
 # -- draw ----------------------------------------------------------------------------------------
 
 
-def shape_class(shape: Shape) -> str:
+# (log2 of the largest M·N, the least K / max(M, N)): the long-K class, as engine.codegen.longk
+# serves it now; a committed draw says which it was drawn with (long_k_bounds)
+LONG_K_BOUNDS = (MAX_MN_LOG2, MIN_K_OVER_MN)
+
+
+def shape_class(shape: Shape, long_k: tuple[int, int] = LONG_K_BOUNDS) -> str:
     m, n, k = shape
-    if serves(Problem(m, n, k, LAYOUT)):
+    if m * n <= 2 ** long_k[0] and k >= long_k[1] * max(m, n):
         return "long-K"
     return size_class(m, n, k)
+
+
+def long_k_bounds(doc: dict) -> tuple[int, int]:
+    """The long-K bounds a shapes file was drawn with (its class text, for files from before
+    the bounds were recorded as numbers)."""
+    if bounds := doc["distribution"].get("long_k_bounds"):
+        return (bounds[0], bounds[1])
+    found = re.search(r"2\^(\d+) and K ≥ (\d+)", doc["distribution"]["classes"]["long-K"])
+    if found is None:
+        raise ValueError("the shapes file names no long-K bounds")
+    return (int(found.group(1)), int(found.group(2)))
 
 
 def _text(path: Path) -> str:
@@ -173,19 +189,27 @@ def known_shapes(
     return seen
 
 
-def class_pools(excluded: set[Shape]) -> dict[str, list[Shape]]:
+def class_pools(
+    excluded: set[Shape], long_k: tuple[int, int] = LONG_K_BOUNDS
+) -> dict[str, list[Shape]]:
     pools: dict[str, list[Shape]] = {c: [] for c in SHAPE_CLASSES}
     for shape in itertools.product(GRID, repeat=3):
         if shape not in excluded:
-            pools[shape_class(shape)].append(shape)
+            pools[shape_class(shape, long_k)].append(shape)
     return {c: sorted(shapes) for c, shapes in pools.items()}
 
 
-def draw_shapes(excluded: set[Shape], *, seed: int, per_class: int = PER_CLASS) -> list[Shape]:
+def draw_shapes(
+    excluded: set[Shape],
+    *,
+    seed: int,
+    per_class: int = PER_CLASS,
+    long_k: tuple[int, int] = LONG_K_BOUNDS,
+) -> list[Shape]:
     """``per_class`` shapes of each class's pool, the classes in SHAPE_CLASSES's order, one
-    ``random.Random(seed)`` for all (the same seed and exclusions always draw the same)."""
+    ``random.Random(seed)`` for all (the same seed, exclusions and bounds always draw the same)."""
     rng = random.Random(seed)
-    pools = class_pools(excluded)
+    pools = class_pools(excluded, long_k)
     return [s for c in SHAPE_CLASSES for s in rng.sample(pools[c], per_class)]
 
 
@@ -291,6 +315,7 @@ def draw_document(
         "layout": LAYOUT.value,
         "distribution": {
             "grid": list(GRID),
+            "long_k_bounds": list(LONG_K_BOUNDS),
             "classes": {
                 "long-K": f"M·N ≤ 2^{MAX_MN_LOG2} and K ≥ {MIN_K_OVER_MN}·max(M, N) "
                 "(engine.codegen.longk.serves)",

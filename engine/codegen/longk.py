@@ -105,11 +105,14 @@ TILE_K = 64  # one 128-byte swizzle row of fp16
 ALIGN_SLACK = 1024  # the kernel aligns its shared memory to the 128-byte swizzle's 1024 bytes
 MAX_CLUSTER = 16  # CTAs in a cluster on Hopper (above 8 non-portable)
 HOPPER_ARCHS = ("sm_90a",)
-# The class the family is for, a little wider than the long-K class it is measured on (M·N ≤ 2^20,
-# K ≥ 4·max(M, N)): one launch of one tile's splits per cluster has no persistent scheduler, so a
-# shape of many output tiles belongs to the sm90 family.
-MAX_MN_LOG2 = 22
-MIN_K_OVER_MN = 2
+# The class the family is for: the long-K class it is measured on (M·N ≤ 2^20, K ≥ 4·max(M, N)).
+# One launch of one tile's splits per cluster has no persistent scheduler, so a shape of many
+# output tiles belongs to the sm90 family. A band twice as wide each way (2^22, 2·) was searched
+# until issue 41's first holdout, where longk lost on every shape of the band outside the class
+# (2048×2048×16384: 16 of 32 candidates, best 0.41× cuBLASLt-autotune; 4096×64×8192: 15, 0.87×;
+# 512×512×1024: 8, 0.79×) and won or tied on all six inside it (bench/NOTES.md §43).
+MAX_MN_LOG2 = 20
+MIN_K_OVER_MN = 4
 REDUCTIONS = ("pull", "push", "send")  # the ``reduce`` knob's values; pull is the first design
 MAX_GROUPS = 16  # clusters along K a tile (the epoch counter holds up to 255)
 

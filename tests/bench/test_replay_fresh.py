@@ -104,7 +104,10 @@ def test_the_committed_shapes_file_is_the_draw_of_its_seed(fresh):
     doc = json.loads(path.read_text())
     # what was recorded when it was drawn (a later table names the fresh shapes themselves)
     excluded = {fresh.parse_shape(s) for s in doc["excluded_shapes"]}
-    drawn = [fresh.shape_key(s) for s in fresh.draw_shapes(excluded, seed=doc["seed"])]
+    bounds = fresh.long_k_bounds(doc)  # as it was drawn: the class may have moved since
+    drawn = [
+        fresh.shape_key(s) for s in fresh.draw_shapes(excluded, seed=doc["seed"], long_k=bounds)
+    ]
     assert [entry["shape"] for entry in doc["shapes"]] == drawn
     assert doc["configs"]["names"] == fresh.subset_configs()
     assert doc["method"]["replay"] == fresh.REPLAY
@@ -250,3 +253,11 @@ def test_the_replay_refuses_a_changed_method_unless_told(fresh, tmp_path, capsys
     report = json.loads((tmp_path / "r").read_text())
     assert report["method_changed"] == ["engine/propose/seed.py"]
     assert set(report["per_shape"]["1024x1024x1024_nn"]) == {"random"}
+
+
+def test_a_draw_records_its_long_k_bounds_and_an_older_file_its_class_text(fresh):
+    assert fresh.long_k_bounds({"distribution": {"long_k_bounds": [20, 4]}}) == (20, 4)
+    older = {"distribution": {"classes": {"long-K": "M·N ≤ 2^22 and K ≥ 2·max(M, N) (…)"}}}
+    assert fresh.long_k_bounds(older) == (22, 2)
+    assert fresh.shape_class((512, 512, 1024), (22, 2)) == "long-K"
+    assert fresh.shape_class((512, 512, 1024)) != "long-K"  # the family's class now

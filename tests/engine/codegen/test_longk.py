@@ -190,11 +190,13 @@ def test_the_prior_swaps_only_when_m_is_below_the_wgmma_m():
 def test_it_is_searched_only_on_long_k_shapes_with_few_output_tiles():
     config = LongKConfig(layout=NN, splits=8)
     assert config.is_valid(Problem(128, 128, 16384, NN))
-    assert config.is_valid(Problem(264, 280, 1032, NN))  # the sanitizer's small problem
+    assert config.is_valid(Problem(264, 280, 2056, NN))  # the sanitizer's small problem
     assert (
         "not long-K with few output tiles" in config.is_valid(Problem(4096, 4096, 4096, NN)).reason
     )
-    assert not config.is_valid(Problem(512, 512, 512, NN))  # K under 2·max(M, N)
+    assert config.is_valid(Problem(4096, 64, 16384, NN))  # K = 4·M
+    assert not config.is_valid(Problem(512, 512, 1024, NN))  # K under 4·max(M, N)
+    assert not config.is_valid(Problem(2048, 2048, 16384, NN))  # M·N over 2^20
 
 
 # -- reduce="push": the partial tiles meet through bulk DSMEM copies ----------------------------
