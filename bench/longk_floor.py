@@ -23,8 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-
-FLUSHES = ("write", "read")
+from engine.timing.protocol_names import L2_FLUSHES  # noqa: E402  (no torch: names only)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -36,8 +35,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("longk-floor.json"))
     args = parser.parse_args(argv)
     modes = args.flushes.split(",")
-    if unknown := [m for m in modes if m not in FLUSHES]:
-        parser.error(f"--flushes: {unknown} not among {list(FLUSHES)}")
+    if unknown := [m for m in modes if m not in L2_FLUSHES]:
+        parser.error(f"--flushes: {unknown} not among {list(L2_FLUSHES)}")
 
     from bench.longk_profile import best_pairs, config_of
 
@@ -109,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     print("  ".join(f"{mode + ' flush':>12}" for mode in modes) + "  runner")
     for name, by_mode in medians.items():
         print("  ".join(f"{by_mode[mode]:9.2f} us" for mode in modes) + f"  {name}")
-    if len(modes) == 1:  # the report's first shape: one median per runner
+    if len(modes) == 1:  # one flush: one median per runner, as the report was before flushes
         medians = {name: by_mode[modes[0]] for name, by_mode in medians.items()}
     args.out.write_text(
         json.dumps({"median_us": medians, "flushes": modes, "reps": args.reps}, indent=1)

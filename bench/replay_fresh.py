@@ -71,7 +71,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from engine.campaign.storage import SqliteStorage  # noqa: E402
 from engine.codegen.library import library  # noqa: E402
-from engine.codegen.longk import MAX_MN_LOG2, MIN_K_OVER_MN  # noqa: E402
+from engine.codegen.longk import MAX_MN_LOG2, MIN_K_OVER_MN, serves  # noqa: E402
 from engine.problem import Layout, Problem  # noqa: E402
 from engine.publish.report import size_class  # noqa: E402
 
@@ -132,7 +132,7 @@ LONG_K_BOUNDS = (MAX_MN_LOG2, MIN_K_OVER_MN)
 
 def shape_class(shape: Shape, long_k: tuple[int, int] = LONG_K_BOUNDS) -> str:
     m, n, k = shape
-    if m * n <= 2 ** long_k[0] and k >= long_k[1] * max(m, n):
+    if serves(Problem(m, n, k, LAYOUT), *long_k):
         return "long-K"
     return size_class(m, n, k)
 

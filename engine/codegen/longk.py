@@ -410,9 +410,12 @@ cudaError_t shared_p_map(CUtensorMap* map, const void* base, int rows, int K) {
 """
 
 
-def serves(problem: Problem) -> bool:
-    """Whether ``problem`` is long-K with few output tiles, where the family is searched."""
-    return problem.m * problem.n <= 2**MAX_MN_LOG2 and problem.k >= MIN_K_OVER_MN * max(
+def serves(
+    problem: Problem, max_mn_log2: int = MAX_MN_LOG2, min_k_over_mn: int = MIN_K_OVER_MN
+) -> bool:
+    """Whether ``problem`` is long-K with few output tiles, where the family is searched (other
+    bounds: a class as it was drawn before, bench/replay_fresh.py)."""
+    return problem.m * problem.n <= 2**max_mn_log2 and problem.k >= min_k_over_mn * max(
         problem.m, problem.n
     )
 
