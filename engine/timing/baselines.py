@@ -120,11 +120,16 @@ def candidate_runner(library: KernelLibrary, problem: Problem, name: str = "cand
     return Runner(name, "candidate", layout, launch, {"library": str(library.path)})
 
 
-def autotune_cache_path(config: EngineConfig, environment_key: str) -> Path:
+def autotune_cache_path(
+    config: EngineConfig, environment_key: str, l2_flush: str = "write"
+) -> Path:
     """One file per environment (GPU, driver, CUDA, cuBLASLt: GpuEnvironment.key) in the engine's
     cache, shared by every process with the same ENGINE_CACHE_DIR (the GPU-step children get the
-    worker's: engine.isolation.sandbox.candidate_env): a shape is autotuned once, not per step."""
-    return config.baseline_cache / f"cublaslt_autotune_{environment_key}.json"
+    worker's: engine.isolation.sandbox.candidate_env): a shape is autotuned once, not per step.
+    Choices timed after another L2 flush (engine.timing.protocols.Bench) keep a file of their
+    own, so that neither protocol runs the other's pick."""
+    flush = "" if l2_flush == "write" else f"_{l2_flush}_flush"
+    return config.baseline_cache / f"cublaslt_autotune_{environment_key}{flush}.json"
 
 
 def autotune_key(problem: Problem, layout: Layout) -> str:

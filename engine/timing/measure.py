@@ -118,7 +118,9 @@ class Session:
             timed_checks=timed_checks,
             l2_flush=l2_flush,
         )
-        self.autotune_cache = baselines.autotune_cache_path(self.config, self.environment.key)
+        self.autotune_cache = baselines.autotune_cache_path(
+            self.config, self.environment.key, l2_flush
+        )
         self.baselines: list[Runner] | None = None
         self.autotune_reports: dict[str, Any] = {}
         self.power_reader = power.open_reader()  # None without pynvml or NVML

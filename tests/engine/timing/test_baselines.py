@@ -312,3 +312,16 @@ def test_the_baseline_shim_compiles_and_exports_its_entry_points(engine_config):
     ).stdout
     for name in ("baselines_init", "cublas_hgemm", "cublaslt_plan", "cublaslt_hgemm"):
         assert name in symbols
+
+
+def test_choices_timed_after_a_reading_flush_keep_a_cache_file_of_their_own(tmp_path):
+    from engine.config import EngineConfig
+    from engine.timing.baselines import autotune_cache_path
+
+    config = EngineConfig(cache_dir=tmp_path)
+    default = autotune_cache_path(config, "env")
+    assert default == autotune_cache_path(config, "env", "write")
+    assert default.name == "cublaslt_autotune_env.json"  # where every earlier choice lives
+    assert (
+        autotune_cache_path(config, "env", "read").name == "cublaslt_autotune_env_read_flush.json"
+    )
